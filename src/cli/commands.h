@@ -46,6 +46,16 @@ struct TrainFlags {
 CLI::App* add_train_command(CLI::App& app, TrainFlags& flags);
 int run_train_command(const TrainFlags& flags, int* argc, char*** argv);
 
+// `strata ckpt ls|show|verify|diff`: no MPI (the checkpoint reader is independent). `action` is
+// the subcommand that was parsed; `path` is DIR/PATH/A, `path_b` is B of diff.
+struct CkptFlags {
+  std::string action, path, path_b, atol, block_bytes;
+  bool json = false;
+  bool verify = false;
+};
+CLI::App* add_ckpt_command(CLI::App& app, CkptFlags& flags);
+int run_ckpt_command(const CkptFlags& flags);
+
 struct SlurmFlags {
   std::string expr;
 };

@@ -38,6 +38,8 @@ int main(int argc, char** argv) {
   CLI::App* train_cmd = add_train_command(app, train_flags);
   BenchFlags bench_flags;
   CLI::App* bench_cmd = add_bench_command(app, bench_flags);
+  CkptFlags ckpt_flags;
+  CLI::App* ckpt_cmd = add_ckpt_command(app, ckpt_flags);
   SlurmFlags slurm_flags;
   CLI::App* hostnames_cmd = nullptr;
   CLI::App* tasks_cmd = nullptr;
@@ -69,6 +71,7 @@ int main(int argc, char** argv) {
     if (cluster_cmd->parsed()) return run_cluster_command(cluster_flags, &argc, &argv);
     if (train_cmd->parsed()) return run_train_command(train_flags, &argc, &argv);
     if (bench_cmd->parsed()) return run_bench_command(bench_flags, &argc, &argv);
+    if (ckpt_cmd->parsed()) return run_ckpt_command(ckpt_flags);
     if (hostnames_cmd->parsed()) return run_slurm_hostnames(slurm_flags);
     if (tasks_cmd->parsed()) return run_slurm_tasks_per_node(slurm_flags);
     std::fprintf(stderr, "strata: error: no command given (see strata --help)\n");

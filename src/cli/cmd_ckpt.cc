@@ -1,0 +1,747 @@
+// `strata ckpt ls|show|verify|diff`: inspect checkpoint directories and files (checkpoint/FORMAT.md).
+//
+// CheckpointReader is independent (sec2 driver, no MPI calls), so these commands run as plain
+// processes: no mpirun, and MPI is never initialised.
+//
+// Exit statuses (DESIGN.md section 7), classified here rather than by exception type, because the
+// reader raises ConfigError for a file that is "not a strata checkpoint" too, which is a finding
+// about the file's content, not a usage error:
+//   0  success; `verify`: every file verified; `diff`: identical
+//   1  runtime failure or negative finding: a file that is missing from its directory, truncated,
+//      not HDF5, not a strata checkpoint, corrupt; `verify` / `ls --verify` with a failing file;
+//      `diff` with differences; a directory without a valid checkpoint where one is needed
+//   2  usage: bad flags, a PATH that does not exist, `ls` given a file
+// Every error is one line on stderr.
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <type_traits>
+#include <vector>
+
+#include "cli/commands.h"
+#include "strata/checkpoint/checkpoint.h"
+#include "strata/common/error.h"
+#include "strata/common/logging.h"
+#include "strata/common/parse.h"
+
+namespace strata::cli {
+namespace {
+
+namespace fs = std::filesystem;
+namespace ck = strata::checkpoint;
+
+// A runtime failure (exit 1), as opposed to ConfigError, which this file reserves for usage (exit 2).
+class Failure : public Error {
+ public:
+  using Error::Error;
+};
+
+// Default bound on the values diff holds in memory per side: a checkpoint of any size is compared
+// in blocks of whole rows of at most this many bytes (one row when a single row is larger).
+constexpr std::uint64_t kDefaultBlockBytes = 16ull << 20;
+
+// ---- formatting --------------------------------------------------------------------------------
+
+std::string iso_utc(std::int64_t unix_seconds) {
+  std::time_t t = static_cast<std::time_t>(unix_seconds);
+  std::tm tm{};
+  if (gmtime_r(&t, &tm) == nullptr) return "?";
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// 1536 -> "1.5 KiB"; below 1 KiB the exact count ("512 B").
+std::string human_bytes(std::uint64_t bytes) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 5) {
+    value /= 1024;
+    ++unit;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f %s", value, kUnits[unit]);
+  return buf;
+}
+
+std::string shape_string(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string hex64(std::uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::string join(const std::vector<std::string>& items, const char* sep) {
+  std::string s;
+  for (std::size_t i = 0; i < items.size(); ++i) s += (i ? sep : "") + items[i];
+  return s;
+}
+
+// Left-aligned columns separated by two spaces; trailing blanks trimmed.
+void print_table(std::ostream& out, const std::vector<std::vector<std::string>>& rows) {
+  std::vector<std::size_t> width;
+  for (const auto& row : rows)
+    for (std::size_t c = 0; c < row.size(); ++c) {
+      if (width.size() <= c) width.push_back(0);
+      width[c] = std::max(width[c], row[c].size());
+    }
+  for (const auto& row : rows) {
+    std::string line;
+    for (std::size_t c = 0; c < row.size(); ++c) {
+      line += row[c];
+      if (c + 1 < row.size()) line += std::string(width[c] - row[c].size() + 2, ' ');
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out << line << "\n";
+  }
+}
+
+// ---- paths and readers -------------------------------------------------------------------------
+
+std::int64_t elements_of(const std::vector<std::int64_t>& shape) {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+std::uint64_t bytes_of(const ck::VariableMeta& v) {
+  return static_cast<std::uint64_t>(elements_of(v.shape)) * ck::dtype_size(v.dtype);
+}
+
+// The message of any exception, without strata's rank-context prefix (these run outside a job).
+std::string message_of(const std::exception& e) {
+  if (const auto* se = dynamic_cast<const Error*>(&e)) return se->message();
+  return e.what();
+}
+
+// Usage-level check of a PATH argument: it must exist. Returns true for a directory.
+bool is_directory_arg(const std::string& path) {
+  std::error_code ec;
+  fs::file_status st = fs::status(path, ec);
+  if (ec || !fs::exists(st)) throw ConfigError("'" + path + "' does not exist");
+  if (fs::is_directory(st)) return true;
+  if (fs::is_regular_file(st)) return false;
+  throw ConfigError("'" + path + "' is neither a checkpoint file nor a directory");
+}
+
+std::vector<ck::CheckpointEntry> list_entries(const std::string& dir) {
+  try {
+    return ck::list_checkpoints(dir);
+  } catch (const Error& e) {  // malformed checkpoint.json: content, not usage
+    throw Failure(e.message());
+  }
+}
+
+ck::CheckpointReader open_reader(const std::string& path) {
+  try {
+    return ck::CheckpointReader(path);
+  } catch (const std::exception& e) {
+    throw Failure("cannot read checkpoint '" + path + "': " + message_of(e));
+  }
+}
+
+// Why a directory has no committed checkpoint, for error messages.
+std::string no_checkpoints(const std::string& dir) {
+  std::error_code ec;
+  bool has_pointer = fs::exists(fs::path(dir) / "checkpoint.json", ec);
+  return "no committed checkpoints in '" + dir + "' (" +
+         (has_pointer ? "checkpoint.json lists none" : "no checkpoint.json") + ")";
+}
+
+// latest_checkpoint() logs a WARN line per skipped entry; callers that report the skipped entries
+// themselves silence it for the duration of the call.
+class QuietWarnings {
+ public:
+  QuietWarnings() : saved_(log_level()) {
+    if (saved_ < LogLevel::kError) set_log_level(LogLevel::kError);
+  }
+  ~QuietWarnings() { set_log_level(saved_); }
+  QuietWarnings(const QuietWarnings&) = delete;
+  QuietWarnings& operator=(const QuietWarnings&) = delete;
+
+ private:
+  LogLevel saved_;
+};
+
+std::optional<ck::LatestCheckpoint> latest_valid(const std::string& dir, bool quiet) {
+  std::optional<QuietWarnings> silence;
+  if (quiet) silence.emplace();
+  try {
+    return ck::latest_checkpoint(dir);
+  } catch (const Error& e) {
+    throw Failure(e.message());
+  }
+}
+
+// PATH as `show` and `diff` take it: a file is itself; a directory means the checkpoint that
+// `--restore latest` would use (the newest entry that verifies; newer invalid ones are skipped
+// with a WARN line each, from the library).
+std::string resolve_checkpoint(const std::string& path) {
+  if (!is_directory_arg(path)) return path;
+  auto entries = list_entries(path);
+  if (entries.empty()) throw Failure(no_checkpoints(path));
+  auto latest = latest_valid(path, /*quiet=*/false);
+  if (!latest)
+    throw Failure("no valid checkpoint in '" + path + "': all " + std::to_string(entries.size()) +
+                  " committed checkpoint(s) fail verification");
+  return latest->path;
+}
+
+// ---- verification ------------------------------------------------------------------------------
+
+struct FileVerdict {
+  std::string path;
+  bool ok = false;
+  std::string open_error;            // set when the file is missing or cannot be opened
+  std::vector<ck::BadDataset> bad;   // datasets that failed, when it opened
+  std::size_t datasets = 0;          // datasets checked
+  std::int64_t global_step = 0;
+
+  std::string summary() const {
+    if (!open_error.empty()) return open_error;
+    if (!bad.empty())
+      return std::to_string(bad.size()) + " of " + std::to_string(datasets) + " dataset(s) bad, first " +
+             bad.front().path + ": " + bad.front().reason;
+    return "ok";
+  }
+};
+
+FileVerdict verify_file(const std::string& path) {
+  FileVerdict v;
+  v.path = path;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    v.open_error = "file is missing";
+    return v;
+  }
+  try {
+    ck::CheckpointReader reader(path);
+    v.global_step = reader.global_step();
+    for (const auto& var : reader.variables()) v.datasets += 1 + var.slots.size();
+    v.bad = reader.verify();
+  } catch (const std::exception& e) {
+    v.open_error = "cannot read: " + message_of(e);
+    return v;
+  }
+  v.ok = v.bad.empty();
+  return v;
+}
+
+// ---- ls ----------------------------------------------------------------------------------------
+
+int run_ls(const CkptFlags& f) {
+  if (!is_directory_arg(f.path))
+    throw ConfigError("'" + f.path + "' is a file; ls takes a checkpoint directory (for a file: strata ckpt show)");
+  auto entries = list_entries(f.path);
+
+  struct Row {
+    ck::CheckpointEntry entry;
+    bool exists = false;
+    std::uint64_t bytes = 0;
+    std::optional<FileVerdict> verdict;
+  };
+  std::vector<Row> rows;
+  bool any_bad = false;
+  for (const auto& e : entries) {
+    Row row;
+    row.entry = e;
+    std::string path = (fs::path(f.path) / e.file).string();
+    std::error_code ec;
+    auto size = fs::file_size(path, ec);
+    row.exists = !ec;
+    if (row.exists) row.bytes = size;
+    if (f.verify) {
+      row.verdict = verify_file(path);
+      any_bad = any_bad || !row.verdict->ok;
+    }
+    rows.push_back(std::move(row));
+  }
+
+  // Files a save left behind (in progress or crashed): never restored from, listed so the user
+  // knows they exist and why they are ignored.
+  std::vector<std::pair<std::string, std::uint64_t>> stray;
+  std::error_code ec;
+  for (const auto& item : fs::directory_iterator(f.path, ec)) {
+    std::string name = item.path().filename().string();
+    if (name.size() > 7 && name.compare(name.size() - 7, 7, ".h5.tmp") == 0) {
+      std::error_code size_ec;
+      auto size = item.file_size(size_ec);
+      stray.emplace_back(name, size_ec ? 0 : size);
+    }
+  }
+  std::sort(stray.begin(), stray.end());
+
+  // With --verify, the entry `--restore latest` would use: the newest one that verified, the same
+  // rule as latest_checkpoint() (FORMAT.md section 4), from results already computed.
+  const Row* restore = nullptr;
+  if (f.verify)
+    for (auto it = rows.rbegin(); it != rows.rend() && restore == nullptr; ++it)
+      if (it->verdict->ok) restore = &*it;
+
+  if (f.json) {
+    nlohmann::json doc;
+    doc["dir"] = f.path;
+    doc["latest"] = rows.empty() ? nlohmann::json(nullptr) : nlohmann::json(rows.back().entry.file);
+    doc["checkpoints"] = nlohmann::json::array();
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      nlohmann::json j = {{"file", r.entry.file},
+                          {"global_step", r.entry.global_step},
+                          {"created_unix", r.entry.created_unix},
+                          {"created", iso_utc(r.entry.created_unix)},
+                          {"exists", r.exists},
+                          {"bytes", r.exists ? nlohmann::json(r.bytes) : nlohmann::json(nullptr)},
+                          {"latest", i + 1 == rows.size()}};
+      if (r.verdict) {
+        j["verified"] = r.verdict->ok;
+        if (!r.verdict->ok) j["problem"] = r.verdict->summary();
+      }
+      doc["checkpoints"].push_back(j);
+    }
+    doc["uncommitted"] = nlohmann::json::array();
+    for (const auto& [name, bytes] : stray) doc["uncommitted"].push_back({{"file", name}, {"bytes", bytes}});
+    if (f.verify) doc["restore"] = restore ? nlohmann::json(restore->entry.file) : nlohmann::json(nullptr);
+    std::cout << doc.dump() << std::endl;
+    return f.verify && any_bad ? kExitFailure : kExitOk;
+  }
+
+  std::ostringstream out;
+  if (rows.empty()) {
+    out << "no committed checkpoints in " << f.path << "\n";
+  } else {
+    out << "checkpoints in " << f.path << " (from checkpoint.json, oldest first)\n";
+    std::vector<std::vector<std::string>> table;
+    std::vector<std::string> header{"step", "file", "bytes", "size", "created"};
+    if (f.verify) header.push_back("verify");
+    header.push_back("");
+    table.push_back(header);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      std::vector<std::string> cells{std::to_string(r.entry.global_step), r.entry.file,
+                                     r.exists ? std::to_string(r.bytes) : "-", r.exists ? human_bytes(r.bytes) : "MISSING",
+                                     iso_utc(r.entry.created_unix)};
+      if (f.verify) cells.push_back(r.verdict->ok ? "verified" : "CORRUPT");
+      cells.push_back(i + 1 == rows.size() ? "latest" : "");
+      table.push_back(cells);
+    }
+    print_table(out, table);
+    if (f.verify)
+      for (const auto& r : rows)
+        if (!r.verdict->ok) out << "  " << r.entry.file << ": " << r.verdict->summary() << "\n";
+  }
+  for (const auto& [name, bytes] : stray)
+    out << "uncommitted (ignored): " << name << " (" << bytes << " bytes)\n";
+  if (f.verify && !rows.empty() && !rows.back().verdict->ok)
+    out << "latest " << rows.back().entry.file << " is CORRUPT; --restore latest would use "
+        << (restore ? restore->entry.file + " (step " + std::to_string(restore->entry.global_step) + ")"
+                    : std::string("nothing (no valid checkpoint)"))
+        << "\n";
+  std::cout << out.str() << std::flush;
+  return f.verify && any_bad ? kExitFailure : kExitOk;
+}
+
+// ---- show --------------------------------------------------------------------------------------
+
+int run_show(const CkptFlags& f) {
+  std::string path = resolve_checkpoint(f.path);
+  ck::CheckpointReader reader = open_reader(path);
+  std::error_code ec;
+  std::uint64_t file_bytes = fs::file_size(path, ec);
+  std::string optimizer, position;
+  std::uint64_t hash = 0;
+  std::int64_t created = 0;
+  try {
+    optimizer = reader.optimizer();
+    position = reader.training_position_json();
+    hash = reader.variable_sequence_hash();
+    created = reader.created_unix();
+  } catch (const std::exception& e) {
+    throw Failure("cannot read the attributes of '" + path + "': " + message_of(e));
+  }
+
+  if (f.json) {
+    nlohmann::json doc;
+    doc["path"] = path;
+    doc["bytes"] = file_bytes;
+    doc["format_version"] = reader.format_version();
+    doc["global_step"] = reader.global_step();
+    doc["created_unix"] = created;
+    doc["created"] = iso_utc(created);
+    doc["optimizer"] = optimizer;
+    doc["variable_sequence_hash"] = hash;
+    // Embedded as JSON when it parses, so consumers need not parse a string; else the raw text.
+    nlohmann::json pos = nlohmann::json::parse(position, nullptr, /*allow_exceptions=*/false);
+    doc["training_position"] = pos.is_discarded() ? nlohmann::json(position) : pos;
+    doc["variables"] = nlohmann::json::array();
+    for (const auto& v : reader.variables())
+      doc["variables"].push_back({{"name", v.name},
+                                  {"shape", v.shape},
+                                  {"dtype", ck::to_string(v.dtype)},
+                                  {"bytes", bytes_of(v)},
+                                  {"slots", v.slots}});
+    std::cout << doc.dump() << std::endl;
+    return kExitOk;
+  }
+
+  std::ostringstream out;
+  std::vector<std::vector<std::string>> head{
+      {"checkpoint", path},
+      {"file size", std::to_string(file_bytes) + " bytes (" + human_bytes(file_bytes) + ")"},
+      {"format_version", std::to_string(reader.format_version())},
+      {"global_step", std::to_string(reader.global_step())},
+      {"created", iso_utc(created) + " (unix " + std::to_string(created) + ")"},
+      {"optimizer", optimizer.empty() ? "-" : optimizer},
+      {"variable_sequence_hash", hex64(hash) + " (" + std::to_string(hash) + ")"},
+      {"training_position", position.empty() ? "{}" : position}};
+  print_table(out, head);
+  out << "\n";
+  std::vector<std::vector<std::string>> table{{"name", "shape", "dtype", "bytes", "slots"}};
+  std::uint64_t value_bytes = 0, slot_bytes = 0;
+  for (const auto& v : reader.variables()) {
+    table.push_back({v.name, shape_string(v.shape), ck::to_string(v.dtype), std::to_string(bytes_of(v)),
+                     v.slots.empty() ? "-" : join(v.slots, ",")});
+    value_bytes += bytes_of(v);
+    slot_bytes += bytes_of(v) * v.slots.size();
+  }
+  print_table(out, table);
+  out << reader.variables().size() << " variable(s): " << value_bytes << " bytes of values ("
+      << human_bytes(value_bytes) << "), " << slot_bytes << " bytes of slots (" << human_bytes(slot_bytes) << ")\n";
+  std::cout << out.str() << std::flush;
+  return kExitOk;
+}
+
+// ---- verify ------------------------------------------------------------------------------------
+
+void print_verdict(std::ostream& out, const FileVerdict& v) {
+  if (v.ok) {
+    out << v.path << ": OK (step " << v.global_step << ", " << v.datasets << " dataset(s) verified)\n";
+    return;
+  }
+  if (!v.open_error.empty()) {
+    out << v.path << ": FAILED: " << v.open_error << "\n";
+    return;
+  }
+  out << v.path << ": FAILED: " << v.bad.size() << " of " << v.datasets << " dataset(s) bad\n";
+  for (const auto& b : v.bad) out << "  " << b.path << ": " << b.reason << "\n";
+}
+
+int run_verify(const CkptFlags& f) {
+  if (!is_directory_arg(f.path)) {
+    FileVerdict v = verify_file(f.path);
+    print_verdict(std::cout, v);
+    std::cout << std::flush;
+    return v.ok ? kExitOk : kExitFailure;
+  }
+  auto entries = list_entries(f.path);
+  if (entries.empty()) throw Failure(no_checkpoints(f.path) + ", nothing to verify");
+  std::size_t failed = 0;
+  bool latest_ok = true;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    FileVerdict v = verify_file((fs::path(f.path) / entries[i].file).string());
+    print_verdict(std::cout, v);
+    std::cout << std::flush;  // a long verification shows progress file by file
+    if (!v.ok) ++failed;
+    if (i + 1 == entries.size()) latest_ok = v.ok;
+  }
+  std::cout << entries.size() << " checkpoint(s): " << entries.size() - failed << " OK, " << failed << " FAILED\n";
+  if (!latest_ok) {
+    // Ask the restore path itself, so this line can never disagree with what `--restore latest`
+    // does. It re-reads the older files; only paid when the latest is bad.
+    auto latest = latest_valid(f.path, /*quiet=*/true);
+    std::cout << "latest checkpoint " << entries.back().file << " failed verification; --restore latest would use "
+              << (latest ? latest->path + " (step " + std::to_string(latest->global_step) + ")"
+                         : std::string("nothing (no valid checkpoint)"))
+              << "\n";
+  }
+  std::cout << std::flush;
+  return failed == 0 ? kExitOk : kExitFailure;
+}
+
+// ---- diff --------------------------------------------------------------------------------------
+
+// Differences found in one dataset. Elements count as equal when bitwise equal, or both NaN, or
+// (with --atol) |a - b| <= atol.
+struct DiffStats {
+  std::int64_t count = 0;
+  double max_abs = 0;          // over differing elements with a finite difference
+  bool nan_mismatch = false;   // some difference was NaN (NaN vs number, or inf - inf)
+  std::int64_t first = -1;     // flat row-major index of the first differing element
+  std::string first_a, first_b;
+};
+
+template <typename T>
+std::string value_string(T v) {
+  char buf[48];
+  if constexpr (std::is_integral_v<T>) {
+    std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v));
+  } else {
+    // Enough digits to round-trip, so two values that differ never print alike.
+    std::snprintf(buf, sizeof buf, "%.*g", std::is_same_v<T, float> ? 9 : 17, static_cast<double>(v));
+  }
+  return buf;
+}
+
+template <typename T>
+void compare_elements(const T* a, const T* b, std::int64_t n, std::int64_t base, std::optional<double> atol,
+                      DiffStats& s) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(T)) == 0) continue;
+    // long double holds every int64 difference exactly (64-bit mantissa on x86-64).
+    long double diff = std::fabs(static_cast<long double>(a[i]) - static_cast<long double>(b[i]));
+    if constexpr (std::is_floating_point_v<T>) {
+      if (std::isnan(a[i]) && std::isnan(b[i])) continue;  // NaNs with different payloads
+    }
+    if (atol && diff <= *atol) continue;  // false for NaN differences
+    ++s.count;
+    if (std::isnan(diff))
+      s.nan_mismatch = true;
+    else
+      s.max_abs = std::max(s.max_abs, static_cast<double>(diff));
+    if (s.first < 0) {
+      s.first = base + i;
+      s.first_a = value_string(a[i]);
+      s.first_b = value_string(b[i]);
+    }
+  }
+}
+
+std::string unravel(std::int64_t flat, const std::vector<std::int64_t>& shape) {
+  std::vector<std::int64_t> index(shape.size(), 0);
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    if (shape[d] == 0) break;
+    index[d] = flat % shape[d];
+    flat /= shape[d];
+  }
+  return shape_string(index);
+}
+
+// Streams one dataset of both files in blocks of whole rows: memory stays at two blocks no matter
+// how large the checkpoint is. `slot` empty means the variable's values.
+DiffStats diff_dataset(const ck::CheckpointReader& a, const ck::CheckpointReader& b, const ck::VariableMeta& v,
+                       const std::string& slot, std::optional<double> atol, std::uint64_t block_bytes) {
+  DiffStats s;
+  std::int64_t rows = v.shape[0];
+  std::int64_t row_elems = rows == 0 ? 0 : elements_of(v.shape) / rows;
+  std::int64_t row_bytes = row_elems * static_cast<std::int64_t>(ck::dtype_size(v.dtype));
+  if (rows == 0 || row_bytes == 0) return s;
+  std::int64_t rows_per_block = std::max<std::int64_t>(1, static_cast<std::int64_t>(block_bytes) / row_bytes);
+  std::vector<unsigned char> buf_a, buf_b;
+  for (std::int64_t r = 0; r < rows; r += rows_per_block) {
+    std::int64_t e = std::min(rows, r + rows_per_block);
+    std::size_t n = static_cast<std::size_t>((e - r) * row_bytes);
+    buf_a.resize(n);
+    buf_b.resize(n);
+    for (auto [reader, buf] : {std::pair{&a, &buf_a}, std::pair{&b, &buf_b}}) {
+      try {
+        reader->read_slot_rows(v.name, slot, r, e, buf->data());
+      } catch (const std::exception& ex) {
+        throw Failure("cannot read " + (slot.empty() ? "variables/" + v.name : "slots/" + v.name + "/" + slot) +
+                      " rows [" + std::to_string(r) + "," + std::to_string(e) + ") of '" + reader->path() +
+                      "': " + message_of(ex));
+      }
+    }
+    if (std::memcmp(buf_a.data(), buf_b.data(), n) == 0) continue;  // the common case: bitwise equal
+    std::int64_t count = (e - r) * row_elems, base = r * row_elems;
+    switch (v.dtype) {
+      case ck::DType::kF32:
+        compare_elements(reinterpret_cast<const float*>(buf_a.data()), reinterpret_cast<const float*>(buf_b.data()),
+                         count, base, atol, s);
+        break;
+      case ck::DType::kF64:
+        compare_elements(reinterpret_cast<const double*>(buf_a.data()),
+                         reinterpret_cast<const double*>(buf_b.data()), count, base, atol, s);
+        break;
+      case ck::DType::kI64:
+        compare_elements(reinterpret_cast<const std::int64_t*>(buf_a.data()),
+                         reinterpret_cast<const std::int64_t*>(buf_b.data()), count, base, atol, s);
+        break;
+    }
+  }
+  return s;
+}
+
+std::string max_diff_string(const DiffStats& s) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.9g", s.max_abs);
+  if (s.nan_mismatch) return s.count > 0 && s.max_abs > 0 ? std::string(buf) + " (and NaN mismatches)" : "nan";
+  return buf;
+}
+
+int run_diff(const CkptFlags& f) {
+  std::optional<double> atol;
+  if (!f.atol.empty()) {
+    double t = parse_double(f.atol, "--atol");
+    if (!(t >= 0) || !std::isfinite(t)) throw ConfigError("--atol must be a finite number >= 0, got '" + f.atol + "'");
+    atol = t;
+  }
+  std::uint64_t block_bytes = kDefaultBlockBytes;
+  if (!f.block_bytes.empty()) {
+    block_bytes = parse_bytes(f.block_bytes, "--block-bytes");
+    if (block_bytes == 0) throw ConfigError("--block-bytes must be positive");
+  }
+  // Both PATHs are checked for existence before anything is read, so a typo is a usage error even
+  // when the other side is a large directory.
+  is_directory_arg(f.path);
+  is_directory_arg(f.path_b);
+  ck::CheckpointReader a = open_reader(resolve_checkpoint(f.path));
+  ck::CheckpointReader b = open_reader(resolve_checkpoint(f.path_b));
+
+  std::ostringstream out;
+  std::size_t differences = 0;
+  auto report = [&](const std::string& line) {
+    out << line << "\n";
+    ++differences;
+  };
+  std::cout << "A: " << a.path() << " (step " << a.global_step() << ")\n"
+            << "B: " << b.path() << " (step " << b.global_step() << ")\n";
+
+  // Root metadata that describes the training state. created_unix and the file name differ between
+  // two saves of the same state and are ignored.
+  if (a.global_step() != b.global_step())
+    report("global_step: A " + std::to_string(a.global_step()) + ", B " + std::to_string(b.global_step()));
+  try {
+    if (a.optimizer() != b.optimizer()) report("optimizer: A '" + a.optimizer() + "', B '" + b.optimizer() + "'");
+    if (a.variable_sequence_hash() != b.variable_sequence_hash())
+      report("variable_sequence_hash: A " + hex64(a.variable_sequence_hash()) + ", B " +
+             hex64(b.variable_sequence_hash()));
+    // Compared as JSON values, so formatting (spaces, key order) does not count.
+    std::string pa = a.training_position_json(), pb = b.training_position_json();
+    auto ja = nlohmann::json::parse(pa, nullptr, false), jb = nlohmann::json::parse(pb, nullptr, false);
+    bool same = (ja.is_discarded() || jb.is_discarded()) ? pa == pb : ja == jb;
+    if (!same) report("training_position: A " + pa + ", B " + pb);
+  } catch (const Failure&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Failure("cannot read root attributes: " + message_of(e));
+  }
+
+  // Variables: both lists are sorted by name (CheckpointReader contract); merge them.
+  const auto& va = a.variables();
+  const auto& vb = b.variables();
+  std::size_t i = 0, j = 0;
+  auto describe = [](const ck::VariableMeta& v) { return shape_string(v.shape) + " " + ck::to_string(v.dtype); };
+  while (i < va.size() || j < vb.size()) {
+    if (j == vb.size() || (i < va.size() && va[i].name < vb[j].name)) {
+      report("only in A: variables/" + va[i].name + " " + describe(va[i]));
+      ++i;
+      continue;
+    }
+    if (i == va.size() || vb[j].name < va[i].name) {
+      report("only in B: variables/" + vb[j].name + " " + describe(vb[j]));
+      ++j;
+      continue;
+    }
+    const ck::VariableMeta& x = va[i++];
+    const ck::VariableMeta& y = vb[j++];
+    if (x.shape != y.shape || x.dtype != y.dtype) {
+      report("variables/" + x.name + ": A " + describe(x) + ", B " + describe(y) + " (values not compared)");
+      continue;
+    }
+    std::vector<std::string> slots{""};
+    for (const auto& s : x.slots) {
+      if (std::find(y.slots.begin(), y.slots.end(), s) != y.slots.end())
+        slots.push_back(s);
+      else
+        report("only in A: slots/" + x.name + "/" + s);
+    }
+    for (const auto& s : y.slots)
+      if (std::find(x.slots.begin(), x.slots.end(), s) == x.slots.end()) report("only in B: slots/" + x.name + "/" + s);
+    for (const auto& slot : slots) {
+      DiffStats s = diff_dataset(a, b, x, slot, atol, block_bytes);
+      if (s.count == 0) continue;
+      std::string name = slot.empty() ? "variables/" + x.name : "slots/" + x.name + "/" + slot;
+      report(name + ": " + std::to_string(s.count) + " of " + std::to_string(elements_of(x.shape)) +
+             " element(s) differ, max abs diff " + max_diff_string(s) + ", first at " + unravel(s.first, x.shape) +
+             " (A " + s.first_a + ", B " + s.first_b + ")");
+    }
+  }
+  if (differences == 0)
+    out << "identical\n";
+  else
+    out << differences << (differences == 1 ? " difference\n" : " differences\n");
+  std::cout << out.str() << std::flush;
+  return differences == 0 ? kExitOk : kExitFailure;
+}
+
+void print_line(std::FILE* stream, const std::string& text) {
+  std::string line = text + "\n";
+  std::fwrite(line.data(), 1, line.size(), stream);
+  std::fflush(stream);
+}
+
+std::string one_line(std::string text) {
+  for (char& c : text)
+    if (c == '\n') c = ' ';
+  return text;
+}
+
+}  // namespace
+
+CLI::App* add_ckpt_command(CLI::App& app, CkptFlags& f) {
+  CLI::App* ckpt = app.add_subcommand("ckpt", "Inspect checkpoints: list, show, verify checksums, compare two");
+  ckpt->require_subcommand(1);
+
+  CLI::App* ls = ckpt->add_subcommand("ls", "List the committed checkpoints of a directory, oldest first");
+  ls->add_option("DIR", f.path, "checkpoint directory (holds checkpoint.json)")->required();
+  ls->add_flag("--verify", f.verify, "also verify every file's checksums (exit 1 if any fails)");
+  ls->add_flag("--json", f.json, "print one JSON object");
+  ls->callback([&f] { f.action = "ls"; });
+
+  CLI::App* show = ckpt->add_subcommand("show", "Show a checkpoint's attributes and its variables with shapes");
+  show->add_option("PATH", f.path, "checkpoint file, or a directory meaning its latest valid checkpoint")->required();
+  show->add_flag("--json", f.json, "print one JSON object");
+  show->callback([&f] { f.action = "show"; });
+
+  CLI::App* verify = ckpt->add_subcommand("verify", "Verify checksums of a file or of every committed checkpoint");
+  verify->add_option("PATH", f.path, "checkpoint file or directory")->required();
+  verify->callback([&f] { f.action = "verify"; });
+
+  CLI::App* diff = ckpt->add_subcommand("diff", "Compare two checkpoints value by value (exit 0 when identical)");
+  diff->add_option("A", f.path, "checkpoint file, or a directory meaning its latest valid checkpoint")->required();
+  diff->add_option("B", f.path_b, "checkpoint file, or a directory meaning its latest valid checkpoint")->required();
+  diff->add_option("--atol", f.atol, "elements with |a - b| <= X count as equal (default: bitwise, NaN == NaN)");
+  diff->add_option("--block-bytes", f.block_bytes, "read at most this many bytes per side at a time (default 16M)");
+  diff->callback([&f] { f.action = "diff"; });
+  return ckpt;
+}
+
+int run_ckpt_command(const CkptFlags& flags) {
+  std::string who = "strata ckpt " + flags.action;
+  try {
+    if (flags.action == "ls") return run_ls(flags);
+    if (flags.action == "show") return run_show(flags);
+    if (flags.action == "verify") return run_verify(flags);
+    if (flags.action == "diff") return run_diff(flags);
+    throw ConfigError("no ckpt command given");
+  } catch (const Failure& e) {
+    std::cout << std::flush;
+    print_line(stderr, who + ": " + one_line(e.message()));
+    return kExitFailure;
+  } catch (const ConfigError& e) {
+    std::cout << std::flush;
+    print_line(stderr, who + ": error: " + one_line(e.message()));
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::cout << std::flush;
+    print_line(stderr, who + ": " + one_line(message_of(e)));
+    return kExitFailure;
+  }
+}
+
+}  // namespace strata::cli

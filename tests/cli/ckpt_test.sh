@@ -1,0 +1,239 @@
+#!/usr/bin/env bash
+# strata ckpt ls|show|verify|diff over real checkpoints written by the real collective writer
+# (tests/tools/make_checkpoint.cc under mpirun at 1-3 ranks): listings agree with the files and
+# with h5ls/h5dump, a save on 1 rank equals the same values saved on 3 ranks, perturbations,
+# corruption and truncation are reported with the right dataset and exit status, bad usage is one
+# line and exit 2. The ckpt commands themselves run as plain processes, never under mpirun.
+source "$(dirname "$0")/lib.sh"
+
+: "${STRATA_MAKE_CHECKPOINT:?STRATA_MAKE_CHECKPOINT must point at strata_test_make_checkpoint}"
+for tool in h5ls h5dump; do
+  command -v "$tool" >/dev/null || { echo "SKIP: $tool not installed (hdf5-tools)"; exit 77; }
+done
+
+# make NP ARGS...: writes one checkpoint with NP ranks; aborts the script if the writer fails,
+# since every later case depends on the fixtures.
+make_ckpt() {
+  local np=$1; shift
+  mpi "$np" "$STRATA_MAKE_CHECKPOINT" "$@"
+  if [ "$RC" != 0 ]; then
+    CASE="fixture: make_checkpoint $*"; fail "the checkpoint writer failed"; finish
+  fi
+}
+
+D="$TEST_TMP/run"           # three committed checkpoints, written at 2, 3 and 1 ranks
+make_ckpt 2 --dir "$D" --step 100 --seed 7
+make_ckpt 3 --dir "$D" --step 200 --seed 7
+make_ckpt 1 --dir "$D" --step 300 --seed 7
+printf 'partial' > "$D/ckpt-400.h5.tmp"   # what a save killed mid-write leaves behind
+
+case_begin "ls lists steps, sizes, latest and the stray .tmp"
+run "$STRATA_BIN" ckpt ls "$D"
+expect_rc 0
+for step in 100 200 300; do
+  size=$(stat -c %s "$D/ckpt-$step.h5")
+  grep -qE "^$step +ckpt-$step\.h5 +$size +[0-9.]+ (B|KiB|MiB) +20[0-9-]+T[0-9:]+Z" "$OUT" \
+    || fail "no row for step $step with size $size"
+done
+grep -qE '^300 .* latest$' "$OUT" || fail "ckpt-300.h5 is not marked latest"
+grep -qE '^(100|200) .* latest$' "$OUT" && fail "an older checkpoint is marked latest"
+expect_stdout_has "uncommitted (ignored): ckpt-400.h5.tmp (7 bytes)"
+# Oldest first.
+[ "$(grep -oE '^[0-9]+ ' "$OUT" | tr -d ' ' | tr '\n' ' ')" = "100 200 300 " ] || fail "rows not oldest first"
+
+case_begin "ls --json"
+run "$STRATA_BIN" ckpt ls --json "$D"
+expect_rc 0
+expect_json "[c['global_step'] for c in j['checkpoints']]" "[100, 200, 300]"
+expect_json "j['checkpoints'][2]['bytes']" "$(stat -c %s "$D/ckpt-300.h5")"
+expect_json "j['latest'], j['checkpoints'][2]['latest'], j['checkpoints'][0]['latest']" "ckpt-300.h5 True False"
+expect_json "j['uncommitted']" "[{'bytes': 7, 'file': 'ckpt-400.h5.tmp'}]"
+created=$(json_get "j['checkpoints'][2]['created_unix']")
+expect_json "j['checkpoints'][2]['created']" "$(date -u -d "@$created" +%Y-%m-%dT%H:%M:%SZ)"
+
+case_begin "ls --verify, all good"
+run "$STRATA_BIN" ckpt ls --verify "$D"
+expect_rc 0
+[ "$(grep -c ' verified' "$OUT")" = 3 ] || fail "expected 3 verified rows"
+
+case_begin "show a directory = its latest, with shapes"
+run "$STRATA_BIN" ckpt show "$D"
+expect_rc 0
+grep -qE "^checkpoint +$D/ckpt-300.h5$" "$OUT" || fail "does not show ckpt-300.h5"
+grep -qE '^global_step +300$' "$OUT" || fail "global_step 300 missing"
+grep -qE '^format_version +1$' "$OUT" || fail "format_version missing"
+grep -qE '^optimizer +adam$' "$OUT" || fail "optimizer missing"
+grep -qE '^variable_sequence_hash +0x5eed0000c0ffee01 ' "$OUT" || fail "hash missing"
+expect_stdout_has '"offset": 9600'
+grep -qE '^embedding/table +\[1000,16\] +f32 +64000 +accumulator$' "$OUT" || fail "embedding/table row"
+grep -qE '^dense/kernel +\[6,4\] +f32 +96 +m,v$' "$OUT" || fail "dense/kernel row"
+grep -qE '^dense/bias +\[5\] +f64 +40 +-$' "$OUT" || fail "dense/bias row"
+grep -qE '^ids +\[7\] +i64 +56 +-$' "$OUT" || fail "ids row"
+expect_stdout_has "4 variable(s): 64192 bytes of values"
+
+case_begin "show --json agrees with h5ls and h5dump"
+run "$STRATA_BIN" ckpt show --json "$D/ckpt-200.h5"
+expect_rc 0
+expect_json "j['global_step'], j['format_version'], j['training_position']['workers'][0]['offset']" "200 1 6400"
+h5dump -a /global_step "$D/ckpt-200.h5" | grep -q '(0): 200' || fail "h5dump global_step is not 200"
+json_get "'\n'.join(v['name'] + ' ' + ', '.join(map(str, v['shape'])) for v in j['variables'])" > "$TEST_TMP/shapes"
+[ "$(wc -l < "$TEST_TMP/shapes")" = 4 ] || fail "expected 4 variables in show --json"
+while read -r name dims; do
+  h5ls "$D/ckpt-200.h5/variables/$name" | grep -qF "Dataset {$dims}" || fail "h5ls disagrees on $name {$dims}"
+done < "$TEST_TMP/shapes"
+expect_json "[v['slots'] for v in j['variables'] if v['name'] == 'dense/kernel'][0]" "['m', 'v']"
+
+case_begin "verify a directory: all OK"
+run "$STRATA_BIN" ckpt verify "$D"
+expect_rc 0
+for step in 100 200 300; do expect_stdout_has "$D/ckpt-$step.h5: OK (step $step, 7 dataset(s) verified)"; done
+expect_stdout_has "3 checkpoint(s): 3 OK, 0 FAILED"
+
+# Same seed and step at 1 and 3 ranks: identical values, different files and creation times.
+make_ckpt 1 --dir "$TEST_TMP/np1" --step 500 --seed 3
+make_ckpt 3 --dir "$TEST_TMP/np3" --step 500 --seed 3
+make_ckpt 2 --dir "$TEST_TMP/pert" --step 500 --seed 3 --perturb variables/embedding/table:777
+make_ckpt 2 --dir "$TEST_TMP/slot" --step 500 --seed 3 --perturb slots/dense/kernel/m:5 --perturb variables/ids:6
+make_ckpt 1 --dir "$TEST_TMP/extra" --step 500 --seed 3 --extra
+
+case_begin "diff: 1 rank vs 3 ranks is identical (NaN == NaN)"
+run "$STRATA_BIN" ckpt diff "$TEST_TMP/np1" "$TEST_TMP/np3/ckpt-500.h5"
+expect_rc 0
+[ "$(tail -1 "$OUT")" = identical ] || fail "last line is not 'identical'"
+
+case_begin "diff: one perturbed element"
+run "$STRATA_BIN" ckpt diff "$TEST_TMP/np1" "$TEST_TMP/pert"
+expect_rc 1
+# 777 = 48 * 16 + 9; the writer adds 0.5.
+expect_stdout_has "variables/embedding/table: 1 of 16000 element(s) differ, max abs diff 0.5, first at [48,9]"
+[ "$(tail -1 "$OUT")" = "1 difference" ] || fail "last line is not '1 difference'"
+grep -q accumulator "$OUT" && fail "the unperturbed slot is reported"
+
+case_begin "diff in small blocks finds the same element"
+run "$STRATA_BIN" ckpt diff --block-bytes 200 "$TEST_TMP/pert" "$TEST_TMP/np1"
+expect_rc 1
+expect_stdout_has "variables/embedding/table: 1 of 16000 element(s) differ, max abs diff 0.5, first at [48,9]"
+
+case_begin "diff --atol tolerates the perturbation"
+run "$STRATA_BIN" ckpt diff --atol 0.5 "$TEST_TMP/np1" "$TEST_TMP/pert"
+expect_rc 0
+[ "$(tail -1 "$OUT")" = identical ] || fail "not identical within atol 0.5"
+run "$STRATA_BIN" ckpt diff --atol 0.25 "$TEST_TMP/np1" "$TEST_TMP/pert"
+expect_rc 1
+
+case_begin "diff: a slot and an i64 variable"
+run "$STRATA_BIN" ckpt diff "$TEST_TMP/np1" "$TEST_TMP/slot"
+expect_rc 1
+expect_stdout_has "slots/dense/kernel/m: 1 of 24 element(s) differ, max abs diff 0.5, first at [1,1]"
+expect_stdout_has "variables/ids: 1 of 7 element(s) differ, max abs diff 1, first at [6]"
+[ "$(tail -1 "$OUT")" = "2 differences" ] || fail "last line is not '2 differences'"
+
+case_begin "diff: variable only in B, and a different step"
+run "$STRATA_BIN" ckpt diff "$D/ckpt-300.h5" "$TEST_TMP/extra"
+expect_rc 1
+expect_stdout_has "only in B: variables/extra/only [3] f32"
+expect_stdout_has "global_step: A 300, B 500"
+expect_stdout_has "training_position: A"
+grep -qE '^[0-9]+ differences$' "$OUT" || fail "no final count"
+
+# Corrupt one byte in the middle of the latest file's embedding table (its data offset from
+# h5dump's storage layout), as bit rot would.
+cp "$D/ckpt-300.h5" "$TEST_TMP/good-300.h5"
+offset=$(h5dump -p -H -d /variables/embedding/table "$D/ckpt-300.h5" | awk '$1 == "OFFSET" {print $2}')
+case_begin "fixture: dataset offset from h5dump"
+[[ "$offset" =~ ^[0-9]+$ ]] || { fail "no OFFSET in h5dump -p output"; finish; }
+python3 - "$D/ckpt-300.h5" "$((offset + 1001))" <<'EOF'
+import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(int(sys.argv[2]))
+    b = f.read(1)
+    f.seek(int(sys.argv[2]))
+    f.write(bytes([b[0] ^ 0x5A]))
+EOF
+
+case_begin "verify names the corrupt dataset and the fallback"
+run "$STRATA_BIN" ckpt verify "$D"
+expect_rc 1
+expect_stdout_has "$D/ckpt-300.h5: FAILED: 1 of 7 dataset(s) bad"
+expect_stdout_has "  variables/embedding/table: checksum mismatch"
+expect_stdout_has "$D/ckpt-200.h5: OK"
+expect_stdout_has "3 checkpoint(s): 2 OK, 1 FAILED"
+expect_stdout_has "latest checkpoint ckpt-300.h5 failed verification; --restore latest would use $D/ckpt-200.h5 (step 200)"
+[ ! -s "$ERR" ] || fail "stderr should be empty (findings go to stdout)"
+
+case_begin "verify one corrupt file"
+run "$STRATA_BIN" ckpt verify "$D/ckpt-300.h5"
+expect_rc 1
+expect_stdout_has "variables/embedding/table: checksum mismatch"
+run "$STRATA_BIN" ckpt verify "$TEST_TMP/good-300.h5"
+expect_rc 0
+expect_stdout_has "good-300.h5: OK (step 300"
+
+case_begin "ls --verify marks CORRUPT and the fallback"
+run "$STRATA_BIN" ckpt ls --verify "$D"
+expect_rc 1
+grep -qE '^300 .* CORRUPT +latest$' "$OUT" || fail "ckpt-300.h5 not CORRUPT latest"
+expect_stdout_has "latest ckpt-300.h5 is CORRUPT; --restore latest would use ckpt-200.h5 (step 200)"
+
+case_begin "show/diff of the directory skip the corrupt latest"
+run "$STRATA_BIN" ckpt show "$D"
+expect_rc 0
+grep -qE '^global_step +200$' "$OUT" || fail "show did not fall back to step 200"
+run "$STRATA_BIN" ckpt diff "$D" "$D/ckpt-200.h5"
+expect_rc 0
+[ "$(tail -1 "$OUT")" = identical ] || fail "latest valid of D is not ckpt-200.h5"
+
+case_begin "diff of a corrupt file against its good copy"
+run "$STRATA_BIN" ckpt diff "$TEST_TMP/good-300.h5" "$D/ckpt-300.h5"
+expect_rc 1
+grep -qE '^variables/embedding/table: 1 of 16000 element\(s\) differ, .* first at \[15,10\]' "$OUT" \
+  || fail "corrupt element not at [15,10] (byte 1001 = element 250)"
+
+case_begin "truncated file"
+head -c 20000 "$TEST_TMP/good-300.h5" > "$TEST_TMP/trunc.h5"
+run "$STRATA_BIN" ckpt verify "$TEST_TMP/trunc.h5"
+expect_rc 1
+expect_stdout_has "trunc.h5: FAILED"
+run "$STRATA_BIN" ckpt show "$TEST_TMP/trunc.h5"
+expect_rc 1; expect_one_stderr_line; expect_stderr_has "cannot read checkpoint"
+
+case_begin "a committed file that went missing"
+mv "$D/ckpt-100.h5" "$TEST_TMP/moved.h5"
+run "$STRATA_BIN" ckpt verify "$D"
+expect_rc 1
+expect_stdout_has "$D/ckpt-100.h5: FAILED: file is missing"
+run "$STRATA_BIN" ckpt ls "$D"
+expect_rc 0
+grep -qE '^100 +ckpt-100.h5 +- +MISSING' "$OUT" || fail "missing file not marked"
+
+case_begin "not a checkpoint"
+echo "hello" > "$TEST_TMP/text.h5"
+run "$STRATA_BIN" ckpt show "$TEST_TMP/text.h5"
+expect_rc 1; expect_one_stderr_line; expect_stderr_has "cannot read checkpoint"
+run "$STRATA_BIN" ckpt diff "$TEST_TMP/text.h5" "$TEST_TMP/np1"
+expect_rc 1; expect_one_stderr_line
+mkdir -p "$TEST_TMP/empty"
+run "$STRATA_BIN" ckpt show "$TEST_TMP/empty"
+expect_rc 1; expect_one_stderr_line; expect_stderr_has "no committed checkpoints"
+run "$STRATA_BIN" ckpt ls "$TEST_TMP/empty"
+expect_rc 0; expect_stdout_has "no committed checkpoints in"
+
+case_begin "bad usage: one line, exit 2"
+run "$STRATA_BIN" ckpt
+expect_rc 2; expect_one_stderr_line
+run "$STRATA_BIN" ckpt diff "$TEST_TMP/np1"
+expect_rc 2; expect_one_stderr_line
+run "$STRATA_BIN" ckpt diff --atol abc "$TEST_TMP/np1" "$TEST_TMP/np3"
+expect_rc 2; expect_one_stderr_line; expect_stderr_has "--atol: 'abc'"
+run "$STRATA_BIN" ckpt diff --atol -1 "$TEST_TMP/np1" "$TEST_TMP/np3"
+expect_rc 2; expect_one_stderr_line
+run "$STRATA_BIN" ckpt ls "$TEST_TMP/nope"
+expect_rc 2; expect_one_stderr_line; expect_stderr_has "nope' does not exist"
+run "$STRATA_BIN" ckpt ls "$TEST_TMP/good-300.h5"
+expect_rc 2; expect_one_stderr_line; expect_stderr_has "takes a checkpoint directory"
+run "$STRATA_BIN" ckpt verify "$TEST_TMP/nope.h5"
+expect_rc 2; expect_one_stderr_line
+run "$STRATA_BIN" ckpt show --bogus "$D"
+expect_rc 2; expect_one_stderr_line
+
+finish
