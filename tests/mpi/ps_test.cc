@@ -2,14 +2,18 @@
 // concurrent SGD pushes, sync-mode stateful optimizers bit-for-bit equal to a single-process
 // reference, sparse pushes with repeated rows, partitioned pulls, the global step, the staleness
 // bound, and the errors (creation-order mismatch, unknown variable, wrong sizes, bad rows, arena cap).
+// The data-plane tests (PsTransport, SyncOptimizer) run over every compiled transport; their names
+// end in it (.../mpi, .../ucx).
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <tuple>
 
 #include "mpi/mpi_test.h"
 #include "strata/cluster/runtime.h"
+#include "strata/comm/transport.h"
 #include "strata/common/error.h"
 #include "strata/ps/parameter_servers.h"
 
@@ -55,11 +59,14 @@ float grad_of(int w, int t, std::size_t i) {
 #define SKIP_WITHOUT_WORKERS(comm) \
   if ((comm).size() < 2) GTEST_SKIP() << "needs a PS and a worker"
 
-TEST(ParameterServers, ConcurrentSgdPushesSumExactly) {
+class PsTransport : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PsTransport, ConcurrentSgdPushesSumExactly) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   Job job = start(comm);
   PsOptions options;
+  options.transport = GetParam();
   options.optimizer = OptimizerConfig::parse("sgd:lr=0.5");
   std::vector<VariableSpec> specs = {var("dense/kernel", {64, 3}, Partitioner::fixed_shards(3)),
                                      var("dense/bias", {3})};
@@ -116,14 +123,16 @@ std::vector<float> reference(const OptimizerConfig& config, const Initializer& i
   return values;
 }
 
-class SyncOptimizer : public ::testing::TestWithParam<std::string> {};
+// (optimizer, transport)
+class SyncOptimizer : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(SyncOptimizer, MatchesSingleProcessReferenceBitForBit) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   Job job = start(comm);
   PsOptions options;
-  options.optimizer = OptimizerConfig::parse(GetParam());
+  options.optimizer = OptimizerConfig::parse(std::get<0>(GetParam()));
+  options.transport = std::get<1>(GetParam());
   options.consistency = ConsistencyConfig::parse("sync");
   const Shape shape = {10, 7};
   const Initializer init = Initializer::uniform(-1.0, 1.0, 42);
@@ -149,9 +158,13 @@ TEST_P(SyncOptimizer, MatchesSingleProcessReferenceBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, SyncOptimizer,
-                         ::testing::Values("sgd:lr=0.5", "momentum:lr=0.1,momentum=0.9", "adagrad:lr=0.1",
-                                           "adam:lr=0.01", "rmsprop:lr=0.01"),
-                         [](const auto& info) { return info.param.substr(0, info.param.find(':')); });
+                         ::testing::Combine(::testing::Values("sgd:lr=0.5", "momentum:lr=0.1,momentum=0.9",
+                                                              "adagrad:lr=0.1", "adam:lr=0.01", "rmsprop:lr=0.01"),
+                                            ::testing::ValuesIn(strata::comm::compiled_transports())),
+                         [](const auto& info) {
+                           const std::string& opt = std::get<0>(info.param);
+                           return opt.substr(0, opt.find(':')) + "_" + std::get<1>(info.param);
+                         });
 
 TEST(ParameterServers, AsyncStatefulOptimizerAppliesEveryPush) {
   TestComm comm;
@@ -174,11 +187,12 @@ TEST(ParameterServers, AsyncStatefulOptimizerAppliesEveryPush) {
   STRATA_EXPECT_ALL(comm.get(), total == static_cast<long long>(job.workers) * K * 2);
 }
 
-TEST(ParameterServers, SparseRowsWithRepeatsAndPartitionedPulls) {
+TEST_P(PsTransport, SparseRowsWithRepeatsAndPartitionedPulls) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   Job job = start(comm);
   PsOptions options;
+  options.transport = GetParam();
   options.optimizer = OptimizerConfig::parse("sgd:lr=0.5");
   auto ps = ParameterServers::materialize(*job.runtime, options,
                                           {var("embedding", {100, 4}, Partitioner::fixed_shards(3))});
@@ -215,11 +229,13 @@ TEST(ParameterServers, SparseRowsWithRepeatsAndPartitionedPulls) {
   STRATA_EXPECT_ALL(comm.get(), ok);
 }
 
-TEST(ParameterServers, GlobalStepCountsEveryIncrement) {
+TEST_P(PsTransport, GlobalStepCountsEveryIncrement) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   Job job = start(comm);
-  auto ps = ParameterServers::materialize(*job.runtime, PsOptions{}, {var("x", {1})});
+  PsOptions options;
+  options.transport = GetParam();
+  auto ps = ParameterServers::materialize(*job.runtime, options, {var("x", {1})});
   const int K = 25;
   if (ps->is_ps()) {
     ps->serve();
@@ -230,6 +246,9 @@ TEST(ParameterServers, GlobalStepCountsEveryIncrement) {
   MPI_Barrier(comm.get());
   STRATA_EXPECT_ALL(comm.get(), ps->is_ps() || ps->global_step() == static_cast<std::int64_t>(job.workers) * K);
 }
+
+INSTANTIATE_TEST_SUITE_P(Compiled, PsTransport, ::testing::ValuesIn(strata::comm::compiled_transports()),
+                         [](const auto& info) { return info.param; });
 
 TEST(ParameterServers, StalenessBoundIsNeverExceeded) {
   TestComm comm;

@@ -1,10 +1,17 @@
-// Transport semantics under mpirun, for every compiled-in transport, at 1..5 ranks: region sizes,
-// put/get, element-wise atomic accumulate from every rank at once, fetch_add uniqueness, indexed
-// rows, and bounds errors raised locally (no collective hang). Values are pure functions of
-// (rank, index), so every rank can check what it reads.
+// Transport semantics under mpirun, for every compiled-in transport (the test names end in the
+// transport: Compiled/TransportTest.X/mpi, .../ucx), at 1..5 ranks: region sizes, zero-byte and big
+// regions, put/get, element-wise atomic accumulate from every rank at once (float, double, int64,
+// across the UCX transport's lock stripes), fetch_add uniqueness and its atomicity with int64
+// accumulate, indexed rows, and bounds errors raised locally (no collective hang). Values are pure
+// functions of (rank, index), so every rank can check what it reads.
+//
+// Between phases the ranks meet in a barrier that keeps the transport progressing: over transports
+// that need the target's help (UCX over TCP, ctest's ucx_tcp variant) a plain MPI_Barrier on the
+// target would starve the operations aimed at it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <numeric>
 
@@ -21,7 +28,21 @@ float value_of(int rank, std::size_t i) { return static_cast<float>(rank * 1000 
 
 class TransportTest : public ::testing::TestWithParam<std::string> {};
 
-void barrier(MPI_Comm comm) { MPI_Barrier(comm); }
+// Collective barrier that keeps `t` progressing; bounded, so a lost operation fails the test.
+void barrier(MPI_Comm comm, comm::Transport& t) {
+  MPI_Request request;
+  ASSERT_EQ(MPI_Ibarrier(comm, &request), MPI_SUCCESS);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  int done = 0;
+  while (!done) {
+    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    t.progress();
+    if (std::chrono::steady_clock::now() > deadline) {
+      ADD_FAILURE() << "progressing barrier timed out";
+      MPI_Abort(MPI_COMM_WORLD, 4);
+    }
+  }
+}
 
 TEST_P(TransportTest, RegionSizesAreKnownEverywhere) {
   TestComm comm;
@@ -46,7 +67,7 @@ TEST_P(TransportTest, PutToNeighbourAndGetFromEveryone) {
   auto* mine = static_cast<float*>(region->local_base());
   for (std::size_t i = 0; i < count; ++i) mine[i] = value_of(me, i);
   t->sync_local(*region);
-  barrier(comm.get());
+  barrier(comm.get(), *t);
 
   // Put my pattern into the second half of my right neighbour's region.
   std::vector<float> src(count);
@@ -62,9 +83,9 @@ TEST_P(TransportTest, PutToNeighbourAndGetFromEveryone) {
     t->flush(*region, p);
     for (std::size_t i = 0; i < count; ++i) ok = ok && got[i] == value_of(p, i);
   }
+  barrier(comm.get(), *t);
   STRATA_EXPECT_ALL(comm.get(), ok);
 
-  barrier(comm.get());
   t->sync_local(*region);
   const int left = (me + n - 1) % n;
   bool put_ok = true;
@@ -83,7 +104,7 @@ TEST_P(TransportTest, ConcurrentAccumulatesSumExactly) {
   for (std::size_t i = 0; i < count; ++i) src[i] = static_cast<float>((comm.rank() + 1) * static_cast<int>(i % 7));
   for (int rep = 0; rep < 3; ++rep) t->accumulate(*region, 0, 0, src.data(), count, comm::ElemType::kF32);
   t->flush(*region, 0);
-  barrier(comm.get());
+  barrier(comm.get(), *t);
   bool ok = true;
   if (comm.rank() == 0) {
     t->sync_local(*region);
@@ -102,14 +123,17 @@ TEST_P(TransportTest, FetchAddHandsOutEveryTicketOnce) {
   const int per_rank = 50;
   std::vector<std::int64_t> tickets;
   for (int i = 0; i < per_rank; ++i) tickets.push_back(t->fetch_add(*region, n - 1, 8, 1));
+  barrier(comm.get(), *t);
   std::vector<std::int64_t> all(static_cast<std::size_t>(per_rank) * n);
   MPI_Allgather(tickets.data(), per_rank, MPI_INT64_T, all.data(), per_rank, MPI_INT64_T, comm.get());
   std::sort(all.begin(), all.end());
   std::vector<std::int64_t> expected(all.size());
   std::iota(expected.begin(), expected.end(), 0);
   STRATA_EXPECT_ALL(comm.get(), all == expected);
-  barrier(comm.get());
-  STRATA_EXPECT_ALL(comm.get(), t->atomic_read(*region, n - 1, 8) == static_cast<std::int64_t>(per_rank) * n);
+  barrier(comm.get(), *t);
+  const std::int64_t total = t->atomic_read(*region, n - 1, 8);
+  barrier(comm.get(), *t);
+  STRATA_EXPECT_ALL(comm.get(), total == static_cast<std::int64_t>(per_rank) * n);
 }
 
 TEST_P(TransportTest, IndexedRowsGetAndAccumulate) {
@@ -123,7 +147,7 @@ TEST_P(TransportTest, IndexedRowsGetAndAccumulate) {
     for (std::size_t i = 0; i < rows * width; ++i) table[i] = value_of(0, i);
     t->sync_local(*region);
   }
-  barrier(comm.get());
+  barrier(comm.get(), *t);
   // Unsorted rows, the last row included.
   std::vector<std::int64_t> ids = {256, 3, 17 + comm.rank(), 0, 100};
   std::vector<float> got(ids.size() * width);
@@ -132,15 +156,15 @@ TEST_P(TransportTest, IndexedRowsGetAndAccumulate) {
   bool ok = true;
   for (std::size_t r = 0; r < ids.size(); ++r)
     for (std::size_t c = 0; c < width; ++c) ok = ok && got[r * width + c] == value_of(0, ids[r] * width + c);
+  barrier(comm.get(), *t);
   STRATA_EXPECT_ALL(comm.get(), ok);
-  barrier(comm.get());
 
   // Every rank adds 1.0 to rows {5, 250} at once.
   std::vector<std::int64_t> add_ids = {250, 5};
   std::vector<float> ones(add_ids.size() * width, 1.0f);
   t->accumulate_rows(*region, 0, 0, width, comm::ElemType::kF32, add_ids, ones.data());
   t->flush(*region, 0);
-  barrier(comm.get());
+  barrier(comm.get(), *t);
   bool sum_ok = true;
   if (comm.rank() == 0) {
     t->sync_local(*region);
@@ -151,6 +175,180 @@ TEST_P(TransportTest, IndexedRowsGetAndAccumulate) {
     sum_ok = sum_ok && table[6 * width] == value_of(0, 6 * width);  // untouched row
   }
   STRATA_EXPECT_ALL(comm.get(), sum_ok);
+}
+
+TEST_P(TransportTest, ZeroByteRegionsEverywhere) {
+  TestComm comm;
+  auto t = comm::create_transport(GetParam(), comm.get());
+  auto region = t->allocate_region(0);
+  bool ok = region->local_bytes() == 0;
+  for (int p = 0; p < comm.size(); ++p) ok = ok && region->bytes_of(p) == 0;
+  // Empty operations are fine, a single byte is outside.
+  char byte = 0;
+  const int peer = (comm.rank() + 1) % comm.size();
+  t->get(*region, peer, 0, &byte, 0);
+  t->put(*region, peer, 0, &byte, 0);
+  t->accumulate(*region, peer, 0, &byte, 0, comm::ElemType::kF32);
+  t->get_rows(*region, peer, 0, 16, {}, &byte);
+  t->flush(*region, peer);
+  t->flush_all(*region);
+  std::string message;
+  try {
+    t->get(*region, peer, 0, &byte, 1);
+  } catch (const Error& e) {
+    message = e.message();
+  }
+  ok = ok && message.find("region of 0 bytes") != std::string::npos;
+  barrier(comm.get(), *t);
+  STRATA_EXPECT_ALL(comm.get(), ok);
+  // A second region after an empty one, and regions freed in reverse order.
+  auto second = t->allocate_region(comm.rank() == 0 ? 8 : 0);
+  if (comm.rank() != 0) t->fetch_add(*second, 0, 0, 1);
+  barrier(comm.get(), *t);
+  const std::int64_t count = t->atomic_read(*second, 0, 0);
+  barrier(comm.get(), *t);
+  STRATA_EXPECT_ALL(comm.get(), count == comm.size() - 1);
+}
+
+// Every rank adds into every rank's tensor at once (in a rotated order), in float, double and
+// int64, over a range that spans several of the UCX transport's 256 KiB lock stripes and starts
+// and ends off a stripe boundary.
+template <typename T>
+void accumulate_all_to_all(const std::string& transport, comm::ElemType type, std::size_t kib) {
+  TestComm comm;
+  const int n = comm.size(), me = comm.rank();
+  auto t = comm::create_transport(transport, comm.get());
+  const std::size_t count = (kib << 10) / sizeof(T) + 3;
+  const std::size_t skip = 5;                                           // elements before the range
+  auto region = t->allocate_region((count + skip) * sizeof(T));
+  std::vector<T> src(count);
+  for (std::size_t i = 0; i < count; ++i) src[i] = static_cast<T>((me + 1) * static_cast<int>(i % 11));
+  const int reps = 2;
+  for (int rep = 0; rep < reps; ++rep)
+    for (int k = 0; k < n; ++k) t->accumulate(*region, (me + k) % n, skip * sizeof(T), src.data(), count, type);
+  t->flush_all(*region);
+  barrier(comm.get(), *t);
+  t->sync_local(*region);
+  const auto* sum = static_cast<const T*>(region->local_base());
+  const T ranks_sum = static_cast<T>(n * (n + 1) / 2);
+  bool ok = true;
+  for (std::size_t i = 0; i < skip; ++i) ok = ok && sum[i] == T(0);
+  for (std::size_t i = 0; i < count; ++i)
+    ok = ok && sum[skip + i] == static_cast<T>(reps) * ranks_sum * static_cast<T>(i % 11);
+  STRATA_EXPECT_ALL(comm.get(), ok);
+}
+
+TEST_P(TransportTest, AllToAllAccumulatesAcrossStripesSumExactlyFloat) {
+  accumulate_all_to_all<float>(GetParam(), comm::ElemType::kF32, 700);
+}
+TEST_P(TransportTest, AllToAllAccumulatesAcrossStripesSumExactlyDouble) {
+  accumulate_all_to_all<double>(GetParam(), comm::ElemType::kF64, 700);
+}
+TEST_P(TransportTest, AllToAllAccumulatesAcrossStripesSumExactlyInt64) {
+  // int64 goes element by element through atomics on UCX: a smaller range keeps the test quick.
+  accumulate_all_to_all<std::int64_t>(GetParam(), comm::ElemType::kI64, 40);
+}
+
+TEST_P(TransportTest, FetchAddFromAllRanksIsAtomicWithInt64Accumulate) {
+  TestComm comm;
+  const int n = comm.size();
+  auto t = comm::create_transport(GetParam(), comm.get());
+  const int words = 16, rounds = 20;
+  auto region = t->allocate_region(comm.rank() == 0 ? words * 8 : 0);
+  // Interleave, on the same words: fetch_add(+1) and an int64 accumulate of +2 on all words.
+  std::vector<std::int64_t> twos(words, 2);
+  std::int64_t last_seen = -1;
+  bool monotone = true;
+  for (int r = 0; r < rounds; ++r) {
+    for (int w = 0; w < words; ++w) {
+      const std::int64_t before = t->fetch_add(*region, 0, 8ull * w, 1);
+      if (w == 0) {
+        monotone = monotone && before > last_seen;
+        last_seen = before;
+      }
+    }
+    t->accumulate(*region, 0, 0, twos.data(), words, comm::ElemType::kI64);
+  }
+  t->flush(*region, 0);
+  barrier(comm.get(), *t);
+  bool ok = true;
+  for (int w = 0; w < words; ++w) ok = ok && t->atomic_read(*region, 0, 8ull * w) == 3ll * rounds * n;
+  barrier(comm.get(), *t);
+  STRATA_EXPECT_ALL(comm.get(), monotone);
+  STRATA_EXPECT_ALL(comm.get(), ok);
+}
+
+TEST_P(TransportTest, RowsStraddlingStripesGetAndAccumulate) {
+  TestComm comm;
+  const int n = comm.size(), me = comm.rank();
+  auto t = comm::create_transport(GetParam(), comm.get());
+  // 20-byte rows: row 13107 straddles the 256 KiB stripe boundary (262144 / 20 = 13107.2).
+  const std::size_t rows = 40000, width = 5, row_bytes = width * sizeof(float);
+  const int owner = n - 1;
+  auto region = t->allocate_region(me == owner ? rows * row_bytes : 0);
+  if (me == owner) {
+    auto* table = static_cast<float*>(region->local_base());
+    for (std::size_t i = 0; i < rows * width; ++i) table[i] = static_cast<float>(i % 1021);
+    t->sync_local(*region);
+  }
+  barrier(comm.get(), *t);
+  // Sorted, unsorted, consecutive runs and the straddling rows; the same set on every rank.
+  std::vector<std::int64_t> ids = {13107, 13106, 13108, 0, 1, 2, 39999, 26214, 26215, 500, 7};
+  std::vector<float> got(ids.size() * width);
+  t->get_rows(*region, owner, 0, row_bytes, ids, got.data());
+  t->flush(*region, owner);
+  bool ok = true;
+  for (std::size_t r = 0; r < ids.size(); ++r)
+    for (std::size_t c = 0; c < width; ++c)
+      ok = ok && got[r * width + c] == static_cast<float>((ids[r] * width + c) % 1021);
+  barrier(comm.get(), *t);
+  STRATA_EXPECT_ALL(comm.get(), ok);
+  // Every rank adds (rank + 1) * (column + 1) into those rows, three times, all at once.
+  std::vector<float> add(ids.size() * width);
+  for (std::size_t r = 0; r < ids.size(); ++r)
+    for (std::size_t c = 0; c < width; ++c) add[r * width + c] = static_cast<float>((me + 1) * (c + 1));
+  for (int rep = 0; rep < 3; ++rep) t->accumulate_rows(*region, owner, 0, width, comm::ElemType::kF32, ids, add.data());
+  t->flush(*region, owner);
+  barrier(comm.get(), *t);
+  bool sum_ok = true;
+  if (me == owner) {
+    t->sync_local(*region);
+    const auto* table = static_cast<const float*>(region->local_base());
+    const float ranks_sum = static_cast<float>(n * (n + 1) / 2);
+    std::vector<bool> touched(rows, false);
+    for (auto id : ids) touched[id] = true;
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t c = 0; c < width; ++c) {
+        const float base = static_cast<float>((r * width + c) % 1021);
+        const float want = touched[r] ? base + 3.0f * ranks_sum * static_cast<float>(c + 1) : base;
+        sum_ok = sum_ok && table[r * width + c] == want;
+      }
+  }
+  STRATA_EXPECT_ALL(comm.get(), sum_ok);
+}
+
+TEST_P(TransportTest, BigRegionPutAndGetWhole) {
+  TestComm comm;
+  const int n = comm.size(), me = comm.rank();
+  auto t = comm::create_transport(GetParam(), comm.get());
+  // 96 MiB on rank 0 only (several ranks on a small CI node), written by the last rank with one put.
+  const std::size_t count = (std::size_t{96} << 20) / sizeof(std::uint32_t);
+  auto region = t->allocate_region(me == 0 ? count * sizeof(std::uint32_t) : 0);
+  auto pattern = [](std::size_t i) { return static_cast<std::uint32_t>(i * 2654435761u); };
+  if (me == n - 1) {
+    std::vector<std::uint32_t> src(count);
+    for (std::size_t i = 0; i < count; ++i) src[i] = pattern(i);
+    t->put(*region, 0, 0, src.data(), src.size() * sizeof(std::uint32_t));
+    t->flush(*region, 0);
+  }
+  barrier(comm.get(), *t);
+  std::vector<std::uint32_t> got(count, 0);
+  t->get(*region, 0, 0, got.data(), got.size() * sizeof(std::uint32_t));
+  t->flush(*region, 0);
+  bool ok = true;
+  for (std::size_t i = 0; i < count; ++i) ok = ok && got[i] == pattern(i);
+  barrier(comm.get(), *t);
+  STRATA_EXPECT_ALL(comm.get(), ok);
 }
 
 TEST_P(TransportTest, OutOfRangeIsALocalErrorNamingThePeer) {
@@ -172,7 +370,7 @@ TEST_P(TransportTest, OutOfRangeIsALocalErrorNamingThePeer) {
     bad_peer = e.message();
   }
   STRATA_EXPECT_ALL(comm.get(), bad_peer.find("is not a rank of the transport") != std::string::npos);
-  barrier(comm.get());
+  barrier(comm.get(), *t);
 }
 
 TEST(TransportRegistry, UnknownNameListsTheCompiledOnes) {
