@@ -112,6 +112,7 @@ class UcxTransport final : public Transport {
   ucp_worker_h worker_ = nullptr;
   std::vector<ucp_ep_h> eps_;  // one per rank of comm_, self included
   std::vector<PeerGets> gets_;  // sized once in the constructor: callbacks hold pointers into it
+  std::vector<char> unflushed_puts_;  // per peer: a UCP put since the last flush of that peer
   std::int64_t total_gets_in_flight_ = 0;
   std::vector<char> scratch_;  // staging for accumulate without direct access
 };
