@@ -22,6 +22,7 @@
 #include "strata/common/error.h"
 #include "strata/common/logging.h"
 #include "strata/common/parse.h"
+#include "strata/common/signals.h"
 #include "strata/common/trace.h"
 #include "strata/data/dataset.h"
 #include "strata/model/model.h"
@@ -38,7 +39,7 @@ struct TrainConfig {
   std::string data = "fashion-mnist";
   std::vector<int> hidden;
   int epochs = 0;              // 0: default for the model
-  std::int64_t steps = 0;      // > 0: stop after this many steps of this worker
+  std::int64_t steps = -1;     // >= 0: stop after this many steps of this worker (0: none at all)
   int global_batch = 128;      // one worker step, split over its replicas
   std::string optimizer;       // "" = default for the model
   double lr = 0;               // 0 = optimizer default
@@ -56,6 +57,9 @@ struct TrainConfig {
   std::string trace_path;
   bool profile = false;
   double timeout_s = 120;
+  CheckpointOptions checkpoint;
+  std::string restore;  // "" none, "latest" = the checkpoint dir's newest valid one, else a path
+  bool expect_partial = false;
 };
 
 // Examples [begin, end) of `all` as a dataset of their own.
@@ -214,10 +218,22 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
 
   ParameterServerStrategy strategy(*rt, sopt);
   std::vector<Variable> vars;
-  strategy.scope([&] {
-    if (net)
-      for (auto& spec : net->variables()) vars.push_back(strategy.create_variable(spec));
-  });
+  try {
+    strategy.set_checkpoint_options(cfg.checkpoint);
+    if (!cfg.restore.empty()) {
+      RestoreOptions ropt;
+      ropt.expect_partial = cfg.expect_partial;
+      strategy.restore(cfg.restore == "latest" ? cfg.checkpoint.directory : cfg.restore, ropt);
+    }
+    strategy.scope([&] {
+      if (net)
+        for (auto& spec : net->variables()) vars.push_back(strategy.create_variable(spec));
+    });
+  } catch (const ConfigError& e) {
+    // Raised identically on every rank (restore verdicts are agreed before anything is allocated).
+    if (rt->rank() == 0) std::fprintf(stderr, "strata train: error: %s\n", e.message().c_str());
+    return kExitUsage;
+  }
   std::unique_ptr<TraceWriter> trace;
   if (!cfg.trace_path.empty()) {
     std::string path = cfg.trace_path;
@@ -228,8 +244,7 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
     trace = std::make_unique<TraceWriter>(path, rt->rank(), rt->task().str());
   }
   if (strategy.is_ps()) {
-    strategy.serve();
-    return kExitOk;
+    return strategy.serve() ? kExitPreempted : kExitOk;
   }
 
   // ---- worker ----
@@ -251,26 +266,38 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
   }
 
   Profile prof;
-  std::int64_t step = 0, examples = 0, global_step = 0;
+  // Resume: this worker's position in the restored checkpoint (zeros when starting fresh).
+  const ps::WorkerPosition resume = strategy.restored_position();
+  ps::WorkerPosition position = resume;
+  std::int64_t step = resume.step, examples = 0, global_step = strategy.global_step();
+  if (strategy.restore_report() && strategy.is_chief())
+    std::cout << "resuming at epoch " << (resume.epoch + 1) << ", step " << resume.step << ", global step "
+              << global_step << std::endl;
   double last_loss = 0, window_loss = 0;
   std::int64_t window_correct = 0, window_examples = 0;
   auto t_train = Clock::now();
   auto t_log = Clock::now();
   std::int64_t log_examples = 0;
-  bool stop = false;
+  bool stop = cfg.steps >= 0 && step >= cfg.steps;
+  bool preempted = false;
   DistributeOptions dopt;
   dopt.global_batch = cfg.global_batch;
   dopt.seed = cfg.seed;
   DistributedDataset dist = strategy.distribute_dataset(sets.train, policy, dopt);
-  for (int epoch = 0; epoch < epochs && !stop; ++epoch) {
-    dist.start_epoch(epoch);
-    // Every worker runs the same number of steps per epoch (the smallest shard's): under sync
-    // consistency a worker that stopped early would leave the others waiting for its gradients.
-    long long my_batches = data::BatchIterator::num_batches(dist.examples_this_epoch(), cfg.global_batch, true);
-    long long epoch_batches = 0;
-    STRATA_CHECK_MPI(MPI_Allreduce(&my_batches, &epoch_batches, 1, MPI_LONG_LONG, MPI_MIN, rt->comms().workers()));
+  // Every worker runs the same number of steps per epoch (the smallest shard's): under sync
+  // consistency a worker that stopped early would leave the others waiting for its gradients.
+  // Shard sizes do not change between epochs (only their order does), so this is agreed once, up
+  // front: no collective inside the loop, where workers resumed from one checkpoint may sit in
+  // different epochs (one just past an epoch's end, another still finishing it).
+  dist.start_epoch(0);
+  long long my_batches = data::BatchIterator::num_batches(dist.examples_this_epoch(), cfg.global_batch, true);
+  long long epoch_batches = 0;
+  STRATA_CHECK_MPI(MPI_Allreduce(&my_batches, &epoch_batches, 1, MPI_LONG_LONG, MPI_MIN, rt->comms().workers()));
+  for (int epoch = static_cast<int>(resume.epoch); epoch < epochs && !stop; ++epoch) {
+    const std::int64_t skip = epoch == resume.epoch ? resume.offset : 0;
+    dist.start_epoch(epoch, skip);
     PerReplica<data::Batch> parts;
-    for (long long b = 0; b < epoch_batches && !stop; ++b) {
+    for (long long b = skip / cfg.global_batch; b < epoch_batches && !stop; ++b) {
       auto t0 = Clock::now();
       if (!dist.next(parts)) break;
       prof.input += since(t0);
@@ -331,8 +358,16 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
         compute_s[r] = std::chrono::duration<double>(c - b).count();
         push_s[r] = std::chrono::duration<double>(d - c).count();
       });
-      strategy.parameter_servers().end_step();
       ++step;
+      position = {epoch, (b + 1) * static_cast<std::int64_t>(cfg.global_batch), step};
+      if (b + 1 == epoch_batches) position = {epoch + 1, 0, step};
+      const StepOutcome outcome = strategy.end_step(position);
+      if (outcome.stop) {
+        stop = preempted = true;
+        if (strategy.is_chief())
+          std::cout << "preempted (signal " << preemption_signal() << " on some rank): checkpoint saved at step "
+                    << step << ", stopping" << std::endl;
+      }
       examples += batch.size;
       double loss = 0;
       std::int64_t correct = 0;
@@ -349,7 +384,7 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
       prof.push += push_s[0];
       prof.total += since(t0);
       ++prof.steps;
-      if (cfg.steps > 0 && step >= cfg.steps) stop = true;
+      if (cfg.steps >= 0 && step >= cfg.steps) stop = true;
 
       const bool log_now = (cfg.log_every > 0 && step % cfg.log_every == 0) ||
                            (cfg.log_every_secs > 0 && since(t_log) >= cfg.log_every_secs);
@@ -383,6 +418,9 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
     }
   }
   const double train_s = since(t_train);
+  // The remaining saves and the final one, before any other wait on the workers: a worker waiting
+  // elsewhere would never arrive at a save the chief requested.
+  strategy.finish_training(position);
 
   // Every worker's pushes must be in before the chief evaluates the final model.
   {
@@ -429,12 +467,18 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
                                       {"consistency", sopt.ps.consistency.to_string()},
                                       {"epochs", epochs},
                                       {"steps", step}};
+    if (!cfg.checkpoint.directory.empty()) {
+      summary["checkpoint_dir"] = cfg.checkpoint.directory;
+      summary["checkpoints_saved"] = strategy.parameter_servers().saves_completed();
+    }
+    if (strategy.restore_report()) summary["restored_from"] = strategy.restore_report()->path;
+    if (preempted) summary["preempted"] = true;
     if (cfg.profile)
       summary["comm_fraction"] = (prof.pull + prof.push) / std::max(prof.total, 1e-9);
     std::cout << summary.dump() << std::endl;
   }
-  strategy.finish();
-  return kExitOk;
+  strategy.finish(position);
+  return strategy.stopped() ? kExitPreempted : kExitOk;
 }
 
 }  // namespace
@@ -462,6 +506,13 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& f) {
   cmd->add_option("--metrics", f.metrics, "append progress records to FILE.jsonl (chief)");
   cmd->add_option("--trace", f.trace, "write a Chrome-trace timeline (FILE.json, one per rank)");
   cmd->add_flag("--profile", f.profile, "report each worker's split between compute and communication");
+  cmd->add_option("--checkpoint-dir", f.checkpoint_dir, "save HDF5 checkpoints here (at the end, and as below)");
+  cmd->add_option("--save-every-steps", f.save_every_steps, "also save every N global steps (default 0 = off)");
+  cmd->add_option("--save-every-secs", f.save_every_secs, "also save every T seconds (default 0 = off)");
+  cmd->add_option("--max-to-keep", f.max_to_keep, "keep the newest K checkpoints (default 5; 0 = all)");
+  cmd->add_option("--keep-every-n-hours", f.keep_every_n_hours, "also keep one checkpoint per N hours (default 0 = off)");
+  cmd->add_option("--restore", f.restore, "latest (the --checkpoint-dir's newest valid checkpoint) | FILE.h5 | DIR");
+  cmd->add_flag("--expect-partial", f.expect_partial, "do not report checkpoint variables the model does not use");
   cmd->add_option("--timeout", f.timeout, "seconds any wait may take before naming who is late (default 120)");
   return cmd;
 }
@@ -474,8 +525,10 @@ int run_train_command(const TrainFlags& f, int* argc, char*** argv) {
   if (!f.hidden.empty())
     for (const auto& h : split(f.hidden, ',')) cfg.hidden.push_back(parse_int(h, "--hidden", 1, 1 << 16));
   if (!f.epochs.empty()) cfg.epochs = parse_int(f.epochs, "--epochs", 1, 1 << 20);
-  if (!f.steps.empty()) cfg.steps = parse_int64(f.steps, "--steps");
-  if (cfg.steps < 0) throw ConfigError("--steps must not be negative");
+  if (!f.steps.empty()) {
+    cfg.steps = parse_int64(f.steps, "--steps");
+    if (cfg.steps < 0) throw ConfigError("--steps must not be negative");
+  }
   if (!f.global_batch.empty()) cfg.global_batch = parse_int(f.global_batch, "--global-batch", 1, 1 << 24);
   cfg.optimizer = f.optimizer;
   if (!f.lr.empty()) cfg.lr = parse_double(f.lr, "--lr");
@@ -499,6 +552,24 @@ int run_train_command(const TrainFlags& f, int* argc, char*** argv) {
   cfg.profile = f.profile;
   if (!f.timeout.empty()) cfg.timeout_s = parse_double(f.timeout, "--timeout");
   if (cfg.timeout_s <= 0) throw ConfigError("--timeout must be positive");
+  cfg.checkpoint.directory = f.checkpoint_dir;
+  if (!f.save_every_steps.empty())
+    cfg.checkpoint.save_every_steps = parse_int64(f.save_every_steps, "--save-every-steps");
+  if (cfg.checkpoint.save_every_steps < 0) throw ConfigError("--save-every-steps must not be negative");
+  if (!f.save_every_secs.empty()) cfg.checkpoint.save_every_secs = parse_double(f.save_every_secs, "--save-every-secs");
+  if (cfg.checkpoint.save_every_secs < 0) throw ConfigError("--save-every-secs must not be negative");
+  if (!f.max_to_keep.empty()) cfg.checkpoint.max_to_keep = parse_int(f.max_to_keep, "--max-to-keep", 0, 1 << 30);
+  if (!f.keep_every_n_hours.empty())
+    cfg.checkpoint.keep_every_n_hours = parse_double(f.keep_every_n_hours, "--keep-every-n-hours");
+  if (cfg.checkpoint.keep_every_n_hours < 0) throw ConfigError("--keep-every-n-hours must not be negative");
+  const bool saving_flags = !f.save_every_steps.empty() || !f.save_every_secs.empty() || !f.max_to_keep.empty() ||
+                            !f.keep_every_n_hours.empty();
+  if (saving_flags && cfg.checkpoint.directory.empty())
+    throw ConfigError("--save-every-steps/--save-every-secs/--max-to-keep/--keep-every-n-hours need --checkpoint-dir");
+  cfg.restore = f.restore;
+  cfg.expect_partial = f.expect_partial;
+  if (cfg.restore == "latest" && cfg.checkpoint.directory.empty())
+    throw ConfigError("--restore latest needs --checkpoint-dir (or give --restore FILE.h5|DIR)");
   // Cheap checks before MPI starts, so a typo fails fast even outside mpirun.
   ps::ConsistencyConfig::parse(cfg.consistency);
   ps::parse_placement_policy(cfg.placement);

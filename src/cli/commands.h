@@ -41,7 +41,9 @@ int run_bench_command(const BenchFlags& flags, int* argc, char*** argv);
 struct TrainFlags {
   std::string model, data, hidden, epochs, steps, global_batch, optimizer, lr, consistency, transport, placement,
       shard, cpu_replicas, num_ps, jobs, seed, log_every, log_every_secs, metrics, trace, timeout;
+  std::string checkpoint_dir, save_every_steps, save_every_secs, max_to_keep, keep_every_n_hours, restore;
   bool profile = false;
+  bool expect_partial = false;
 };
 CLI::App* add_train_command(CLI::App& app, TrainFlags& flags);
 int run_train_command(const TrainFlags& flags, int* argc, char*** argv);

@@ -72,6 +72,8 @@ const std::vector<EnvVarDoc>& env_table() {
       {"STRATA_MPI_SHARED", "bool", "1", "mpi transport: shared-memory windows and direct loads when all ranks share a node"},
       {"STRATA_BENCH_MIN_BW", "GB/s", "0", "strata bench exits 1 when a size's algbw falls below this (CI gating)"},
       {"STRATA_TEST_DELAY_RANK", "RANK:SECONDS", "", "test hook: that rank sleeps before the bootstrap exchange"},
+      {"STRATA_UCX_DIRECT", "bool", "1", "ucx transport: plain loads/stores through ucp_rkey_ptr mappings for co-located ranks"},
+      {"STRATA_TEST_SAVE_DELAY_S", "seconds", "", "test hook: every PS rank holds each checkpoint save open this long before closing it"},
       {"STRATA_TEST_TIMEOUT_S", "seconds", "120", "mpi test tier: a test running longer aborts the job, naming it"},
       // TensorFlow
       {"TF_CONFIG", "json", "", "TensorFlow cluster/task description (cluster, task, rpc_layer, environment)"},

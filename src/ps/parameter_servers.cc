@@ -17,6 +17,7 @@
 #include "strata/common/error.h"
 #include "strata/common/logging.h"
 #include "strata/common/parse.h"
+#include "strata/common/signals.h"
 
 namespace strata::ps {
 namespace {
@@ -25,7 +26,17 @@ using Clock = std::chrono::steady_clock;
 constexpr std::uint64_t kAlign = 64;
 constexpr std::uint64_t kGlobalStepOffset = 0;
 constexpr std::uint64_t kDoneOffset = 8;
-constexpr std::uint64_t kClocksOffset = 16;
+// Save protocol words (PS 0; see ParameterServers::at_step_boundary). Only the chief changes the
+// request words, always with fetch_add, so every access stays in MPI's atomic domain.
+constexpr std::uint64_t kSaveRequestOffset = 16;  // id of the latest requested save (1, 2, ...)
+constexpr std::uint64_t kSaveTargetOffset = 24;   // clock at which workers join it
+constexpr std::uint64_t kSaveFlagsOffset = 32;    // kSaveFinal | kSaveStop
+constexpr std::uint64_t kSaveArrivalsOffset = 40; // workers arrived, over all saves (n saves: n*W)
+constexpr std::uint64_t kSaveDoneOffset = 48;     // id of the latest committed save
+constexpr std::uint64_t kPreemptOffset = 56;      // ranks that got a preemption signal
+constexpr std::uint64_t kClocksOffset = 64;
+constexpr std::int64_t kSaveFinal = 1;
+constexpr std::int64_t kSaveStop = 2;
 
 std::uint64_t align_up(std::uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
@@ -128,11 +139,23 @@ struct ParameterServers::Impl {
   std::vector<std::int64_t> pushes;  // per shard: pushes this worker sent
   std::int64_t clock = 0;
   std::int64_t max_staleness = 0;
+  std::int64_t saves_joined = 0;      // saves this worker took part in
+  std::int64_t save_posted = 0;       // chief: the last request id it posted
+  std::int64_t posted_target = 0;     // chief: value of the target word it last wrote
+  std::int64_t posted_flags = 0;      // chief: value of the flags word it last wrote
+  bool last_save_stopped = false;
+  std::int64_t last_flags = 0;        // flags of the last save joined
+  bool preemption_reported = false;
   // PS state.
   std::vector<std::vector<std::int64_t>> consumed;  // per local shard, per worker: pushes applied
   std::vector<std::int64_t> rounds;                 // per shard: applications (optimizer step count)
   std::int64_t applied = 0;
+  std::int64_t saves_done = 0;  // PS: saves this PS took part in
+  bool stopped = false;         // PS: a preemption save happened
 
+  std::uint64_t positions_offset() const { return kClocksOffset + 8ull * static_cast<std::uint64_t>(num_workers); }
+  int ps0() const { return ps_rank[0]; }
+  std::int64_t read_ps0(std::uint64_t offset) { return transport->atomic_read(*region, ps0(), offset); }
   char* base() { return static_cast<char*>(region->local_base()); }
   const Shard& shard(std::size_t s) const { return map.shards()[s]; }
   bool trainable_shard(std::size_t s) const {
@@ -165,7 +188,7 @@ struct ParameterServers::Impl {
 
   void layout_arenas(int num_ps) {
     const int num_slots_per_var = ps::num_slots(options.optimizer.kind);
-    arena_bytes.assign(num_ps, align_up(kClocksOffset + 8ull * num_workers));
+    arena_bytes.assign(num_ps, align_up(kClocksOffset + 8ull * num_workers + 24ull * num_workers));
     layout.resize(map.shards().size());
     for (std::size_t s = 0; s < map.shards().size(); ++s) {
       const Shard& sh = shard(s);
@@ -194,22 +217,111 @@ struct ParameterServers::Impl {
       const Shard& sh = shard(s);
       if (sh.ps != ps_index) continue;
       const VariableSpec& spec = *map.find(sh.variable);
-      void* values = base() + layout[s].values;
-      bool restored = options.restore && options.restore(sh, values);
-      if (!restored) fill(spec.init, spec.dtype, spec.shape, sh.row_begin, sh.row_end, values);
-      if (!trainable_shard(s)) continue;
-      const int slots = ps::num_slots(options.optimizer.kind);
-      for (int k = 0; k < slots; ++k) {
-        double v = slot_initial_value(options.optimizer, k);
-        char* slot = base() + layout[s].slots + static_cast<std::uint64_t>(k) * sh.bytes;
+      ShardBuffers buffers = shard_buffers(s);
+      // Slots first: a restore overwrites the slots its checkpoint has and keeps the rest initial.
+      for (std::size_t k = 0; k < buffers.slots.size(); ++k) {
+        double v = slot_initial_value(options.optimizer, static_cast<int>(k));
         const std::size_t n = sh.bytes / dtype_size(spec.dtype);
         if (spec.dtype == DType::kF32)
-          std::fill_n(reinterpret_cast<float*>(slot), n, static_cast<float>(v));
+          std::fill_n(static_cast<float*>(buffers.slots[k]), n, static_cast<float>(v));
         else
-          std::fill_n(reinterpret_cast<double*>(slot), n, v);
+          std::fill_n(static_cast<double*>(buffers.slots[k]), n, v);
       }
+      const bool restored = options.checkpoint.restore && options.checkpoint.restore(buffers);
+      if (!restored) fill(spec.init, spec.dtype, spec.shape, sh.row_begin, sh.row_end, buffers.values);
+      rounds[s] = buffers.optimizer_step;
     }
+    if (ps_index == 0 && options.checkpoint.restore_global_step)
+      store_i64(base() + kGlobalStepOffset, options.checkpoint.restore_global_step());
     transport->sync_local(*region);
+  }
+
+  // This PS's view of shard s (s must be placed here).
+  ShardBuffers shard_buffers(std::size_t s) {
+    ShardBuffers b;
+    b.shard = &shard(s);
+    b.values = base() + layout[s].values;
+    if (trainable_shard(s))
+      for (int k = 0; k < ps::num_slots(options.optimizer.kind); ++k)
+        b.slots.push_back(base() + layout[s].slots + static_cast<std::uint64_t>(k) * shard(s).bytes);
+    b.optimizer_step = s < rounds.size() ? rounds[s] : 0;
+    return b;
+  }
+
+  // ---- checkpoint saves ---------------------------------------------------------------------
+
+  // PS ranks, from the service loop: runs save `n` once every worker arrived at it. Every PS rank
+  // sees the same monotone counters on PS 0, so all of them enter the collective save for n.
+  bool maybe_save() {
+    const std::int64_t n = read_ps0(kSaveRequestOffset);
+    if (n <= saves_done) return false;
+    if (read_ps0(kSaveArrivalsOffset) < n * num_workers) return false;
+    SaveContext ctx;
+    ctx.save_number = n;
+    ctx.global_step = read_ps0(kGlobalStepOffset);
+    const std::int64_t flags = read_ps0(kSaveFlagsOffset);
+    ctx.final = (flags & kSaveFinal) != 0;
+    ctx.stop = (flags & kSaveStop) != 0;
+    std::vector<std::int64_t> pos(3 * static_cast<std::size_t>(num_workers));
+    transport->get(*region, ps0(), positions_offset(), pos.data(), pos.size() * 8);
+    transport->flush(*region, ps0());
+    for (int w = 0; w < num_workers; ++w) ctx.positions.push_back({pos[3 * w], pos[3 * w + 1], pos[3 * w + 2]});
+    transport->sync_local(*region);
+    for (std::size_t s = 0; s < map.shards().size(); ++s)
+      if (shard(s).ps == ps_index) ctx.shards.push_back(shard_buffers(s));
+    STRATA_LOG(DEBUG) << "saving checkpoint " << n << " at global step " << ctx.global_step;
+    options.checkpoint.save(ctx);
+    saves_done = n;
+    if (ctx.stop) stopped = true;
+    if (ps_index == 0) {
+      store_i64(base() + kSaveDoneOffset, n);
+      transport->sync_local(*region);
+    }
+    return true;
+  }
+
+  // Worker: takes part in save `n`: quiesce (every push applied), publish the position, arrive,
+  // wait for the commit.
+  ParameterServers::Boundary join_save(std::int64_t n, const WorkerPosition& position) {
+    flush_all_peers();
+    for (std::size_t s = 0; s < pushes.size(); ++s) wait_ack(s, "checkpoint quiesce");
+    const std::int64_t pos[3] = {position.epoch, position.offset, position.step};
+    transport->put(*region, ps0(), positions_offset() + 24ull * static_cast<std::uint64_t>(worker), pos, sizeof pos);
+    transport->flush(*region, ps0());
+    // Read n's flags before arriving: once every worker arrived the save can commit and the chief
+    // may post n + 1 (overwriting the flags) before this worker looks again.
+    last_flags = read_ps0(kSaveFlagsOffset);
+    transport->fetch_add(*region, ps0(), kSaveArrivalsOffset, 1);
+    const double limit = std::max(options.save_timeout_s, options.timeout_s);
+    auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
+    Backoff backoff;
+    while (read_ps0(kSaveDoneOffset) < n) {
+      if (Clock::now() > deadline) {
+        std::vector<int> blame(ps_rank.begin(), ps_rank.end());
+        throw TimeoutError("worker " + std::to_string(worker) + " waited " + std::to_string(limit) +
+                               " s for checkpoint save " + std::to_string(n) + " (arrived " +
+                               std::to_string(read_ps0(kSaveArrivalsOffset)) + " of " +
+                               std::to_string(n * num_workers) + " worker arrivals)",
+                           std::move(blame));
+      }
+      backoff.pause();
+    }
+    saves_joined = n;
+    last_save_stopped = (last_flags & kSaveStop) != 0;
+    ParameterServers::Boundary b;
+    b.saved = true;
+    b.stop = last_save_stopped;
+    return b;
+  }
+
+  // Chief: posts request n = saves_joined + 1. Target and flags are written before the id, each
+  // remotely complete, so a worker that reads id n reads n's target and flags.
+  void post_save(std::int64_t target, std::int64_t flags) {
+    transport->fetch_add(*region, ps0(), kSaveTargetOffset, target - posted_target);
+    transport->fetch_add(*region, ps0(), kSaveFlagsOffset, flags - posted_flags);
+    posted_target = target;
+    posted_flags = flags;
+    save_posted = transport->fetch_add(*region, ps0(), kSaveRequestOffset, 1) + 1;
   }
 
   // ---- PS service loop ----------------------------------------------------------------------
@@ -528,6 +640,18 @@ std::unique_ptr<ParameterServers> ParameterServers::materialize(const Runtime& r
   for (const auto& v : allgather_strings(comm, verdict, timeout, "arena size check"))
     if (!v.empty()) refusals += (refusals.empty() ? "" : "; ") + v;
   if (!refusals.empty()) throw ConfigError("cannot place the variables: " + refusals);
+  // A pending restore is checked the same way, before allocation: every PS looks at the checkpoint
+  // against the variable list; identical complaints from several PS ranks are reported once.
+  std::string restore_verdict;
+  if (impl->is_ps && options.checkpoint.check) restore_verdict = options.checkpoint.check(impl->map);
+  std::vector<std::string> complaints;
+  for (const auto& v : allgather_strings(comm, restore_verdict, timeout, "checkpoint restore check"))
+    if (!v.empty() && std::find(complaints.begin(), complaints.end(), v) == complaints.end()) complaints.push_back(v);
+  if (!complaints.empty()) {
+    std::string all;
+    for (const auto& c : complaints) all += (all.empty() ? "" : "; ") + c;
+    throw ConfigError(all);
+  }
 
   impl->transport = comm::create_transport(options.transport, comm);
   impl->region = impl->transport->allocate_region(impl->is_ps ? impl->arena_bytes[impl->ps_index] : 0);
@@ -548,7 +672,7 @@ int ParameterServers::worker_index() const { return impl_->worker; }
 std::int64_t ParameterServers::applied_updates() const { return impl_->applied; }
 std::int64_t ParameterServers::max_observed_staleness() const { return impl_->max_staleness; }
 
-void ParameterServers::serve() {
+bool ParameterServers::serve() {
   Impl& m = *impl_;
   if (!m.is_ps) throw Error("serve() runs on PS ranks only");
   std::vector<std::size_t> local;
@@ -561,6 +685,10 @@ void ParameterServers::serve() {
     m.transport->sync_local(*m.region);
     const bool all_done = load_i64(m.base() + kDoneOffset) >= m.num_workers;
     bool worked = m.serve_once(local);
+    if (m.options.checkpoint.enabled) {
+      if (!m.preemption_reported && preemption_signal() != 0) report_preemption();
+      worked |= m.maybe_save();
+    }
     if (all_done && !worked) break;
     m.transport->progress();
     if (worked)
@@ -568,6 +696,7 @@ void ParameterServers::serve() {
     else
       backoff.pause();
   }
+  return m.stopped;
 }
 
 void ParameterServers::pull(std::string_view variable, void* dst, std::size_t bytes) {
@@ -729,5 +858,74 @@ void ParameterServers::done() {
   m.flush_all_peers();
   for (int ps : m.ps_rank) m.transport->fetch_add(*m.region, ps, kDoneOffset, 1);
 }
+
+void ParameterServers::request_save(bool stop) {
+  Impl& m = *impl_;
+  m.require_worker("request_save");
+  if (m.worker != 0) throw Error("request_save: only the chief (worker 0) requests saves");
+  if (!m.options.checkpoint.enabled) throw Error("request_save: checkpointing is not enabled");
+  if (save_pending()) return;
+  m.post_save(m.clock + 1, stop ? kSaveStop : 0);
+}
+
+bool ParameterServers::save_pending() const { return impl_->save_posted > impl_->saves_joined; }
+
+ParameterServers::Boundary ParameterServers::at_step_boundary(const WorkerPosition& position) {
+  Impl& m = *impl_;
+  m.require_worker("at_step_boundary");
+  if (!m.options.checkpoint.enabled) return {};
+  if (!m.preemption_reported && preemption_signal() != 0) report_preemption();
+  const std::int64_t n = m.read_ps0(kSaveRequestOffset);
+  if (n <= m.saves_joined) return {};
+  if (m.clock < m.read_ps0(kSaveTargetOffset)) return {};
+  return m.join_save(n, position);
+}
+
+ParameterServers::Boundary ParameterServers::finish_checkpoints(const WorkerPosition& position) {
+  Impl& m = *impl_;
+  m.require_worker("finish_checkpoints");
+  if (!m.options.checkpoint.enabled || m.last_save_stopped) return {};
+  Boundary last;
+  if (m.worker == 0) {
+    // A request posted at the last boundary targets a clock nobody reaches: every worker is at its
+    // end, so all of them join it here regardless of the target; then the final save.
+    if (save_pending()) last = m.join_save(m.save_posted, position);
+    if (last.stop) return last;
+    m.post_save(0, kSaveFinal);
+    return m.join_save(m.save_posted, position);
+  }
+  // Join whatever the chief still requests until its final (or a stop) save. The chief may still
+  // be training: wait as long as the job's own end-of-training barrier would.
+  const double limit = m.options.timeout_s * 10 + m.options.save_timeout_s;
+  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
+  Backoff backoff;
+  while (true) {
+    if (!m.preemption_reported && preemption_signal() != 0) report_preemption();
+    const std::int64_t n = m.read_ps0(kSaveRequestOffset);
+    if (n > m.saves_joined) {
+      last = m.join_save(n, position);
+      if ((m.last_flags & (kSaveFinal | kSaveStop)) != 0) return last;
+      backoff.reset();
+      deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
+      continue;
+    }
+    if (Clock::now() > deadline)
+      throw TimeoutError("worker " + std::to_string(m.worker) + " finished training and waited " +
+                             std::to_string(limit) + " s for the chief's final checkpoint request",
+                         {m.ps0()});
+    backoff.pause();
+  }
+}
+
+void ParameterServers::report_preemption() {
+  Impl& m = *impl_;
+  if (m.preemption_reported) return;
+  m.preemption_reported = true;
+  m.transport->fetch_add(*m.region, m.ps0(), kPreemptOffset, 1);
+}
+
+std::int64_t ParameterServers::preemption_reports() { return impl_->read_ps0(kPreemptOffset); }
+
+std::int64_t ParameterServers::saves_completed() const { return impl_->saves_joined; }
 
 }  // namespace strata::ps

@@ -1,6 +1,7 @@
 #include "strata/strategy/parameter_server_strategy.h"
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
 #include <thread>
 
@@ -89,10 +90,12 @@ std::int64_t ReplicaContext::increment_global_step() {
 
 // ---- DistributedDataset -----------------------------------------------------------------------
 
-void DistributedDataset::start_epoch(int epoch) {
+void DistributedDataset::start_epoch(int epoch, std::int64_t skip_examples) {
   iterator_.reset();
   auto indices = data::shard_indices(*dataset_, policy_, workers_, worker_, options_.seed, epoch, options_.shuffle);
   examples_ = static_cast<std::int64_t>(indices.size());
+  if (skip_examples < 0) throw Error("start_epoch: negative skip");
+  indices.erase(indices.begin(), indices.begin() + static_cast<std::ptrdiff_t>(std::min(skip_examples, examples_)));
   iterator_ = std::make_unique<data::BatchIterator>(*dataset_, std::move(indices), options_.global_batch,
                                                     options_.drop_remainder, options_.prefetch);
 }
@@ -187,8 +190,12 @@ void ParameterServerStrategy::colocate_vars_with(const Variable& var, const std:
 }
 
 void ParameterServerStrategy::materialize() {
+  prepare_checkpoint_hooks();
   // PS ranks ignore what they declared; the chief's list is authoritative (checked on workers).
   ps_ = ps::ParameterServers::materialize(runtime_, options_.ps, pending_);
+  gather_restore_report();
+  if (report_) last_save_global_step_ = report_->global_step;
+  last_save_time_ = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 ps::ParameterServers& ParameterServerStrategy::parameter_servers() {
@@ -204,8 +211,27 @@ int ParameterServerStrategy::num_workers() const {
 }
 int ParameterServerStrategy::worker_index() const { return ps_ ? ps_->worker_index() : -1; }
 
-void ParameterServerStrategy::serve() { parameter_servers().serve(); }
-void ParameterServerStrategy::finish() { parameter_servers().done(); }
+bool ParameterServerStrategy::serve() {
+  stopped_ = parameter_servers().serve();
+  return stopped_;
+}
+
+void ParameterServerStrategy::finish_training(const ps::WorkerPosition& position) {
+  std::lock_guard<std::mutex> lock(ps_mutex_);
+  auto& p = parameter_servers();
+  if (training_finished_) return;
+  training_finished_ = true;
+  if (!checkpoint_.directory.empty() && !stopped_) {
+    auto b = p.finish_checkpoints(position);
+    if (b.stop) stopped_ = true;
+  }
+}
+
+void ParameterServerStrategy::finish(const ps::WorkerPosition& position) {
+  finish_training(position);
+  std::lock_guard<std::mutex> lock(ps_mutex_);
+  parameter_servers().done();
+}
 
 void ParameterServerStrategy::read(const Variable& var, std::vector<float>& out) {
   out.resize(static_cast<std::size_t>(var.num_elements()));

@@ -42,6 +42,9 @@ struct VariableMeta {
   std::vector<std::int64_t> shape;
   DType dtype = DType::kF32;
   std::vector<std::string> slots;  // optimizer slot names ("m", "v", "accumulator"), same shape/dtype
+  // Optimizer updates applied to the variable (Adam's bias-correction step t); 0 when none or
+  // unknown. Stored as the dataset attribute `optimizer_step`.
+  std::int64_t optimizer_step = 0;
 };
 
 // Rows [row_begin, row_end) of one variable held by this rank, row-major, contiguous.
@@ -73,6 +76,11 @@ struct Attributes {
 
 struct SaveOptions {
   int max_to_keep = 0;  // > 0: after the commit, delete the oldest committed files beyond this many
+  // > 0: a checkpoint that max_to_keep would delete is kept instead (marked "preserved" in
+  // checkpoint.json, not counted by max_to_keep) when it was created at least this many hours after
+  // the newest preserved one; the first checkpoint evicted is always preserved. TF's
+  // CheckpointManager(keep_checkpoint_every_n_hours) behaves alike (its reference is its start).
+  double keep_every_n_hours = 0;
 };
 
 // COLLECTIVE over `comm` (all ranks, same arguments except request.shards). Writes
@@ -144,6 +152,7 @@ struct CheckpointEntry {
   std::string file;  // file name relative to the directory, "ckpt-<step>.h5"
   std::int64_t global_step = 0;
   std::int64_t created_unix = 0;
+  bool preserved = false;  // kept by keep_every_n_hours, outside max_to_keep
 };
 
 // Committed checkpoints listed in <dir>/checkpoint.json, oldest first. Empty when the directory

@@ -15,7 +15,9 @@
 //   4. Destroying the object is collective (it frees the region).
 //
 // Arena of one PS (byte offsets, all 8-byte aligned):
-//   control block: [0] global step (PS 0), [8] workers done, [16 + 8w] clock of worker w (PS 0)
+//   control block: [0] global step (PS 0), [8] workers done, [16..63] save protocol (PS 0:
+//     request id, target clock, flags, arrivals, completed id, preemption reports),
+//     [64 + 8w] clock of worker w (PS 0), then 3 x i64 per worker: its WorkerPosition (PS 0)
 //   per shard placed here: values | optimizer slots | per-worker inbox + doorbell + ack
 //     (inboxes only when pushes go through the PS: stateful optimizers or sync consistency)
 //
@@ -59,6 +61,55 @@ struct ConsistencyConfig {
   std::string to_string() const;
 };
 
+// ---- checkpoint hooks -------------------------------------------------------------------------
+// The PS layer knows no file format: the strategy layer's checkpoint glue fills these hooks, and the
+// PS layer calls them at the right moments (DESIGN.md section 6).
+
+// One shard held by this PS, as it is restored into or saved from its arena.
+struct ShardBuffers {
+  const Shard* shard = nullptr;
+  void* values = nullptr;           // shard->bytes
+  std::vector<void*> slots;         // one per slot_names(optimizer), same bytes; empty if not trainable
+  std::int64_t optimizer_step = 0;  // updates applied to this shard (Adam's t); in/out
+};
+
+// Where one worker is in its input (saved with every checkpoint so a resume neither replays nor
+// skips data): `offset` examples of its shard of `epoch` consumed, `step` steps done in total.
+struct WorkerPosition {
+  std::int64_t epoch = 0;
+  std::int64_t offset = 0;
+  std::int64_t step = 0;
+};
+
+// What a save sees. Identical on every PS rank except `shards` (this PS's own).
+struct SaveContext {
+  std::int64_t save_number = 0;            // 1, 2, ... within this job
+  std::int64_t global_step = 0;
+  std::vector<WorkerPosition> positions;   // per worker (index = worker index)
+  std::vector<ShardBuffers> shards;        // this PS's shards, in shard-map order
+  bool final = false;                      // the save at the end of training
+  bool stop = false;                       // the job stops after it (preemption)
+};
+
+struct CheckpointHooks {
+  // Set identically on every rank when the job saves checkpoints: workers then stop at the agreed
+  // step boundaries and the PS ranks save there (see ParameterServers::at_step_boundary).
+  bool enabled = false;
+  // PS ranks, after the variable list and placement are known, before anything is allocated: ""
+  // when a pending restore can go ahead, else one line (e.g. a shape mismatch naming the variable).
+  // The verdicts of all PS ranks become one ConfigError on every rank.
+  std::function<std::string(const ShardMap& map)> check;
+  // PS ranks, once per local shard during materialisation; slots already hold their initial
+  // values. Fill what the checkpoint has; return true when `values` were restored (false: the
+  // initializer fills them).
+  std::function<bool(ShardBuffers& shard)> restore;
+  // PS 0 only: the global step to start from; called once during materialisation.
+  std::function<std::int64_t()> restore_global_step;
+  // COLLECTIVE over the PS ranks (Communicators::ps()): writes one checkpoint from the shards of a
+  // quiesced job. Throwing is fatal for the job (the previous checkpoint stays committed).
+  std::function<void(const SaveContext& context)> save;
+};
+
 struct PsOptions {
   OptimizerConfig optimizer = OptimizerConfig::defaults(OptimizerKind::kSgd);
   ConsistencyConfig consistency;
@@ -67,9 +118,9 @@ struct PsOptions {
   double timeout_s = 60.0;  // every wait (acks, staleness, barriers) names who is late after this
   // 0: no cap; otherwise a PS arena above this many bytes is refused (STRATA_PS_MAX_ARENA_BYTES).
   std::uint64_t max_arena_bytes = 0;
-  // Checkpoint hook, called on PS ranks during materialisation for every shard they hold: fill
-  // `values` (shard.bytes) and return true to take restored values, false for the initializer.
-  std::function<bool(const Shard& shard, void* values)> restore;
+  // How long a worker waits for the PS ranks to write a checkpoint (the job is stopped meanwhile).
+  double save_timeout_s = 900.0;
+  CheckpointHooks checkpoint;
 };
 
 class ParameterServers {
@@ -90,7 +141,9 @@ class ParameterServers {
   // PS ranks: the service loop. Returns once every worker has called done() and every update they
   // pushed is applied. An idle PS waits as long as the job runs: the deadlines sit in the workers'
   // waits, and a dead worker ends the job through mpirun/srun (fail-stop).
-  void serve();
+  // Returns true when the job was stopped by a preemption save (see at_step_boundary), false when
+  // training ran to its end.
+  bool serve();
   // Statistics of this PS's service loop.
   std::int64_t applied_updates() const;
 
@@ -117,8 +170,37 @@ class ParameterServers {
   // Largest (own clock - slowest clock) observed when end_step() returned: the bound holds when this
   // never exceeds N.
   std::int64_t max_observed_staleness() const;
-  // Signals the PS ranks that this worker is finished. Call once, after its last push.
+  // Signals the PS ranks that this worker is finished. Call once, after its last push (and after
+  // finish_checkpoints() when checkpointing).
   void done();
+
+  // ---- checkpoints (workers; only when options.checkpoint.enabled) ----
+  // Saves are taken at step boundaries of a quiesced job: every worker stops at a boundary, waits
+  // until the PS ranks applied all its pushes, records its WorkerPosition and arrives; the PS ranks
+  // then save collectively and release the workers. The chief decides when (request_save); every
+  // worker takes part in every save, in order.
+  //   Agreement: the chief posts request n with target clock c+1 (c = its clock), so in sync mode
+  //   no worker can be past the target (its next round needs the chief's push) and each joins
+  //   exactly at c+1; under async and staleness:N a worker joins at its first boundary with clock
+  //   >= target, and workers behind the target keep training up to it (nobody waits on them).
+  struct Boundary {
+    bool saved = false;  // this boundary took part in a save
+    bool stop = false;   // that save was a preemption save: stop training now
+  };
+  // Chief only: ask for a save at the next boundary (no-op if one is already pending). `stop`:
+  // the workers stop after it and serve() returns true on the PS ranks.
+  void request_save(bool stop);
+  bool save_pending() const;
+  // Every worker, after end_step(): joins the pending save when this boundary is its turn.
+  Boundary at_step_boundary(const WorkerPosition& position);
+  // Every worker, after its last step: takes part in every save the chief still requests, ending
+  // with the final save, which the chief requests here. Returns when that save is committed.
+  Boundary finish_checkpoints(const WorkerPosition& position);
+  // Preemption: record that this rank (any role) got a signal; the chief reads the job-wide count.
+  void report_preemption();
+  std::int64_t preemption_reports();
+  // Saves this job committed so far (as seen by this worker).
+  std::int64_t saves_completed() const;
 
   struct Impl;
 

@@ -72,6 +72,46 @@ class Variable {
   ps::VariableSpec spec_;
 };
 
+// Checkpoints (DESIGN.md section 6; TF's CheckpointManager and Checkpoint.restore). The PS ranks
+// write `<directory>/ckpt-<global_step>.h5` collectively with parallel HDF5 while the job is
+// quiesced at a step boundary (ps::ParameterServers::at_step_boundary), so a checkpoint is one
+// consistent state: every push of every worker up to its recorded position applied, nothing after.
+struct CheckpointOptions {
+  std::string directory;              // "" = no checkpoints
+  // Saves: every N global steps and/or T seconds (the chief decides), and always a final one in
+  // finish() after the last step.
+  std::int64_t save_every_steps = 0;  // 0: off
+  double save_every_secs = 0;         // and/or every T seconds (0: off)
+  int max_to_keep = 5;                // 0: keep every checkpoint
+  double keep_every_n_hours = 0;      // see checkpoint::SaveOptions
+  // SIGTERM / SIGUSR1: every rank notes it, the chief asks for a save at the next boundary, and
+  // the job stops after it (StepOutcome::stop, serve() returning true): exit with kExitPreempted.
+  bool handle_signals = true;
+};
+
+struct RestoreOptions {
+  // Silences the report of checkpoint variables the model does not create (TF's expect_partial).
+  bool expect_partial = false;
+};
+
+// What a restore did, known on every rank after the outermost scope() (collective report).
+struct RestoreReport {
+  std::string path;                       // the file restored
+  std::int64_t global_step = 0;
+  std::vector<std::string> restored;      // model variables read from the checkpoint
+  std::vector<std::string> initialized;   // model variables absent from it: initializer
+  std::vector<std::string> unused;        // checkpoint variables the model does not create
+  std::vector<std::string> fresh_slots;   // "var/slot" optimizer slots absent from it: initial value
+  std::vector<std::string> skipped;       // newer checkpoints that failed verification, with why
+  std::vector<ps::WorkerPosition> positions;  // per worker of the saving job
+};
+
+// Result of ParameterServerStrategy::end_step.
+struct StepOutcome {
+  bool saved = false;  // this boundary took part in a checkpoint save
+  bool stop = false;   // a preemption save happened: stop training (then finish(), exit 75)
+};
+
 struct StrategyOptions {
   ps::PsOptions ps;
   int cpu_replicas = 1;  // replicas per worker when it has no GPU (--cpu-replicas)
@@ -91,8 +131,11 @@ struct DistributeOptions {
 // shard; each step yields one batch per replica of this worker. Movable, not copyable.
 class DistributedDataset {
  public:
-  // Starts epoch `epoch`: this worker's shard of it, in the epoch's shuffled order.
-  void start_epoch(int epoch);
+  // Starts epoch `epoch`: this worker's shard of it, in the epoch's shuffled order, skipping its
+  // first `skip_examples` examples (resuming from a checkpoint's position; the order does not
+  // depend on the skip, so the resumed epoch continues exactly where the saved one stopped).
+  // examples_this_epoch() still counts the whole shard.
+  void start_epoch(int epoch, std::int64_t skip_examples = 0);
   // The next step's batches, one per replica (earlier replicas take the extra examples of a partial
   // batch; a replica can get an empty batch at the very end). false once the epoch is exhausted.
   bool next(PerReplica<data::Batch>& out);
@@ -168,10 +211,37 @@ class ParameterServerStrategy {
   int num_workers() const;
   int worker_index() const;  // among chief + workers; -1 elsewhere
 
-  // PS ranks: the service loop; returns when every worker called finish().
-  void serve();
-  // Workers: after the last step (pushes are complete when it returns).
-  void finish();
+  // PS ranks: the service loop; returns when every worker called finish(). true when the job was
+  // stopped by a preemption save (exit with kExitPreempted).
+  bool serve();
+  // Workers, after the last step, with checkpoints: takes part in the saves the chief still
+  // requests and in the final save (skipped when a preemption save stopped the job). Collective
+  // over the workers; call it before any other wait on the other workers (a worker blocked
+  // elsewhere would never arrive at a save). Idempotent.
+  void finish_training(const ps::WorkerPosition& position);
+  // Workers: the very end (pushes are complete when it returns); calls finish_training(position)
+  // first if that did not happen yet. The PS ranks' serve() returns once every worker finished.
+  void finish(const ps::WorkerPosition& position = {});
+
+  // ---- checkpoints ----
+  // Before the outermost scope() ends, on every rank with the same arguments.
+  void set_checkpoint_options(const CheckpointOptions& options);
+  const CheckpointOptions& checkpoint_options() const { return checkpoint_; }
+  // Lazy restore: records `path` (a checkpoint file, or a directory meaning its newest checkpoint
+  // that verifies) and materialisation reads each shard's rows straight into its PS arena. A
+  // directory without any checkpoint is not an error: training starts from the initializers and
+  // restore_report() stays empty. A missing path, a file that is not a checkpoint, or a variable
+  // whose shape or dtype differs is a ConfigError on every rank, raised by scope().
+  void restore(const std::string& path, const RestoreOptions& options = {});
+  const std::optional<RestoreReport>& restore_report() const { return report_; }
+  // This worker's position in the restored checkpoint (zeros without a restore; when the
+  // checkpoint was written by a different number of workers, every worker restarts at the
+  // beginning of the oldest epoch any of them was in).
+  ps::WorkerPosition restored_position() const;
+  // Workers, after each step: ends the step (staleness bookkeeping), lets the chief decide on a
+  // save (steps, seconds, preemption), and takes part in a save when it is this boundary's turn.
+  StepOutcome end_step(const ps::WorkerPosition& position);
+  bool stopped() const { return stopped_; }
 
   // Runs `fn` once per replica, each on its own thread (inline when there is one replica), and
   // returns the per-replica results. An exception in any replica is rethrown here.
@@ -215,6 +285,19 @@ class ParameterServerStrategy {
   friend class ReplicaContext;
   void run_replicas(const std::function<void(ReplicaContext&)>& fn);
   void materialize();
+  // Checkpoint glue (src/strategy/checkpointing.cc).
+  struct CheckpointState;
+  void prepare_checkpoint_hooks();
+  void gather_restore_report();
+  CheckpointOptions checkpoint_;
+  std::optional<std::string> restore_path_;
+  RestoreOptions restore_options_;
+  std::optional<RestoreReport> report_;
+  std::shared_ptr<CheckpointState> ckpt_state_;
+  bool stopped_ = false;
+  bool training_finished_ = false;
+  std::int64_t last_save_global_step_ = 0;
+  double last_save_time_ = 0;
 
   const Runtime& runtime_;
   StrategyOptions options_;

@@ -71,6 +71,7 @@ std::vector<CheckpointEntry> read_pointer(const std::string& dir) {
       entry.file = e.at("file").get<std::string>();
       entry.global_step = e.at("global_step").get<std::int64_t>();
       entry.created_unix = e.at("created_unix").get<std::int64_t>();
+      entry.preserved = e.value("preserved", false);
       entries.push_back(entry);
     }
   } catch (const nlohmann::json::exception& e) {
@@ -84,9 +85,11 @@ void write_pointer(const std::string& dir, const std::vector<CheckpointEntry>& e
   doc["format_version"] = kFormatVersion;
   doc["latest"] = entries.empty() ? nlohmann::json(nullptr) : nlohmann::json(entries.back().file);
   doc["checkpoints"] = nlohmann::json::array();
-  for (const auto& e : entries)
-    doc["checkpoints"].push_back(
-        {{"file", e.file}, {"global_step", e.global_step}, {"created_unix", e.created_unix}});
+  for (const auto& e : entries) {
+    nlohmann::json entry = {{"file", e.file}, {"global_step", e.global_step}, {"created_unix", e.created_unix}};
+    if (e.preserved) entry["preserved"] = true;
+    doc["checkpoints"].push_back(entry);
+  }
   std::string final_path = (std::filesystem::path(dir) / kPointerFile).string();
   std::string tmp = final_path + ".tmp";
   {

@@ -95,6 +95,7 @@ CheckpointReader::CheckpointReader(const std::string& path) : impl_(std::make_un
     std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
     STRATA_CHECK_H5(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr));
     meta.shape.assign(dims.begin(), dims.end());
+    if (detail::has_attr(dset.get(), "optimizer_step")) meta.optimizer_step = detail::read_attr_i64(dset.get(), "optimizer_step");
     std::string slots_group = "/slots/" + name;
     if (link_exists(f, slots_group)) {
       VisitState slots;

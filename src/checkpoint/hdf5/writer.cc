@@ -30,7 +30,9 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
+#include <thread>
 #include <set>
 
 #include "checkpoint/hdf5/commit.h"
@@ -140,6 +142,37 @@ std::string validate_locally(const SaveRequest& req, const std::map<std::string,
 }
 
 }  // namespace
+
+// max_to_keep and keep_every_n_hours over the pointer's entries (oldest first, the new one last):
+// returns the entries to delete and leaves the kept ones in `entries`.
+std::vector<CheckpointEntry> apply_retention(std::vector<CheckpointEntry>& entries, const SaveOptions& options) {
+  std::vector<CheckpointEntry> dropped;
+  if (options.max_to_keep <= 0) return dropped;
+  std::size_t managed = 0;
+  for (const auto& e : entries) managed += e.preserved ? 0 : 1;
+  // The reference time of keep_every_n_hours: the newest preserved entry. With none yet, the first
+  // entry max_to_keep evicts is preserved (the pointer is the only state that survives restarts).
+  std::int64_t reference = std::numeric_limits<std::int64_t>::min() / 2;
+  for (const auto& e : entries)
+    if (e.preserved) reference = e.created_unix;
+  const auto period = static_cast<std::int64_t>(options.keep_every_n_hours * 3600.0);
+  std::vector<CheckpointEntry> kept;
+  for (auto& e : entries) {
+    if (!e.preserved && managed > static_cast<std::size_t>(options.max_to_keep)) {
+      --managed;
+      if (options.keep_every_n_hours > 0 && e.created_unix - reference >= period) {
+        e.preserved = true;
+        reference = e.created_unix;
+      } else {
+        dropped.push_back(e);
+        continue;
+      }
+    }
+    kept.push_back(e);
+  }
+  entries = std::move(kept);
+  return dropped;
+}
 
 std::string save(MPI_Comm comm, const std::string& dir, std::int64_t global_step,
                  const SaveRequest& request, const Attributes& attributes,
@@ -291,6 +324,8 @@ std::string save(MPI_Comm comm, const std::string& dir, std::int64_t global_step
                                            space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT)),
                 H5Dclose);
       detail::write_attr_u64(dset.get(), "checksum", checksums[d]);
+      if (datasets[d].slot.empty() && v.optimizer_step != 0)
+        detail::write_attr_i64(dset.get(), "optimizer_step", v.optimizer_step);
 
       // This rank's pieces of dataset d, padded with empty writes to the max count over ranks.
       std::vector<const Piece*> mine;
@@ -320,6 +355,10 @@ std::string save(MPI_Comm comm, const std::string& dir, std::int64_t global_step
         }
       }
     }
+    // Test hook (STRATA_TEST_SAVE_DELAY_S): hold the save open with its data written but the file
+    // not yet closed or committed, so a test can kill a rank in the middle of a save reliably.
+    if (const char* delay = std::getenv("STRATA_TEST_SAVE_DELAY_S"))
+      std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(delay)));
     STRATA_CHECK_H5(file.close());
   }
 
@@ -334,12 +373,7 @@ std::string save(MPI_Comm comm, const std::string& dir, std::int64_t global_step
                                    [&](const CheckpointEntry& e) { return e.file == name; }),
                     entries.end());
       entries.push_back({name, global_step, created_unix});
-      std::vector<CheckpointEntry> dropped;
-      if (options.max_to_keep > 0 && static_cast<int>(entries.size()) > options.max_to_keep) {
-        auto n = entries.size() - static_cast<std::size_t>(options.max_to_keep);
-        dropped.assign(entries.begin(), entries.begin() + static_cast<std::ptrdiff_t>(n));
-        entries.erase(entries.begin(), entries.begin() + static_cast<std::ptrdiff_t>(n));
-      }
+      std::vector<CheckpointEntry> dropped = apply_retention(entries, options);
       detail::write_pointer(dir, entries);
       for (const auto& e : dropped) {
         std::error_code ec;

@@ -1,0 +1,398 @@
+// Checkpoint glue between the parameter servers (which know arenas, shards and the save protocol)
+// and the checkpoint layer (which knows the HDF5 format): ParameterServerStrategy's restore(),
+// set_checkpoint_options(), end_step() and finish() (include/strata/strategy/parameter_server_strategy.h).
+//
+// Restore, in materialisation order:
+//   1. PS 0 resolves the path (a directory means its newest checkpoint that verifies) and every
+//      rank learns the verdict (allgather), so a bad path is one ConfigError on every rank.
+//   2. Every PS opens the file read-only and, before anything is allocated, checks each model
+//      variable the checkpoint has for shape and dtype (PsOptions::checkpoint.check).
+//   3. Each PS reads only its own shards' rows (and slots) straight into its arena.
+//   4. PS 0 builds the report (restored / initialised / unused variables, positions) and every rank
+//      receives it; the chief prints it.
+// Save: the PS ranks call checkpoint::save collectively over Communicators::ps() from the service
+// loop once every worker stopped at the agreed boundary (ParameterServers::at_step_boundary).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "strata/checkpoint/checkpoint.h"
+#include "strata/cluster/runtime.h"
+#include "strata/common/error.h"
+#include "strata/common/logging.h"
+#include "strata/common/signals.h"
+#include "strata/strategy/parameter_server_strategy.h"
+
+namespace strata {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+
+checkpoint::DType to_checkpoint(ps::DType d) {
+  switch (d) {
+    case ps::DType::kF32: return checkpoint::DType::kF32;
+    case ps::DType::kF64: return checkpoint::DType::kF64;
+    case ps::DType::kI64: return checkpoint::DType::kI64;
+  }
+  return checkpoint::DType::kF32;
+}
+
+// Checkpoint datasets have rank >= 1: a scalar variable is stored as shape (1,) (FORMAT.md).
+std::vector<std::int64_t> file_shape(const ps::Shape& shape) {
+  if (shape.empty()) return {1};
+  return std::vector<std::int64_t>(shape.begin(), shape.end());
+}
+
+bool has_slots(const ps::VariableSpec& spec) { return spec.trainable && spec.dtype != ps::DType::kI64; }
+
+// FNV-1a 64 over names, shapes and dtypes in creation order: the model's identity in a checkpoint,
+// independent of partitioning and placement (so resharding keeps it).
+std::uint64_t checkpoint_sequence_hash(const std::vector<ps::VariableSpec>& specs) {
+  std::uint64_t h = 1469598103934665603ull;
+  auto mix = [&](const std::string& s) {
+    for (unsigned char c : s) {
+      h ^= c;
+      h *= 1099511628211ull;
+    }
+    h ^= 0xff;
+    h *= 1099511628211ull;
+  };
+  for (const auto& s : specs) {
+    mix(s.name);
+    mix(ps::shape_to_string(s.shape));
+    mix(ps::to_string(s.dtype));
+  }
+  return h;
+}
+
+std::string position_json(const std::vector<ps::WorkerPosition>& positions) {
+  nlohmann::ordered_json j;
+  std::int64_t epoch = positions.empty() ? 0 : positions.front().epoch;
+  for (const auto& p : positions) epoch = std::min(epoch, p.epoch);
+  j["epoch"] = epoch;
+  j["workers"] = nlohmann::json::array();
+  for (std::size_t w = 0; w < positions.size(); ++w)
+    j["workers"].push_back({{"worker", w}, {"epoch", positions[w].epoch}, {"offset", positions[w].offset},
+                            {"step", positions[w].step}});
+  return j.dump();
+}
+
+std::vector<ps::WorkerPosition> positions_from_json(const std::string& text) {
+  std::vector<ps::WorkerPosition> out;
+  try {
+    auto j = nlohmann::json::parse(text.empty() ? "{}" : text);
+    if (!j.contains("workers")) return out;
+    for (const auto& w : j.at("workers")) {
+      ps::WorkerPosition p;
+      p.epoch = w.value("epoch", std::int64_t{0});
+      p.offset = w.value("offset", std::int64_t{0});
+      p.step = w.value("step", std::int64_t{0});
+      out.push_back(p);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(std::string("checkpoint: malformed training_position attribute: ") + e.what());
+  }
+  return out;
+}
+
+std::string join(const std::vector<std::string>& v, std::size_t limit = 8) {
+  std::string out;
+  for (std::size_t i = 0; i < v.size() && i < limit; ++i) out += (i ? ", " : "") + v[i];
+  if (v.size() > limit) out += ", ... (" + std::to_string(v.size()) + " in all)";
+  return out;
+}
+
+}  // namespace
+
+struct ParameterServerStrategy::CheckpointState {
+  std::string path;                                   // file being restored ("" = none)
+  std::vector<std::string> skipped;                   // newer checkpoints that failed verification
+  std::shared_ptr<checkpoint::CheckpointReader> reader;  // PS ranks with a restore
+  std::string open_error;                             // this PS could not open the file
+  ps::OptimizerConfig optimizer;
+};
+
+void ParameterServerStrategy::set_checkpoint_options(const CheckpointOptions& options) {
+  if (ps_) throw Error("set_checkpoint_options(): variables are already materialised");
+  if (options.save_every_steps < 0 || options.save_every_secs < 0 || options.max_to_keep < 0 ||
+      options.keep_every_n_hours < 0)
+    throw ConfigError("checkpoint options must not be negative");
+  checkpoint_ = options;
+}
+
+void ParameterServerStrategy::restore(const std::string& path, const RestoreOptions& options) {
+  if (ps_) throw Error("restore(): variables are already materialised (call it before scope())");
+  if (path.empty()) throw ConfigError("restore(): empty path");
+  restore_path_ = path;
+  restore_options_ = options;
+}
+
+void ParameterServerStrategy::prepare_checkpoint_hooks() {
+  auto st = std::make_shared<CheckpointState>();
+  st->optimizer = options_.ps.optimizer;
+  ckpt_state_ = st;
+  const bool ps0 = runtime_.role() == Role::kPs && runtime_.task().index == 0;
+  const double timeout = options_.ps.timeout_s;
+
+  if (restore_path_) {
+    // 1. PS 0 resolves the path; its verdict (JSON) reaches every rank.
+    std::string mine;
+    if (ps0) {
+      nlohmann::json j;
+      const std::string& p = *restore_path_;
+      try {
+        std::error_code ec;
+        if (!std::filesystem::exists(p, ec)) {
+          j["error"] = "restore: '" + p + "' does not exist";
+        } else if (std::filesystem::is_directory(p, ec)) {
+          auto latest = checkpoint::latest_checkpoint(p);
+          if (!latest) {
+            j["none"] = p;
+          } else {
+            j["path"] = latest->path;
+            j["skipped"] = latest->skipped;
+          }
+        } else {
+          checkpoint::CheckpointReader reader(p);
+          auto bad = reader.verify();
+          if (!bad.empty())
+            j["error"] = "restore: " + p + " fails verification: " + bad.front().path + ": " + bad.front().reason;
+          else
+            j["path"] = p;
+        }
+      } catch (const Error& e) {
+        j["error"] = "restore: " + e.message();
+      }
+      mine = j.dump();
+    }
+    nlohmann::json verdict;
+    for (const auto& s : allgather_strings(runtime_.comms().runtime(), mine, timeout, "checkpoint restore path"))
+      if (!s.empty()) verdict = nlohmann::json::parse(s);
+    if (verdict.contains("error")) throw ConfigError(verdict["error"].get<std::string>());
+    if (verdict.contains("none")) {
+      if (runtime_.is_chief())
+        std::cout << "checkpoint: no valid checkpoint in " << verdict["none"].get<std::string>()
+                  << ": starting from the initializers" << std::endl;
+    } else {
+      st->path = verdict["path"].get<std::string>();
+      if (verdict.contains("skipped")) st->skipped = verdict["skipped"].get<std::vector<std::string>>();
+    }
+  }
+
+  auto& hooks = options_.ps.checkpoint;
+  if (!st->path.empty() && runtime_.role() == Role::kPs) {
+    try {
+      st->reader = std::make_shared<checkpoint::CheckpointReader>(st->path);
+    } catch (const Error& e) {
+      st->open_error = "ps:" + std::to_string(runtime_.task().index) + " cannot open " + st->path + ": " + e.message();
+    }
+    // 2. Shape and dtype of every model variable the checkpoint has, before allocation.
+    hooks.check = [st](const ps::ShardMap& map) -> std::string {
+      if (!st->open_error.empty()) return st->open_error;
+      for (const auto& spec : map.variables()) {
+        if (!st->reader->find(spec.name)) continue;
+        try {
+          st->reader->check_compatible(spec.name, file_shape(spec.shape), to_checkpoint(spec.dtype));
+        } catch (const ConfigError& e) {
+          return "cannot restore: " + e.message();
+        }
+      }
+      return "";
+    };
+    // 3. This shard's rows of the variable and of each slot the checkpoint has.
+    hooks.restore = [st](ps::ShardBuffers& b) -> bool {
+      const checkpoint::VariableMeta* meta = st->reader->find(b.shard->variable);
+      if (!meta) return false;
+      const std::int64_t begin = b.shard->row_begin, end = b.shard->row_end;
+      if (end > begin) st->reader->read_rows(meta->name, begin, end, b.values);
+      const auto names = ps::slot_names(st->optimizer.kind);
+      for (std::size_t k = 0; k < b.slots.size() && k < names.size(); ++k)
+        if (std::find(meta->slots.begin(), meta->slots.end(), names[k]) != meta->slots.end() && end > begin)
+          st->reader->read_slot_rows(meta->name, names[k], begin, end, b.slots[k]);
+      b.optimizer_step = meta->optimizer_step;
+      return true;
+    };
+    hooks.restore_global_step = [st]() { return st->reader->global_step(); };
+  }
+
+  if (!checkpoint_.directory.empty()) {
+    hooks.enabled = true;
+    if (checkpoint_.handle_signals) install_preemption_handlers();
+    if (runtime_.role() == Role::kPs) {
+      const CheckpointOptions copts = checkpoint_;
+      const Runtime* rt = &runtime_;
+      // Called from serve(), i.e. after materialisation: ps_ is set by then.
+      hooks.save = [this, st, copts, rt](const ps::SaveContext& ctx) {
+        const ps::ShardMap& map = ps_->shard_map();
+        MPI_Comm comm = rt->comms().ps();
+        const auto slot_names = ps::slot_names(st->optimizer.kind);
+        // Per-variable optimizer step: the largest over this variable's shards (all equal for dense
+        // variables at a quiesced boundary; sparse shards only count the pushes that touched them).
+        std::map<std::string, std::size_t> index;
+        for (std::size_t i = 0; i < map.variables().size(); ++i) index[map.variables()[i].name] = i;
+        std::vector<std::int64_t> steps(map.variables().size(), 0), max_steps(steps.size(), 0);
+        for (const auto& b : ctx.shards)
+          steps[index.at(b.shard->variable)] = std::max(steps[index.at(b.shard->variable)], b.optimizer_step);
+        if (!steps.empty())
+          STRATA_CHECK_MPI(MPI_Allreduce(steps.data(), max_steps.data(), static_cast<int>(steps.size()),
+                                         MPI_INT64_T, MPI_MAX, comm));
+        checkpoint::SaveRequest req;
+        std::uint64_t bytes = 0;
+        for (std::size_t i = 0; i < map.variables().size(); ++i) {
+          const auto& spec = map.variables()[i];
+          checkpoint::VariableMeta meta;
+          meta.name = spec.name;
+          meta.shape = file_shape(spec.shape);
+          meta.dtype = to_checkpoint(spec.dtype);
+          if (has_slots(spec)) meta.slots = slot_names;
+          meta.optimizer_step = max_steps[i];
+          req.variables.push_back(std::move(meta));
+        }
+        for (const auto& b : ctx.shards) {
+          checkpoint::ShardData d;
+          d.variable = b.shard->variable;
+          d.row_begin = b.shard->row_begin;
+          d.row_end = b.shard->row_end;
+          d.values = b.values;
+          for (std::size_t k = 0; k < b.slots.size() && k < slot_names.size(); ++k) d.slots[slot_names[k]] = b.slots[k];
+          bytes += b.shard->bytes * (1 + b.slots.size());
+          req.shards.push_back(std::move(d));
+        }
+        checkpoint::Attributes attrs;
+        attrs.variable_sequence_hash = checkpoint_sequence_hash(map.variables());
+        attrs.optimizer = ps::to_string(st->optimizer.kind);
+        attrs.training_position_json = position_json(ctx.positions);
+        checkpoint::SaveOptions sopts;
+        sopts.max_to_keep = copts.max_to_keep;
+        sopts.keep_every_n_hours = copts.keep_every_n_hours;
+        const double t0 = now_s();
+        const std::string path = checkpoint::save(comm, copts.directory, ctx.global_step, req, attrs, sopts);
+        const double dt = now_s() - t0;
+        unsigned long long total = 0, mine = bytes;
+        STRATA_CHECK_MPI(MPI_Reduce(&mine, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, comm));
+        if (rt->task().index == 0) {
+          char line[512];
+          std::snprintf(line, sizeof line, "checkpoint: saved %s (global step %lld, %.1f MiB in %.2f s, %.0f MB/s%s)",
+                        path.c_str(), static_cast<long long>(ctx.global_step), static_cast<double>(total) / (1 << 20),
+                        dt, static_cast<double>(total) / 1e6 / std::max(dt, 1e-9),
+                        ctx.stop ? ", preemption: stopping" : ctx.final ? ", final" : "");
+          std::cout << line << std::endl;
+        }
+      };
+    }
+  }
+}
+
+void ParameterServerStrategy::gather_restore_report() {
+  if (!restore_path_) return;
+  const bool ps0 = runtime_.role() == Role::kPs && runtime_.task().index == 0;
+  std::string mine;
+  if (ps0 && ckpt_state_->reader) {
+    const auto& reader = *ckpt_state_->reader;
+    nlohmann::json j;
+    j["path"] = ckpt_state_->path;
+    j["global_step"] = reader.global_step();
+    j["skipped"] = ckpt_state_->skipped;
+    std::vector<std::string> restored, initialized, unused, fresh_slots;
+    std::set<std::string> model;
+    const auto slot_names = ps::slot_names(options_.ps.optimizer.kind);
+    for (const auto& spec : ps_->shard_map().variables()) {
+      model.insert(spec.name);
+      const auto* meta = reader.find(spec.name);
+      if (!meta) {
+        initialized.push_back(spec.name);
+        continue;
+      }
+      restored.push_back(spec.name);
+      if (has_slots(spec))
+        for (const auto& s : slot_names)
+          if (std::find(meta->slots.begin(), meta->slots.end(), s) == meta->slots.end())
+            fresh_slots.push_back(spec.name + "/" + s);
+    }
+    for (const auto& v : reader.variables())
+      if (!model.count(v.name)) unused.push_back(v.name);
+    j["restored"] = restored;
+    j["initialized"] = initialized;
+    j["unused"] = unused;
+    j["fresh_slots"] = fresh_slots;
+    j["position"] = reader.training_position_json();
+    mine = j.dump();
+  }
+  nlohmann::json j;
+  for (const auto& s : allgather_strings(runtime_.comms().runtime(), mine, options_.ps.timeout_s, "restore report"))
+    if (!s.empty()) j = nlohmann::json::parse(s);
+  if (j.is_null()) return;  // the directory had no checkpoint
+  RestoreReport r;
+  r.path = j["path"].get<std::string>();
+  r.global_step = j["global_step"].get<std::int64_t>();
+  r.restored = j["restored"].get<std::vector<std::string>>();
+  r.initialized = j["initialized"].get<std::vector<std::string>>();
+  r.unused = j["unused"].get<std::vector<std::string>>();
+  r.fresh_slots = j["fresh_slots"].get<std::vector<std::string>>();
+  r.skipped = j["skipped"].get<std::vector<std::string>>();
+  r.positions = positions_from_json(j["position"].get<std::string>());
+  if (runtime_.is_chief()) {
+    for (const auto& s : r.skipped)
+      std::cout << "checkpoint: WARNING: skipped a newer checkpoint that failed verification: " << s << std::endl;
+    std::cout << "checkpoint: restored " << r.restored.size() << " variable(s) from " << r.path << " (global step "
+              << r.global_step << ")" << std::endl;
+    if (!r.initialized.empty())
+      std::cout << "checkpoint: not in the checkpoint, initialized: " << join(r.initialized) << std::endl;
+    if (!r.fresh_slots.empty())
+      std::cout << "checkpoint: optimizer slots not in the checkpoint, initialized: " << join(r.fresh_slots)
+                << std::endl;
+    if (!r.unused.empty() && !restore_options_.expect_partial)
+      std::cout << "checkpoint: in the checkpoint but not in the model (unused; expect_partial silences this): "
+                << join(r.unused) << std::endl;
+  }
+  report_ = std::move(r);
+}
+
+ps::WorkerPosition ParameterServerStrategy::restored_position() const {
+  if (!report_ || report_->positions.empty()) return {};
+  const int w = worker_index();
+  if (w >= 0 && static_cast<int>(report_->positions.size()) == num_workers()) return report_->positions[w];
+  // Another worker count: the shards differ, so restart everyone at the oldest epoch's beginning.
+  ps::WorkerPosition p = report_->positions.front();
+  for (const auto& q : report_->positions) {
+    p.epoch = std::min(p.epoch, q.epoch);
+    p.step = std::min(p.step, q.step);
+  }
+  p.offset = 0;
+  return p;
+}
+
+StepOutcome ParameterServerStrategy::end_step(const ps::WorkerPosition& position) {
+  std::lock_guard<std::mutex> lock(ps_mutex_);
+  auto& p = parameter_servers();
+  p.end_step();
+  StepOutcome out;
+  if (checkpoint_.directory.empty()) return out;
+  if (is_chief() && !p.save_pending()) {
+    const bool preempt = checkpoint_.handle_signals && (preemption_signal() != 0 || p.preemption_reports() > 0);
+    bool due = preempt;
+    if (!due && checkpoint_.save_every_steps > 0)
+      due = p.global_step() - last_save_global_step_ >= checkpoint_.save_every_steps;
+    if (!due && checkpoint_.save_every_secs > 0) due = now_s() - last_save_time_ >= checkpoint_.save_every_secs;
+    if (due) p.request_save(preempt);
+  }
+  auto b = p.at_step_boundary(position);
+  if (b.saved) {
+    last_save_global_step_ = p.global_step();
+    last_save_time_ = now_s();
+  }
+  out.saved = b.saved;
+  out.stop = b.stop;
+  if (b.stop) stopped_ = true;
+  return out;
+}
+
+}  // namespace strata
