@@ -365,8 +365,9 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
       if (outcome.stop) {
         stop = preempted = true;
         if (strategy.is_chief())
-          std::cout << "preempted (signal " << preemption_signal() << " on some rank): checkpoint saved at step "
-                    << step << ", stopping" << std::endl;
+          std::cout << "preempted (SIGTERM or SIGUSR1 reached " << (preemption_signal() ? "the chief" : "a rank")
+                    << "): checkpoint saved at step " << step << ", stopping with status " << kExitPreempted
+                    << std::endl;
       }
       examples += batch.size;
       double loss = 0;
