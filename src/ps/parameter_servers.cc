@@ -148,7 +148,8 @@ struct ParameterServers::Impl {
   bool preemption_reported = false;
   // PS state.
   std::vector<std::vector<std::int64_t>> consumed;  // per local shard, per worker: pushes applied
-  std::vector<std::int64_t> rounds;                 // per shard: applications (optimizer step count)
+  std::vector<std::int64_t> rounds;                 // per shard: applications in this job (sync rounds)
+  std::vector<std::int64_t> step_base;              // per shard: optimizer steps restored from a checkpoint
   std::int64_t applied = 0;
   std::int64_t saves_done = 0;  // PS: saves this PS took part in
   bool stopped = false;         // PS: a preemption save happened
@@ -229,7 +230,7 @@ struct ParameterServers::Impl {
       }
       const bool restored = options.checkpoint.restore && options.checkpoint.restore(buffers);
       if (!restored) fill(spec.init, spec.dtype, spec.shape, sh.row_begin, sh.row_end, buffers.values);
-      rounds[s] = buffers.optimizer_step;
+      step_base[s] = buffers.optimizer_step;
     }
     if (ps_index == 0 && options.checkpoint.restore_global_step)
       store_i64(base() + kGlobalStepOffset, options.checkpoint.restore_global_step());
@@ -244,7 +245,7 @@ struct ParameterServers::Impl {
     if (trainable_shard(s))
       for (int k = 0; k < ps::num_slots(options.optimizer.kind); ++k)
         b.slots.push_back(base() + layout[s].slots + static_cast<std::uint64_t>(k) * shard(s).bytes);
-    b.optimizer_step = s < rounds.size() ? rounds[s] : 0;
+    b.optimizer_step = s < rounds.size() ? rounds[s] + step_base[s] : 0;
     return b;
   }
 
@@ -334,7 +335,7 @@ struct ParameterServers::Impl {
     std::vector<T*> slots(nslots);
     for (int k = 0; k < nslots; ++k)
       slots[k] = reinterpret_cast<T*>(base() + layout[s].slots + static_cast<std::uint64_t>(k) * sh.bytes);
-    const std::int64_t step = ++rounds[s];
+    const std::int64_t step = ++rounds[s] + step_base[s];
     if (grad_or_null) {
       // Large shards are applied in chunks with a progress call between them, so a PS never sits
       // in pure compute for long while remote operations wait for it. The update is element-wise
@@ -657,6 +658,7 @@ std::unique_ptr<ParameterServers> ParameterServers::materialize(const Runtime& r
   impl->region = impl->transport->allocate_region(impl->is_ps ? impl->arena_bytes[impl->ps_index] : 0);
   impl->pushes.assign(impl->map.shards().size(), 0);
   impl->rounds.assign(impl->map.shards().size(), 0);
+  impl->step_base.assign(impl->map.shards().size(), 0);
   if (impl->is_ps) impl->initialise_local_shards();
   // Values must be in place before any worker pulls.
   STRATA_CHECK_MPI(MPI_Barrier(comm));
@@ -878,6 +880,10 @@ ParameterServers::Boundary ParameterServers::at_step_boundary(const WorkerPositi
   const std::int64_t n = m.read_ps0(kSaveRequestOffset);
   if (n <= m.saves_joined) return {};
   if (m.clock < m.read_ps0(kSaveTargetOffset)) return {};
+  // The final save is joined from finish_checkpoints() only: a worker still training must not
+  // join it at a step boundary (its later pushes would miss the checkpoint, and it would then wait
+  // in finish_checkpoints for a request that never comes).
+  if ((m.read_ps0(kSaveFlagsOffset) & kSaveFinal) != 0) return {};
   return m.join_save(n, position);
 }
 

@@ -1,0 +1,371 @@
+// Checkpoints through ParameterServerStrategy under mpirun: saves at agreed step boundaries,
+// lazy restore into another number of PS ranks and another partitioning (values and optimizer
+// slots identical, value for value), the restore report, and the errors a restore must give.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "mpi/mpi_test.h"
+#include "strata/checkpoint/checkpoint.h"
+#include "strata/cluster/runtime.h"
+#include "strata/common/error.h"
+#include "strata/strategy/parameter_server_strategy.h"
+
+namespace strata {
+namespace {
+
+using testing::TestComm;
+
+std::unique_ptr<Runtime> start(const TestComm& comm, int num_ps) {
+  BootstrapOptions options;
+  options.resolve.resolver = cluster::ResolverKind::kMpi;
+  options.resolve.num_ps = num_ps;
+  options.timeout_s = 30;
+  return Runtime::bootstrap(comm.get(), Env(), options);
+}
+
+// Collective: one fresh directory, the same path on every rank.
+std::string shared_temp_dir(const TestComm& comm) {
+  char buf[256] = {0};
+  if (comm.rank() == 0) {
+    std::string templ = (std::filesystem::temp_directory_path() / "strata-ckpt-XXXXXX").string();
+    std::snprintf(buf, sizeof buf, "%s", templ.c_str());
+    if (!mkdtemp(buf)) buf[0] = 0;
+  }
+  MPI_Bcast(buf, sizeof buf, MPI_CHAR, 0, comm.get());
+  return buf;
+}
+
+struct Model {
+  Variable emb, w, scalar, counts;
+};
+
+// The test model; `emb_parts` partitions the embedding (1 = not partitioned).
+Model declare(ParameterServerStrategy& strategy, int emb_parts, std::int64_t emb_rows = 37, bool with_w = true,
+              bool with_extra = false) {
+  Model m;
+  strategy.scope([&] {
+    ps::VariableSpec emb;
+    emb.name = "embedding/table";
+    emb.shape = {emb_rows, 3};
+    emb.init = ps::Initializer::uniform(-1, 1, 7);
+    if (emb_parts > 1) emb.partitioner = ps::Partitioner::fixed_shards(emb_parts);
+    m.emb = strategy.create_variable(emb);
+    if (with_w) {
+      ps::VariableSpec w;
+      w.name = "dense/w";
+      w.shape = {5};
+      w.init = ps::Initializer::constant(0.25);
+      m.w = strategy.create_variable(w);
+    }
+    ps::VariableSpec scalar;
+    scalar.name = "scale";
+    scalar.shape = {};
+    scalar.init = ps::Initializer::ones();
+    m.scalar = strategy.create_variable(scalar);
+    ps::VariableSpec counts;
+    counts.name = "counts";
+    counts.shape = {4};
+    counts.dtype = ps::DType::kI64;
+    counts.trainable = false;
+    m.counts = strategy.create_variable(counts);
+    if (with_extra) {
+      ps::VariableSpec extra;
+      extra.name = "extra";
+      extra.shape = {2};
+      extra.init = ps::Initializer::constant(3);
+      strategy.create_variable(extra);
+    }
+  });
+  return m;
+}
+
+StrategyOptions sync_adam() {
+  StrategyOptions options;
+  options.ps.optimizer = ps::OptimizerConfig::parse("adam:lr=0.1");
+  options.ps.consistency = ps::ConsistencyConfig::parse("sync");  // reproducible: the mean of all workers
+  options.ps.timeout_s = 60;
+  return options;
+}
+
+// Trains `steps` deterministic steps on every worker (the PS ranks serve) and finishes, which takes
+// the final save when checkpointing. Returns the position each worker reported last.
+ps::WorkerPosition train(ParameterServerStrategy& strategy, const Model& m, int steps, int save_every = 0) {
+  if (strategy.is_ps()) {
+    strategy.serve();
+    return {};
+  }
+  ps::WorkerPosition pos;
+  if (strategy.is_chief()) {
+    std::vector<std::int64_t> counts = {1, 2, 3, 40};
+    strategy.parameter_servers().assign("counts", counts.data(), counts.size() * 8);
+  }
+  for (int s = 0; s < steps; ++s) {
+    const float k = static_cast<float>(strategy.worker_index() + 1 + s);
+    strategy.run([&](ReplicaContext& ctx) {
+      std::vector<float> gw = {k, -k, 0.5f * k, 0, 1};
+      ctx.apply_gradient(m.w, gw);
+      std::vector<float> gs = {0.1f * k};
+      ctx.apply_gradient(m.scalar, gs);
+      std::vector<std::int64_t> rows = {s % 37, 36, (5 * s + 1) % 37};
+      std::vector<float> gr(9);
+      for (int i = 0; i < 9; ++i) gr[i] = k * static_cast<float>(i - 4);
+      ctx.apply_sparse_gradient(m.emb, rows, gr);
+      ctx.increment_global_step();
+    });
+    pos = {0, 16 * (s + 1), s + 1};
+    strategy.end_step(pos);
+    (void)save_every;
+  }
+  strategy.finish(pos);
+  return pos;
+}
+
+// Values of every variable as the chief reads them, broadcast to every rank (bytes, in order).
+std::vector<char> snapshot(const TestComm& comm, ParameterServerStrategy& strategy, const Model& m) {
+  std::vector<char> out;
+  int chief_rank = -1, mine = strategy.is_chief() ? comm.rank() : -1;
+  MPI_Allreduce(&mine, &chief_rank, 1, MPI_INT, MPI_MAX, comm.get());
+  if (strategy.is_chief()) {
+    for (const Variable* v : {&m.emb, &m.w, &m.scalar}) {
+      std::vector<float> values;
+      strategy.read(*v, values);
+      const char* p = reinterpret_cast<const char*>(values.data());
+      out.insert(out.end(), p, p + values.size() * sizeof(float));
+    }
+    std::vector<std::int64_t> counts(4);
+    strategy.parameter_servers().pull("counts", counts.data(), 32);
+    const char* p = reinterpret_cast<const char*>(counts.data());
+    out.insert(out.end(), p, p + 32);
+  }
+  int n = static_cast<int>(out.size());
+  MPI_Bcast(&n, 1, MPI_INT, chief_rank, comm.get());
+  out.resize(n);
+  MPI_Bcast(out.data(), n, MPI_CHAR, chief_rank, comm.get());
+  return out;
+}
+
+// Every dataset of two checkpoint files, compared byte for byte (values and slots).
+std::string compare_files(const std::string& a, const std::string& b) {
+  checkpoint::CheckpointReader ra(a), rb(b);
+  if (ra.global_step() != rb.global_step()) return "global steps differ";
+  if (ra.variables().size() != rb.variables().size()) return "variable counts differ";
+  for (const auto& va : ra.variables()) {
+    const auto* vb = rb.find(va.name);
+    if (!vb || vb->shape != va.shape || vb->dtype != va.dtype || vb->slots != va.slots) return "meta of " + va.name;
+    if (va.optimizer_step != vb->optimizer_step) return "optimizer_step of " + va.name;
+    std::int64_t elems = 1;
+    for (auto d : va.shape) elems *= d;
+    const std::size_t bytes = static_cast<std::size_t>(elems) * checkpoint::dtype_size(va.dtype);
+    std::vector<std::string> slots{""};
+    slots.insert(slots.end(), va.slots.begin(), va.slots.end());
+    for (const auto& slot : slots) {
+      std::vector<char> x(bytes), y(bytes);
+      ra.read_slot_rows(va.name, slot, 0, va.shape[0], x.data());
+      rb.read_slot_rows(va.name, slot, 0, va.shape[0], y.data());
+      if (x != y) return "values of " + va.name + (slot.empty() ? "" : "/" + slot);
+    }
+  }
+  return "";
+}
+
+TEST(CheckpointStrategy, RestoresIntoOtherPsCountAndPartitioningIdentically) {
+  TestComm comm;
+  if (comm.size() < 3) GTEST_SKIP() << "needs 1 PS + 2 workers to save, then 2+ PS to restore";
+  const std::string dir = shared_temp_dir(comm);
+  const std::string dir2 = dir + "/resharded";
+  const int workers = 2;
+  const int steps = 3;
+
+  // Save: 1 PS, embedding not partitioned, a save every step plus the final one.
+  std::vector<char> saved;
+  ps::WorkerPosition last;
+  {
+    auto rt = start(comm, comm.size() - workers);
+    StrategyOptions options = sync_adam();
+    ParameterServerStrategy strategy(*rt, options);
+    CheckpointOptions copt;
+    copt.directory = dir;
+    copt.save_every_steps = 1;
+    copt.max_to_keep = 2;
+    strategy.set_checkpoint_options(copt);
+    Model m = declare(strategy, 1);
+    last = train(strategy, m, steps);
+    MPI_Barrier(comm.get());
+    saved = snapshot(comm, strategy, m);
+  }
+  auto entries = checkpoint::list_checkpoints(dir);
+  bool ok = entries.size() == 2 && entries.back().global_step == steps * workers;
+
+  // Restore on every rank but one as PS (np 3: 2 PS, np 4: 3 PS) with the embedding in 3 parts,
+  // with no steps: the values read back, and the file saved again, equal the originals.
+  {
+    auto rt = start(comm, comm.size() - 1);
+    StrategyOptions options = sync_adam();
+    options.ps.placement = ps::PlacementPolicy::kGreedy;
+    ParameterServerStrategy strategy(*rt, options);
+    CheckpointOptions copt;
+    copt.directory = dir2;
+    strategy.set_checkpoint_options(copt);
+    strategy.restore(dir);
+    Model m = declare(strategy, 3);
+    const auto& report = strategy.restore_report();
+    ok = ok && report && report->global_step == steps * workers && report->restored.size() == 4 &&
+         report->initialized.empty() && report->unused.empty() && report->fresh_slots.empty();
+    ok = ok && strategy.parameter_servers().shard_map().shards_of("embedding/table").size() == 3;
+    if (!strategy.is_ps()) {
+      // One worker now: the saving job had two, so it restarts at the oldest epoch's start.
+      const auto pos = strategy.restored_position();
+      ok = ok && report->positions.size() == 2 && report->positions[1].offset == last.offset && pos.offset == 0;
+      ok = ok && strategy.global_step() == steps * workers;
+    }
+    if (strategy.is_ps())
+      strategy.serve();
+    else
+      strategy.finish(strategy.restored_position());
+    MPI_Barrier(comm.get());
+    ok = ok && snapshot(comm, strategy, m) == saved;
+  }
+  const std::string diff = compare_files(dir + "/ckpt-" + std::to_string(steps * workers) + ".h5",
+                                         dir2 + "/ckpt-" + std::to_string(steps * workers) + ".h5");
+  ok = ok && diff.empty();
+  STRATA_EXPECT_ALL(comm.get(), ok);
+  if (comm.rank() == 0 && !diff.empty()) ADD_FAILURE() << "resaved checkpoint differs: " << diff;
+  MPI_Barrier(comm.get());
+  if (comm.rank() == 0) std::filesystem::remove_all(dir);
+}
+
+TEST(CheckpointStrategy, ReportsMissingAndUnusedVariablesAndRejectsShapeMismatch) {
+  TestComm comm;
+  if (comm.size() < 2) GTEST_SKIP() << "needs a PS and a worker";
+  const std::string dir = shared_temp_dir(comm);
+  {
+    auto rt = start(comm, 1);
+    ParameterServerStrategy strategy(*rt, sync_adam());
+    CheckpointOptions copt;
+    copt.directory = dir;
+    strategy.set_checkpoint_options(copt);
+    Model m = declare(strategy, 1);
+    train(strategy, m, 1);
+  }
+  bool ok = checkpoint::list_checkpoints(dir).size() == 1;
+
+  // A model without dense/w and with a new variable: restored where possible, reported otherwise.
+  {
+    auto rt = start(comm, 1);
+    ParameterServerStrategy strategy(*rt, sync_adam());
+    strategy.restore(dir);
+    Model m = declare(strategy, 1, 37, /*with_w=*/false, /*with_extra=*/true);
+    const auto& r = strategy.restore_report();
+    ok = ok && r && r->unused == std::vector<std::string>{"dense/w"} &&
+         r->initialized == std::vector<std::string>{"extra"} && r->restored.size() == 3;
+    if (strategy.is_chief()) {
+      std::vector<float> extra(2);
+      strategy.parameter_servers().pull("extra", extra.data(), 8);
+      ok = ok && extra == std::vector<float>{3, 3};  // its initializer
+    }
+    if (strategy.is_ps())
+      strategy.serve();
+    else
+      strategy.finish();
+  }
+
+  // A different shape is a ConfigError on every rank, naming the variable, before any allocation.
+  {
+    auto rt = start(comm, 1);
+    ParameterServerStrategy strategy(*rt, sync_adam());
+    strategy.restore(dir);
+    std::string error;
+    try {
+      declare(strategy, 1, 36);
+    } catch (const ConfigError& e) {
+      error = e.message();
+    }
+    ok = ok && error.find("embedding/table") != std::string::npos && error.find("shape") != std::string::npos;
+  }
+
+  // A missing path is an error too; a directory without checkpoints is a fresh start.
+  {
+    auto rt = start(comm, 1);
+    ParameterServerStrategy strategy(*rt, sync_adam());
+    strategy.restore(dir + "/nonexistent");
+    std::string error;
+    try {
+      declare(strategy, 1);
+    } catch (const ConfigError& e) {
+      error = e.message();
+    }
+    ok = ok && error.find("does not exist") != std::string::npos;
+  }
+  {
+    const std::string empty = dir + "/empty";
+    if (comm.rank() == 0) std::filesystem::create_directories(empty);
+    MPI_Barrier(comm.get());
+    auto rt = start(comm, 1);
+    ParameterServerStrategy strategy(*rt, sync_adam());
+    strategy.restore(empty);
+    Model m = declare(strategy, 1);
+    ok = ok && !strategy.restore_report();
+    if (strategy.is_chief()) ok = ok && strategy.global_step() == 0;
+    if (strategy.is_ps())
+      strategy.serve();
+    else
+      strategy.finish();
+  }
+
+  // A corrupted newest checkpoint: the previous valid one is restored and the skip reported.
+  {
+    auto rt = start(comm, 1);
+    ParameterServerStrategy strategy(*rt, sync_adam());
+    CheckpointOptions copt;
+    copt.directory = dir;
+    strategy.set_checkpoint_options(copt);
+    strategy.restore(dir);
+    Model m = declare(strategy, 1);
+    train(strategy, m, 1);  // saves a second, newer checkpoint
+  }
+  auto entries = checkpoint::list_checkpoints(dir);
+  ok = ok && entries.size() == 2;
+  if (comm.rank() == 0 && entries.size() == 2) {
+    // Flip bytes inside the newest file's embedding data (located with HDF5 itself): its checksum
+    // no longer matches.
+    const std::string newest = dir + "/" + entries.back().file;
+    hid_t file = H5Fopen(newest.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t dset = H5Dopen2(file, "/variables/embedding/table", H5P_DEFAULT);
+    const haddr_t offset = H5Dget_offset(dset);
+    H5Dclose(dset);
+    H5Fclose(file);
+    std::fstream f(newest, std::ios::in | std::ios::out | std::ios::binary);
+    for (std::streamoff off = 0; off < 16; ++off) {
+      const auto at = static_cast<std::streamoff>(offset) + 8 * off;
+      f.seekg(at);
+      char c = 0;
+      f.read(&c, 1);
+      c = static_cast<char>(c ^ 0x5a);
+      f.seekp(at);
+      f.write(&c, 1);
+    }
+  }
+  MPI_Barrier(comm.get());
+  {
+    auto rt = start(comm, 1);
+    ParameterServerStrategy strategy(*rt, sync_adam());
+    strategy.restore(dir);
+    Model m = declare(strategy, 1);
+    const auto& r = strategy.restore_report();
+    ok = ok && r && r->skipped.size() == 1 && entries.size() == 2 && r->global_step == entries.front().global_step;
+    if (strategy.is_ps())
+      strategy.serve();
+    else
+      strategy.finish();
+  }
+  STRATA_EXPECT_ALL(comm.get(), ok);
+  MPI_Barrier(comm.get());
+  if (comm.rank() == 0) std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace strata
