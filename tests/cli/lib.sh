@@ -43,7 +43,7 @@ fail() {
   FAILURES=$((FAILURES + 1))
 }
 
-case_begin() { CASE=$1; CASES=$((CASES + 1)); }
+case_begin() { CASE=$1; CASES=$((CASES + 1)); echo "== case $CASES ($SECONDS s): $CASE"; }
 
 expect_rc() { [ "$RC" = "$1" ] || fail "expected exit status $1, got $RC"; }
 expect_rc_nonzero() { [ "$RC" != 0 ] || fail "expected a non-zero exit status"; }
