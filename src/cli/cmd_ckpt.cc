@@ -307,7 +307,8 @@ int run_ls(const CkptFlags& f) {
                           {"created", iso_utc(r.entry.created_unix)},
                           {"exists", r.exists},
                           {"bytes", r.exists ? nlohmann::json(r.bytes) : nlohmann::json(nullptr)},
-                          {"latest", i + 1 == rows.size()}};
+                          {"latest", i + 1 == rows.size()},
+                          {"preserved", r.entry.preserved}};
       if (r.verdict) {
         j["verified"] = r.verdict->ok;
         if (!r.verdict->ok) j["problem"] = r.verdict->summary();
@@ -337,7 +338,10 @@ int run_ls(const CkptFlags& f) {
                                      r.exists ? std::to_string(r.bytes) : "-", r.exists ? human_bytes(r.bytes) : "MISSING",
                                      iso_utc(r.entry.created_unix)};
       if (f.verify) cells.push_back(r.verdict->ok ? "verified" : "CORRUPT");
-      cells.push_back(i + 1 == rows.size() ? "latest" : "");
+      // keep_every_n_hours entries are exempt from max_to_keep: say so, or their survival looks odd.
+      std::string note = i + 1 == rows.size() ? "latest" : "";
+      if (r.entry.preserved) note += note.empty() ? "preserved" : ", preserved";
+      cells.push_back(note);
       table.push_back(cells);
     }
     print_table(out, table);
@@ -394,7 +398,8 @@ int run_show(const CkptFlags& f) {
                                   {"shape", v.shape},
                                   {"dtype", ck::to_string(v.dtype)},
                                   {"bytes", bytes_of(v)},
-                                  {"slots", v.slots}});
+                                  {"slots", v.slots},
+                                  {"optimizer_step", v.optimizer_step}});
     std::cout << doc.dump() << std::endl;
     return kExitOk;
   }
@@ -411,11 +416,11 @@ int run_show(const CkptFlags& f) {
       {"training_position", position.empty() ? "{}" : position}};
   print_table(out, head);
   out << "\n";
-  std::vector<std::vector<std::string>> table{{"name", "shape", "dtype", "bytes", "slots"}};
+  std::vector<std::vector<std::string>> table{{"name", "shape", "dtype", "bytes", "slots", "optimizer_step"}};
   std::uint64_t value_bytes = 0, slot_bytes = 0;
   for (const auto& v : reader.variables()) {
     table.push_back({v.name, shape_string(v.shape), ck::to_string(v.dtype), std::to_string(bytes_of(v)),
-                     v.slots.empty() ? "-" : join(v.slots, ",")});
+                     v.slots.empty() ? "-" : join(v.slots, ","), std::to_string(v.optimizer_step)});
     value_bytes += bytes_of(v);
     slot_bytes += bytes_of(v) * v.slots.size();
   }
@@ -653,6 +658,11 @@ int run_diff(const CkptFlags& f) {
       report("variables/" + x.name + ": A " + describe(x) + ", B " + describe(y) + " (values not compared)");
       continue;
     }
+    // The optimizer's step count drives Adam's bias correction: a restore that lost it would
+    // continue training differently even with equal values and slots.
+    if (x.optimizer_step != y.optimizer_step)
+      report("variables/" + x.name + " optimizer_step: A " + std::to_string(x.optimizer_step) + ", B " +
+             std::to_string(y.optimizer_step));
     std::vector<std::string> slots{""};
     for (const auto& s : x.slots) {
       if (std::find(y.slots.begin(), y.slots.end(), s) != y.slots.end())

@@ -24,7 +24,7 @@ make_ckpt() {
 D="$TEST_TMP/run"           # three committed checkpoints, written at 2, 3 and 1 ranks
 make_ckpt 2 --dir "$D" --step 100 --seed 7
 make_ckpt 3 --dir "$D" --step 200 --seed 7
-make_ckpt 1 --dir "$D" --step 300 --seed 7
+make_ckpt 1 --dir "$D" --step 300 --seed 7 --optimizer-step 42
 printf 'partial' > "$D/ckpt-400.h5.tmp"   # what a save killed mid-write leaves behind
 
 case_begin "ls lists steps, sizes, latest and the stray .tmp"
@@ -65,10 +65,10 @@ grep -qE '^format_version +1$' "$OUT" || fail "format_version missing"
 grep -qE '^optimizer +adam$' "$OUT" || fail "optimizer missing"
 grep -qE '^variable_sequence_hash +0x5eed0000c0ffee01 ' "$OUT" || fail "hash missing"
 expect_stdout_has '"offset": 9600'
-grep -qE '^embedding/table +\[1000,16\] +f32 +64000 +accumulator$' "$OUT" || fail "embedding/table row"
-grep -qE '^dense/kernel +\[6,4\] +f32 +96 +m,v$' "$OUT" || fail "dense/kernel row"
-grep -qE '^dense/bias +\[5\] +f64 +40 +-$' "$OUT" || fail "dense/bias row"
-grep -qE '^ids +\[7\] +i64 +56 +-$' "$OUT" || fail "ids row"
+grep -qE '^embedding/table +\[1000,16\] +f32 +64000 +accumulator +0$' "$OUT" || fail "embedding/table row"
+grep -qE '^dense/kernel +\[6,4\] +f32 +96 +m,v +42$' "$OUT" || fail "dense/kernel row"
+grep -qE '^dense/bias +\[5\] +f64 +40 +- +0$' "$OUT" || fail "dense/bias row"
+grep -qE '^ids +\[7\] +i64 +56 +- +0$' "$OUT" || fail "ids row"
 expect_stdout_has "4 variable(s): 64192 bytes of values"
 
 case_begin "show --json agrees with h5ls and h5dump"
@@ -135,6 +135,27 @@ expect_stdout_has "only in B: variables/extra/only [3] f32"
 expect_stdout_has "global_step: A 300, B 500"
 expect_stdout_has "training_position: A"
 grep -qE '^[0-9]+ differences$' "$OUT" || fail "no final count"
+
+case_begin "diff: the optimizer step (Adam's bias correction) counts as a difference"
+make_ckpt 2 --dir "$TEST_TMP/optstep" --step 500 --seed 3 --optimizer-step 9
+run "$STRATA_BIN" ckpt diff "$TEST_TMP/np1" "$TEST_TMP/optstep"
+expect_rc 1
+expect_stdout_has "variables/dense/kernel optimizer_step: A 0, B 9"
+[ "$(tail -1 "$OUT")" = "1 difference" ] || fail "last line is not '1 difference'"
+run "$STRATA_BIN" ckpt show --json "$TEST_TMP/optstep"
+expect_json "[v['optimizer_step'] for v in j['variables'] if v['name'] == 'dense/kernel'][0]" "9"
+
+case_begin "ls marks checkpoints kept by keep_every_n_hours as preserved"
+K="$TEST_TMP/keep"
+for step in 1 2 3; do make_ckpt 1 --dir "$K" --step "$step" --max-to-keep 1 --keep-every-n-hours 1000; done
+# max_to_keep 1: the first evicted (step 1) is preserved, step 2 is evicted inside the 1000 h.
+[ "$(cd "$K" && ls ckpt-*.h5 | tr '\n' ' ')" = "ckpt-1.h5 ckpt-3.h5 " ] || fail "files: $(ls "$K" | tr '\n' ' ')"
+run "$STRATA_BIN" ckpt ls "$K"
+expect_rc 0
+grep -qE '^1 +ckpt-1\.h5 .* preserved$' "$OUT" || fail "ckpt-1.h5 not marked preserved"
+grep -qE '^3 +ckpt-3\.h5 .* latest$' "$OUT" || fail "ckpt-3.h5 not marked latest (only)"
+run "$STRATA_BIN" ckpt ls --json "$K"
+expect_json "[(c['file'], c['preserved']) for c in j['checkpoints']]" "[('ckpt-1.h5', True), ('ckpt-3.h5', False)]"
 
 # Corrupt one byte in the middle of the latest file's embedding table (its data offset from
 # h5dump's storage layout), as bit rot would.

@@ -7,7 +7,8 @@
 // "identical".
 //
 //   make_checkpoint --dir DIR --step N [--seed S] [--rows R] [--perturb DATASET:INDEX]...
-//                   [--extra] [--optimizer NAME] [--max-to-keep K]
+//                   [--extra] [--optimizer NAME] [--max-to-keep K] [--keep-every-n-hours H]
+//                   [--optimizer-step T]
 //
 // Variables (FORMAT.md names):
 //   dense/kernel     f32 [6,4]     slots m, v
@@ -45,6 +46,8 @@ struct Options {
   bool extra = false;
   std::string optimizer = "adam";
   int max_to_keep = 0;
+  double keep_every_n_hours = 0;
+  std::int64_t optimizer_step = 0;  // stored on dense/kernel (the variable with Adam slots)
 };
 
 Options parse_args(int argc, char** argv) {
@@ -72,6 +75,10 @@ Options parse_args(int argc, char** argv) {
       o.extra = true;
     } else if (arg == "--optimizer") {
       o.optimizer = value();
+    } else if (arg == "--keep-every-n-hours") {
+      o.keep_every_n_hours = strata::parse_double(value(), "--keep-every-n-hours");
+    } else if (arg == "--optimizer-step") {
+      o.optimizer_step = strata::parse_int64(value(), "--optimizer-step");
     } else if (arg == "--max-to-keep") {
       o.max_to_keep = strata::parse_int(value(), "--max-to-keep", 0, 1 << 20);
     } else {
@@ -153,6 +160,7 @@ int run(const Options& o, MPI_Comm comm) {
                        {"dense/bias", {5}, ck::DType::kF64, {}},
                        {"ids", {7}, ck::DType::kI64, {}},
                        {"embedding/table", {o.rows, 16}, ck::DType::kF32, {"accumulator"}}};
+  request.variables[0].optimizer_step = o.optimizer_step;
   if (o.extra) request.variables.push_back({"extra/only", {3}, ck::DType::kF32, {}});
 
   // Owns every buffer until save() returns (ShardData borrows pointers).
@@ -182,6 +190,7 @@ int run(const Options& o, MPI_Comm comm) {
       "{\"epoch\": 1, \"workers\": [{\"worker\": 0, \"epoch\": 1, \"offset\": " + std::to_string(o.step * 32) + "}]}";
   ck::SaveOptions options;
   options.max_to_keep = o.max_to_keep;
+  options.keep_every_n_hours = o.keep_every_n_hours;
   std::string path = ck::save(comm, o.dir, o.step, request, attributes, options);
   if (rank == 0) std::printf("%s\n", path.c_str());
   return 0;
