@@ -3,6 +3,7 @@
 #include "strata/ps/parameter_servers.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -42,6 +43,29 @@ std::uint64_t align_up(std::uint64_t x) { return (x + kAlign - 1) / kAlign * kAl
 
 std::int64_t load_i64(const void* p) { return __atomic_load_n(static_cast<const std::int64_t*>(p), __ATOMIC_ACQUIRE); }
 void store_i64(void* p, std::int64_t v) { __atomic_store_n(static_cast<std::int64_t*>(p), v, __ATOMIC_RELEASE); }
+
+// Calls Transport::progress() from a helper thread for its lifetime. The owner must make no
+// transport call meanwhile (Transport::progress's thread contract).
+class BackgroundProgress {
+ public:
+  explicit BackgroundProgress(comm::Transport& transport)
+      : thread_([this, &transport] {
+          while (!stop_.load(std::memory_order_acquire)) {
+            transport.progress();
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+          }
+        }) {}
+  ~BackgroundProgress() {
+    stop_.store(true, std::memory_order_release);
+    thread_.join();
+  }
+  BackgroundProgress(const BackgroundProgress&) = delete;
+  BackgroundProgress& operator=(const BackgroundProgress&) = delete;
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
 
 // Where one shard's pieces live in its PS arena.
 struct ShardLayout {
@@ -271,7 +295,14 @@ struct ParameterServers::Impl {
     for (std::size_t s = 0; s < map.shards().size(); ++s)
       if (shard(s).ps == ps_index) ctx.shards.push_back(shard_buffers(s));
     STRATA_LOG(DEBUG) << "saving checkpoint " << n << " at global step " << ctx.global_step;
-    options.checkpoint.save(ctx);
+    {
+      // The save is a blocking collective (parallel HDF5) during which this thread makes no
+      // transport call. Transports whose one-sided operations need the target's progress (UCX over
+      // TCP) would otherwise stall every peer reading this PS: another PS still reading the save
+      // counters here before joining the collective (a deadlock), and workers polling for the commit.
+      BackgroundProgress keep_answering(*transport);
+      options.checkpoint.save(ctx);
+    }
     saves_done = n;
     if (ctx.stop) stopped = true;
     if (ps_index == 0) {

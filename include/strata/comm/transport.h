@@ -89,7 +89,10 @@ class Transport {
   // Makes remote writes into this rank's own region visible to local loads (and local stores
   // visible to remote readers).
   virtual void sync_local(Region& region) = 0;
-  // Drives the progress engine (a PS service loop calls it while idle).
+  // Drives the progress engine (a PS service loop calls it while idle). Thread contract: it may be
+  // called from another thread while the owning thread makes no call on this transport at all
+  // (a PS keeps answering peers from a helper thread during a blocking collective such as a
+  // checkpoint save); never concurrently with other calls on the same transport.
   virtual void progress() = 0;
 
  protected:
