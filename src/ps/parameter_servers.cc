@@ -152,6 +152,7 @@ struct ParameterServers::Impl {
   std::vector<int> ps_rank;                // PS index -> transport rank
   std::unique_ptr<comm::Transport> transport;
   std::unique_ptr<comm::Region> region;
+  MPI_Comm comm = MPI_COMM_NULL;  // the runtime's communicator (borrowed; outlives this object)
   bool is_ps = false;
   int ps_index = -1;
   int worker = -1;       // index among chief + workers
@@ -604,6 +605,7 @@ std::unique_ptr<ParameterServers> ParameterServers::materialize(const Runtime& r
   impl->options = options;
   impl->options.optimizer.validate();
   MPI_Comm comm = runtime.comms().runtime();
+  impl->comm = comm;
   const double timeout = options.timeout_s;
 
   // Who is who: PS index -> rank, worker index (chief first, then workers by index).
@@ -950,6 +952,26 @@ ParameterServers::Boundary ParameterServers::finish_checkpoints(const WorkerPosi
       throw TimeoutError("worker " + std::to_string(m.worker) + " finished training and waited " +
                              std::to_string(limit) + " s for the chief's final checkpoint request",
                          {m.ps0()});
+    backoff.pause();
+  }
+}
+
+void ParameterServers::barrier() {
+  Impl& m = *impl_;
+  MPI_Request request;
+  STRATA_CHECK_MPI(MPI_Ibarrier(m.comm, &request));
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(m.options.timeout_s));
+  Backoff backoff;
+  int done = 0;
+  while (true) {
+    STRATA_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    if (Clock::now() > deadline)
+      throw TimeoutError("parameter servers: barrier did not complete within " + std::to_string(m.options.timeout_s) +
+                             " s; some rank of the job did not arrive (MPI_Ibarrier cannot say which)",
+                         {});
+    m.transport->progress();
     backoff.pause();
   }
 }

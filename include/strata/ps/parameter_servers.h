@@ -173,6 +173,11 @@ class ParameterServers {
   // Signals the PS ranks that this worker is finished. Call once, after its last push (and after
   // finish_checkpoints() when checkpointing).
   void done();
+  // COLLECTIVE over every rank of the job (PS ranks and workers). A barrier that keeps this rank's
+  // transport progressing while it waits: over transports whose one-sided operations need the
+  // target's help (UCX over TCP, between nodes), a PS in a plain MPI_Barrier would stall workers
+  // still pulling from it. Throws TimeoutError after PsOptions::timeout_s.
+  void barrier();
 
   // ---- checkpoints (workers; only when options.checkpoint.enabled) ----
   // Saves are taken at step boundaries of a quiesced job: every worker stops at a boundary, waits
