@@ -27,6 +27,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cli/bench_checkpoint.h"
 #include "cli/commands.h"
 #include "strata/cluster/runtime.h"
 #include "strata/comm/registry.h"
@@ -325,7 +326,7 @@ int run_bench(const BenchConfig& cfg, int* argc, char*** argv) {
 
 CLI::App* add_bench_command(CLI::App& app, BenchFlags& f) {
   CLI::App* cmd = app.add_subcommand("bench", "Transport / parameter-server micro-benchmark (nccl-tests style)");
-  cmd->add_option("--op", f.op, "pull|push|pushpull|sparse (default pull)");
+  cmd->add_option("--op", f.op, "pull|push|pushpull|sparse|checkpoint (default pull)");
   cmd->add_option("-b,--minbytes", f.min_bytes, "smallest size (default 4K); for sparse: rows gathered (default 4096)");
   cmd->add_option("-e,--maxbytes", f.max_bytes, "largest size (default 64M)");
   cmd->add_option("-f,--stepfactor", f.factor, "size multiplier between steps (default 2)");
@@ -336,19 +337,41 @@ CLI::App* add_bench_command(CLI::App& app, BenchFlags& f) {
   cmd->add_option("--rows", f.rows, "sparse: rows in the PS table (default 1M)");
   cmd->add_option("--row-elems", f.row_elems, "sparse: floats per row (default 64)");
   cmd->add_option("--json", f.json, "also write the rows as JSON to this file");
+  cmd->add_option("--dir", f.dir, "checkpoint: directory for the files (default a fresh one under $TMPDIR or /tmp)");
+  cmd->add_flag("--keep", f.keep, "checkpoint: keep the last checkpoint written");
   cmd->add_option("--timeout", f.timeout, "seconds any barrier may take (default STRATA_TIMEOUT_S or 60)");
   return cmd;
 }
 
+// --op checkpoint: sizes are model bytes (default 256 MiB), -n saves (default 3) after -w (1).
+static int run_checkpoint_bench_command(const BenchFlags& f, int* argc, char*** argv) {
+  CheckpointBenchConfig cfg;
+  if (!f.min_bytes.empty()) cfg.min_bytes = cfg.max_bytes = parse_bytes(f.min_bytes, "-b");
+  if (!f.max_bytes.empty()) cfg.max_bytes = parse_bytes(f.max_bytes, "-e");
+  if (cfg.min_bytes < (1u << 20)) throw ConfigError("-b: checkpoint sizes start at 1M (dd writes whole MiB)");
+  if (cfg.max_bytes < cfg.min_bytes) throw ConfigError("-e must not be smaller than -b");
+  if (!f.factor.empty()) cfg.factor = parse_int(f.factor, "-f", 1, 1 << 20);
+  if (!f.warmup.empty()) cfg.warmup = parse_int(f.warmup, "-w", 0, 1000);
+  if (!f.iters.empty()) cfg.iters = parse_int(f.iters, "-n", 1, 1000);
+  if (!f.num_ps.empty() || !f.transport.empty() || !f.rows.empty() || !f.row_elems.empty())
+    throw ConfigError("--op checkpoint: every rank writes its share; --num-ps, --transport, --rows and --row-elems do not apply");
+  cfg.dir = f.dir;
+  cfg.keep = f.keep;
+  cfg.json_path = f.json;
+  return run_checkpoint_bench(cfg, argc, argv);
+}
+
 int run_bench_command(const BenchFlags& f, int* argc, char*** argv) {
   Env env = Env::from_process();
+  if (f.op == "checkpoint") return run_checkpoint_bench_command(f, argc, argv);
+  if (!f.dir.empty() || f.keep) throw ConfigError("--dir and --keep apply to --op checkpoint only");
   BenchConfig cfg;
   cfg.op_name = f.op.empty() ? "pull" : f.op;
   if (cfg.op_name == "pull") cfg.op = Op::kPull;
   else if (cfg.op_name == "push") cfg.op = Op::kPush;
   else if (cfg.op_name == "pushpull") cfg.op = Op::kPushPull;
   else if (cfg.op_name == "sparse") cfg.op = Op::kSparse;
-  else throw ConfigError("--op: '" + cfg.op_name + "' is not one of pull, push, pushpull, sparse");
+  else throw ConfigError("--op: '" + cfg.op_name + "' is not one of pull, push, pushpull, sparse, checkpoint");
   cfg.transport = f.transport.empty() ? env.get_string("STRATA_TRANSPORT", "mpi") : f.transport;
   if (cfg.op == Op::kSparse) {
     cfg.min_bytes = f.min_bytes.empty() ? 4096 : parse_bytes(f.min_bytes, "-b (rows)");

@@ -34,6 +34,8 @@ int run_cluster_command(const ClusterFlags& flags, int* argc, char*** argv);
 
 struct BenchFlags {
   std::string op, min_bytes, max_bytes, factor, warmup, iters, num_ps, transport, rows, row_elems, json, timeout;
+  std::string dir;    // --op checkpoint: where the files go
+  bool keep = false;  // --op checkpoint: keep them
 };
 CLI::App* add_bench_command(CLI::App& app, BenchFlags& flags);
 int run_bench_command(const BenchFlags& flags, int* argc, char*** argv);

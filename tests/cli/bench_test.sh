@@ -26,6 +26,40 @@ mpi 2 env STRATA_BENCH_MIN_BW=1000000 "$STRATA_BIN" bench -b 4K -e 4K -n 2
 expect_rc_nonzero
 expect_stdout_has "below STRATA_BENCH_MIN_BW"
 
+case_begin "checkpoint save/restore against dd, 2 ranks"
+CB="$TEST_TMP/ckpt-bench"
+mkdir -p "$CB"   # an existing directory: kept, emptied of what the bench wrote
+mpi 2 "$STRATA_BIN" bench --op checkpoint -b 2M -e 4M -f 2 -w 0 -n 2 --dir "$CB" --json "$TEST_TMP/ckpt.json"
+expect_rc 0
+expect_stdout_has "# all results correct"
+grep -qE '^ +2097152 +2 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +0$' "$OUT" || fail "no 2 MiB row with #wrong 0"
+python3 - "$TEST_TMP/ckpt.json" > "$TEST_TMP/ckpt.check" 2>&1 <<'PY' || fail "JSON: $(tail -3 "$TEST_TMP/ckpt.check")"
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+assert [r["bytes"] for r in rows] == [2 << 20, 4 << 20], rows
+for r in rows:
+    assert r["op"] == "checkpoint" and r["ranks"] == 2 and r["wrong"] == 0 and r["bad_checksums"] == 0, r
+    assert r["save_MBps"] > 0 and r["dd_MBps"] > 0 and r["restore_MBps"] > 0, r
+    assert abs(r["save_MBps"] - r["bytes"] / r["save_s"] / 1e6) < 1e-6 * r["save_MBps"], r
+PY
+# Its files are gone; a directory the bench creates itself is removed too (case below).
+[ -d "$CB" ] && [ -z "$(ls -A "$CB")" ] || fail "left files behind: $(ls -A "$CB" 2>&1 | tr '\n' ' ')"
+
+mpi 2 "$STRATA_BIN" bench --op checkpoint -b 1M -w 0 -n 1 --dir "$TEST_TMP/made-by-bench"
+expect_rc 0
+[ ! -e "$TEST_TMP/made-by-bench" ] || fail "the directory the bench created was left behind"
+
+case_begin "checkpoint bench: bad input"
+mpi 2 "$STRATA_BIN" bench --op checkpoint -b 2M --dir /proc/strata-no-such-dir
+expect_rc 2
+[ "$(grep -c 'strata bench: error' "$ERR")" = 1 ] || fail "expected one error line"
+expect_stderr_has "cannot create the directory"
+mpi 2 "$STRATA_BIN" bench --op checkpoint -b 2M -e 1000G
+expect_rc 2
+expect_stderr_has "MiB of memory"
+run "$STRATA_BIN" bench --op checkpoint -b 2M --num-ps 1
+expect_rc 2; expect_one_stderr_line; expect_stderr_has "do not apply"
+
 case_begin "bad flags"
 run "$STRATA_BIN" bench --op scatter
 expect_rc 2; expect_one_stderr_line; expect_stderr_has "--op: 'scatter'"
