@@ -89,8 +89,8 @@ has_line "run 0: strata stopped with status 75 \(checkpoint saved\): scontrol re
 
 # 2. Release it now instead of after Slurm's ~2 min hold. The old batch step must have left the
 # node first (see the script's header: released earlier, the restart fails with "Job credential
-# revoked"); 5 s is what that takes on this single-node cluster.
-sleep 5
+# revoked"); that takes a few seconds on this single-node cluster, 8 s leaves a margin.
+sleep 8
 scontrol update JobId="$jobid" StartTime=now || fail "scontrol update StartTime=now failed"
 if ! until_true 150 has_line "run 1: strata finished with status"; then
   fail "the requeued run did not finish within 150 s (state $(job_field JobState))"
