@@ -3,6 +3,13 @@
 // shard of the data (asynchronous between workers by default), its replicas split each batch and
 // all-reduce their gradients, which are pushed once per worker and step.
 //
+// Replicas (--devices auto|cpu|gpu, DESIGN.md section 4): GPU replicas, one per GPU the worker
+// uses (choose_replica_gpus), run the dense models (mlp, softmax) with cuBLAS (GpuMlpReplica): each
+// step the first replica pulls the weights once into a shared host buffer, every replica uploads
+// it and runs forward/backward on its slice of the batch, one NCCL all-reduce (MEAN) reduces the
+// flat gradient, the first replica stages it to host and pushes it. Otherwise --cpu-replicas
+// threads run the Eigen model. Evaluation always runs on the chief's host.
+//
 // The chief prints a progress line every --log-every steps or --log-every-secs seconds, evaluates on
 // the test set after every worker finished, and ends with one JSON summary line (DESIGN.md 7).
 #include <algorithm>
@@ -26,6 +33,7 @@
 #include "strata/common/trace.h"
 #include "strata/data/dataset.h"
 #include "strata/model/model.h"
+#include "strata/replica/gpu.h"
 #include "strata/strategy/parameter_server_strategy.h"
 
 namespace strata::cli {
@@ -48,6 +56,7 @@ struct TrainConfig {
   std::string placement = "round_robin";
   std::string shard = "auto";
   int cpu_replicas = 1;
+  DevicePolicy devices = DevicePolicy::kAuto;
   int num_ps = -1;
   cluster::JobsSpec jobs;
   std::uint64_t seed = 1;
@@ -188,7 +197,13 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
   std::unique_ptr<model::Model> net;
   Datasets sets;
   std::string config_error;
+  // The replicas' devices first: a collective every rank completes before any rank can fail below.
   try {
+    sopt.gpus = choose_replica_gpus(*rt, env, cfg.devices, cfg.timeout_s);
+  } catch (const ConfigError& e) {
+    config_error = e.message();
+  }
+  if (config_error.empty()) try {
     std::string opt =
         cfg.optimizer.empty() ? (cfg.model == "wide_deep" && cfg.lr == 0 ? "adagrad:lr=0.2" : cfg.model == "wide_deep" ? "adagrad" : "adam")
                               : cfg.optimizer;
@@ -199,9 +214,13 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
     sopt.ps.transport = cfg.transport;
     sopt.ps.timeout_s = cfg.timeout_s;
     sopt.cpu_replicas = cfg.cpu_replicas;
-    data::InputContext ictx{1, 0, cfg.cpu_replicas};
-    ictx.get_per_replica_batch_size(cfg.global_batch);
-    if (rt->role() != Role::kPs) sets = load_data(cfg);
+    if (rt->role() != Role::kPs) {
+      // This worker's replicas: its GPUs, or the CPU threads.
+      const int replicas = sopt.gpus.empty() ? cfg.cpu_replicas : static_cast<int>(sopt.gpus.size());
+      data::InputContext ictx{1, 0, replicas};
+      ictx.get_per_replica_batch_size(cfg.global_batch);
+      sets = load_data(cfg);
+    }
     // Workers build the model from the data's shape; PS ranks receive the chief's variable list.
     if (rt->role() != Role::kPs) net = model::make_model(model_config(cfg, sets.train));
   } catch (const ConfigError& e) {
@@ -250,6 +269,46 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
   // ---- worker ----
   const int workers = strategy.num_workers();
   const int replicas = strategy.num_replicas_in_sync();
+  // Every worker's replicas ("gpu:0,1" or "cpu:K"), in worker order, for the startup line and the
+  // summary (workers of one job may differ: --devices auto on a mix of GPU and CPU nodes).
+  const std::vector<std::string> worker_devices =
+      allgather_strings(rt->comms().workers(), strategy.devices(), cfg.timeout_s, "worker devices");
+  std::string devices_kind = worker_devices.front().substr(0, 3);
+  for (const auto& d : worker_devices)
+    if (d.compare(0, 3, devices_kind) != 0) devices_kind = "mixed";
+  if (strategy.is_chief()) {
+    std::ostringstream line;
+    line << "strata train: " << net->describe() << ", " << workers << " worker(s) + " << rt->count_role(Role::kPs)
+         << " PS; replicas:";
+    for (std::size_t w = 0; w < worker_devices.size(); ++w) {
+      const std::string& d = worker_devices[w];
+      const bool gpu = d.compare(0, 4, "gpu:") == 0;
+      const std::string list = d.substr(4);
+      const long count = gpu ? 1 + std::count(list.begin(), list.end(), ',') : std::stol(list);
+      line << (w ? "," : "") << " worker " << w << " = " << count << (gpu ? " x GPU [" + list + "]" : " x CPU");
+    }
+    line << " (--devices " << to_string(cfg.devices) << ")";
+    std::cout << line.str() << std::endl;
+  }
+  // GPU replicas: one dense model per GPU, on the replica's device and stream. Its flat buffers
+  // follow the CPU model's variable order, which is checked here once (a mismatch would push every
+  // gradient to the wrong variable).
+  PerReplica<std::unique_ptr<replica::GpuMlpReplica>> gpu_models;
+  if (strategy.uses_gpus()) {
+    const model::ModelConfig& mc = net->config();
+    const replica::GpuMlpReplica::Shape shape{mc.input_dim, mc.hidden, mc.num_classes};
+    for (int r = 0; r < replicas; ++r)
+      gpu_models.push_back(std::make_unique<replica::GpuMlpReplica>(strategy.device_group(), r, shape));
+    const auto& gv = gpu_models.front()->variables();
+    std::size_t offset = 0;
+    bool same = gv.size() == vars.size();
+    for (std::size_t i = 0; same && i < vars.size(); ++i) {
+      same = gv[i].name == vars[i].name() && gv[i].shape == vars[i].shape() && gv[i].offset == offset &&
+             static_cast<std::int64_t>(gv[i].size) == vars[i].num_elements();
+      offset += gv[i].size;
+    }
+    if (!same) throw Error("the GPU model's variables differ from the " + cfg.model + " model's");
+  }
   const auto sparse_names = net->sparse_variables();
   auto is_sparse = [&](const std::string& n) {
     return std::find(sparse_names.begin(), sparse_names.end(), n) != sparse_names.end();
@@ -312,6 +371,32 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
         const model::Inputs in = inputs_of(parts[r]);
         TraceWriter::Span span_step(trace.get(), "step", r);
         auto a = Clock::now();
+        if (!gpu_models.empty()) {
+          replica::GpuMlpReplica& m = *gpu_models[r];
+          {
+            TraceWriter::Span span(trace.get(), "pull", r);
+            m.upload_params(ctx.read_all(vars), m.num_parameters());
+          }
+          auto b = Clock::now();
+          {
+            TraceWriter::Span span(trace.get(), "compute", r);
+            const auto result = m.train_step(in.dense, in.labels, in.size);
+            losses[r] = result.loss;
+            corrects[r] = result.correct;
+          }
+          auto c = Clock::now();
+          {
+            TraceWriter::Span span(trace.get(), "all-reduce+push", r);
+            ctx.apply_gradients_flat(vars, m.grads(), m.num_parameters());
+            std::int64_t gs = ctx.increment_global_step();
+            if (r == 0) global_step = gs;
+          }
+          auto d = Clock::now();
+          pull_s[r] = std::chrono::duration<double>(b - a).count();
+          compute_s[r] = std::chrono::duration<double>(c - b).count();
+          push_s[r] = std::chrono::duration<double>(d - c).count();
+          return;
+        }
         model::Params params;
         {
           TraceWriter::Span span(trace.get(), "pull", r);
@@ -464,6 +549,8 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
                                       {"workers", workers},
                                       {"ps", rt->count_role(Role::kPs)},
                                       {"replicas_per_worker", replicas},
+                                      {"devices", devices_kind},
+                                      {"worker_devices", worker_devices},
                                       {"optimizer", ps::to_string(sopt.ps.optimizer)},
                                       {"consistency", sopt.ps.consistency.to_string()},
                                       {"epochs", epochs},
@@ -498,7 +585,11 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& f) {
   cmd->add_option("--transport", f.transport, "mpi|ucx (default STRATA_TRANSPORT or mpi)");
   cmd->add_option("--placement", f.placement, "round_robin|greedy (default round_robin)");
   cmd->add_option("--shard", f.shard, "auto|file|data|off input auto-shard policy (default auto)");
-  cmd->add_option("--cpu-replicas", f.cpu_replicas, "CPU replicas per worker (default STRATA_CPU_REPLICAS or 1)");
+  cmd->add_option("--devices", f.devices,
+                  "auto|cpu|gpu: replicas on the worker's GPUs (one per GPU) or CPU threads (default auto: GPUs "
+                  "when the worker sees one)");
+  cmd->add_option("--cpu-replicas", f.cpu_replicas,
+                  "CPU replicas per worker when it runs on CPU (default STRATA_CPU_REPLICAS or 1)");
   cmd->add_option("--num-ps", f.num_ps, "MPI or Slurm: the first N ranks are PS (default STRATA_NUM_PS or 1)");
   cmd->add_option("--jobs", f.jobs, "Slurm/MPI roles in rank order, e.g. ps=1,worker=3 (default: --num-ps)");
   cmd->add_option("--seed", f.seed, "seed of initializers, shuffles and synthetic data (default 1)");
@@ -542,6 +633,7 @@ int run_train_command(const TrainFlags& f, int* argc, char*** argv) {
                          ? static_cast<int>(env.get_int("STRATA_CPU_REPLICAS", 1))
                          : parse_int(f.cpu_replicas, "--cpu-replicas", 1, 1024);
   if (cfg.cpu_replicas < 1) throw ConfigError("STRATA_CPU_REPLICAS must be at least 1");
+  if (!f.devices.empty()) cfg.devices = parse_device_policy(f.devices, "--devices");
   if (!f.num_ps.empty()) cfg.num_ps = parse_int(f.num_ps, "--num-ps", 0, 1 << 20);
   else if (!env.has("STRATA_NUM_PS")) cfg.num_ps = 1;
   if (!f.jobs.empty()) cfg.jobs = cluster::parse_jobs_spec(f.jobs);
@@ -581,6 +673,15 @@ int run_train_command(const TrainFlags& f, int* argc, char*** argv) {
     for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
     throw ConfigError("--model: '" + cfg.model + "' is not one of " + known);
   }
+  // GPU replicas run the dense models; wide_deep (sparse embeddings) runs on CPU replicas.
+  if (cfg.model == "wide_deep") {
+    if (cfg.devices == DevicePolicy::kGpu)
+      throw ConfigError("--devices gpu: GPU replicas run the mlp and softmax models; wide_deep runs on CPU replicas "
+                        "(--devices cpu)");
+    cfg.devices = DevicePolicy::kCpu;
+  }
+  if (cfg.devices == DevicePolicy::kGpu && !f.cpu_replicas.empty())
+    throw ConfigError("--cpu-replicas sets CPU replicas; with --devices gpu a worker runs one replica per GPU");
   return run_train(cfg, argc, argv);
 }
 

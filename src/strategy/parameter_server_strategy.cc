@@ -6,8 +6,11 @@
 #include <thread>
 
 #include "strata/cluster/runtime.h"
+#include "strata/common/env.h"
 #include "strata/common/error.h"
+#include "strata/common/logging.h"
 #include "strata/common/rank_context.h"
+#include "strata/replica/gpu.h"
 
 namespace strata {
 
@@ -15,8 +18,36 @@ namespace strata {
 
 int ReplicaContext::num_replicas_in_sync() const { return strategy_.num_replicas_in_sync(); }
 
+int ReplicaContext::device() const {
+  return strategy_.gpus_.empty() ? -1 : strategy_.gpus_[static_cast<std::size_t>(replica_)];
+}
+
 void ReplicaContext::all_reduce(ReduceOp op, float* data, std::size_t n) {
   strategy_.replicas_->all_reduce(replica_, data, n, op);
+}
+
+void ReplicaContext::all_reduce_on_device(ReduceOp op, float* data, std::size_t n) {
+  strategy_.device_group().all_reduce(replica_, data, n, op);
+}
+
+const float* ReplicaContext::read_all(const std::vector<Variable>& vars) {
+  auto& group = *strategy_.replicas_;
+  std::size_t total = 0;
+  for (const Variable& v : vars) total += static_cast<std::size_t>(v.num_elements());
+  // Barrier first: nobody may still be reading the previous shared value.
+  group.barrier(replica_);
+  if (replica_ == 0) {
+    strategy_.shared_.resize(total);
+    std::lock_guard<std::mutex> lock(strategy_.ps_mutex_);
+    std::size_t offset = 0;
+    for (const Variable& v : vars) {
+      const std::size_t n = static_cast<std::size_t>(v.num_elements());
+      strategy_.parameter_servers().pull(v.name(), strategy_.shared_.data() + offset, n * sizeof(float));
+      offset += n;
+    }
+  }
+  group.barrier(replica_);
+  return strategy_.shared_.data();
 }
 
 void ReplicaContext::read(const Variable& var, std::vector<float>& out) {
@@ -48,6 +79,31 @@ void ReplicaContext::apply_gradient(const Variable& var, std::vector<float>& gra
   if (replica_ == 0) {
     std::lock_guard<std::mutex> lock(strategy_.ps_mutex_);
     strategy_.parameter_servers().push(var.name(), grad.data(), grad.size() * sizeof(float));
+  }
+}
+
+void ReplicaContext::apply_gradients_flat(const std::vector<Variable>& vars, float* grads, std::size_t n) {
+  std::size_t total = 0;
+  for (const Variable& v : vars) total += static_cast<std::size_t>(v.num_elements());
+  if (total != n)
+    throw Error("apply_gradients_flat: " + std::to_string(n) + " gradient values for " + std::to_string(vars.size()) +
+                " variable(s) of " + std::to_string(total) + " elements in all");
+  auto& group = strategy_.device_group();
+  all_reduce_on_device(ReduceOp::kMean, grads, n);
+  if (replica_ != 0) return;
+  // Device gradients are staged to host memory once, by the first replica, for the push.
+  const float* host = grads;
+  if (group.memory_kind() != replica::MemoryKind::kHost) {
+    strategy_.staging_.resize(n);
+    group.copy_to_host(replica_, strategy_.staging_.data(), grads, n);
+    host = strategy_.staging_.data();
+  }
+  std::lock_guard<std::mutex> lock(strategy_.ps_mutex_);
+  std::size_t offset = 0;
+  for (const Variable& v : vars) {
+    const std::size_t size = static_cast<std::size_t>(v.num_elements());
+    if (v.trainable()) strategy_.parameter_servers().push(v.name(), host + offset, size * sizeof(float));
+    offset += size;
   }
 }
 
@@ -148,9 +204,75 @@ DistributedDataset ParameterServerStrategy::distribute_datasets_from_function(co
 }
 
 
+// ---- device selection -------------------------------------------------------------------------
+
+DevicePolicy parse_device_policy(const std::string& text, const std::string& what) {
+  if (text == "auto") return DevicePolicy::kAuto;
+  if (text == "cpu") return DevicePolicy::kCpu;
+  if (text == "gpu") return DevicePolicy::kGpu;
+  throw ConfigError(what + ": '" + text + "' is not one of auto, cpu, gpu");
+}
+
+const char* to_string(DevicePolicy policy) {
+  switch (policy) {
+    case DevicePolicy::kAuto: return "auto";
+    case DevicePolicy::kCpu: return "cpu";
+    case DevicePolicy::kGpu: return "gpu";
+  }
+  return "?";
+}
+
+std::vector<int> choose_replica_gpus(const Runtime& runtime, const Env& env, DevicePolicy policy, double timeout_s) {
+  if (policy == DevicePolicy::kCpu) return {};  // same policy on every rank: nobody exchanges
+  const bool worker = runtime.role() == Role::kChief || runtime.role() == Role::kWorker;
+  // What each rank was given: "" for ranks without replicas, else "=" + CUDA_VISIBLE_DEVICES, or
+  // "-" when it is unset (so that unset and empty, which hides every GPU, stay distinct).
+  std::string mine;
+  if (worker) {
+    const std::optional<std::string> cvd = env.get("CUDA_VISIBLE_DEVICES");
+    mine = cvd ? "=" + *cvd : "-";
+  }
+  const std::vector<std::string> all =
+      allgather_strings(runtime.comms().runtime(), mine, timeout_s, "replica device selection");
+  if (!worker) return {};
+  const int gpus = replica::visible_gpu_count();
+  if (gpus == 0) {
+    if (policy == DevicePolicy::kAuto) return {};
+    throw ConfigError("--devices gpu: " + runtime.task().str() + " on " + runtime.ranks()[runtime.rank()].host +
+                      " sees no GPU (" + replica::gpu_unavailable_reason() + "); use --devices cpu or auto");
+  }
+  // The workers on this host, in world-rank order (the node-local order, PS ranks excluded).
+  const std::string& host = runtime.ranks()[runtime.rank()].host;
+  std::vector<std::optional<std::string>> node_workers;
+  int local = -1;
+  for (const RankInfo& info : runtime.ranks()) {
+    const std::string& given = all[static_cast<std::size_t>(info.rank)];
+    if (info.host != host || given.empty()) continue;
+    if (info.rank == runtime.rank()) local = static_cast<int>(node_workers.size());
+    node_workers.push_back(given == "-" ? std::nullopt : std::optional<std::string>(given.substr(1)));
+  }
+  return replica::select_worker_devices(node_workers, local, gpus);
+}
+
 ParameterServerStrategy::ParameterServerStrategy(const Runtime& runtime, StrategyOptions options)
     : runtime_(runtime), options_(std::move(options)) {
-  replicas_ = replica::make_host_replica_group(options_.cpu_replicas, options_.ps.timeout_s);
+  const bool worker = runtime_.role() == Role::kChief || runtime_.role() == Role::kWorker;
+  if (worker && !options_.gpus.empty()) {
+    // One replica per GPU: NCCL reduces their device memory; a host group of the same size keeps
+    // the replica threads' host-side collectives (shared pulls, the global step, host reductions).
+    device_group_ = replica::make_nccl_replica_group(options_.gpus, options_.ps.timeout_s);
+    gpus_ = options_.gpus;
+    replicas_ = replica::make_host_replica_group(static_cast<int>(gpus_.size()), options_.ps.timeout_s);
+  } else {
+    replicas_ = replica::make_host_replica_group(options_.cpu_replicas, options_.ps.timeout_s);
+  }
+}
+
+std::string ParameterServerStrategy::devices() const {
+  if (gpus_.empty()) return "cpu:" + std::to_string(replicas_->size());
+  std::string s = "gpu:";
+  for (std::size_t i = 0; i < gpus_.size(); ++i) s += (i ? "," : "") + std::to_string(gpus_[i]);
+  return s;
 }
 
 ParameterServerStrategy::~ParameterServerStrategy() = default;

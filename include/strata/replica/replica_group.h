@@ -32,6 +32,10 @@ class ReplicaGroup {
   virtual void broadcast(int replica, float* data, std::size_t n, int root) = 0;
   // Synchronises the replicas (also a collective).
   virtual void barrier(int replica) = 0;
+  // Not a collective: copies n floats of `replica`'s memory (memory_kind(): device memory on the
+  // replica's GPU for kCuda, ordered after the work queued on its stream) to host memory, and
+  // returns once they are there. How gradients reduced on a device are staged for the push.
+  virtual void copy_to_host(int replica, float* host, const float* data, std::size_t n) = 0;
 };
 
 // K CPU replicas (threads of one process), always built.

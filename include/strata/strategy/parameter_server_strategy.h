@@ -19,7 +19,8 @@
 // Semantics: between-graph replication (every worker creates the same variables in the same order;
 // checked), asynchronous between workers (or staleness:N / sync, PsOptions::consistency),
 // synchronous between the replicas of one worker. num_replicas_in_sync() is the number of replicas
-// of this worker, as in TF2's ParameterServerStrategy.
+// of this worker, as in TF2's ParameterServerStrategy: one per GPU it uses (StrategyOptions::gpus,
+// from choose_replica_gpus) or StrategyOptions::cpu_replicas CPU threads.
 // Threading: the strategy is driven by one thread; run() calls `fn` on one thread per replica and
 // the ReplicaContext collectives synchronise those threads.
 #pragma once
@@ -39,6 +40,7 @@
 namespace strata {
 
 class Runtime;
+class Env;
 namespace cluster {
 struct ResolvedCluster;
 }
@@ -114,8 +116,36 @@ struct StepOutcome {
 
 struct StrategyOptions {
   ps::PsOptions ps;
-  int cpu_replicas = 1;  // replicas per worker when it has no GPU (--cpu-replicas)
+  int cpu_replicas = 1;  // replicas per worker when it runs CPU replicas (--cpu-replicas)
+  // GPU replicas: one replica per listed device (indices into the CUDA devices this process sees,
+  // see choose_replica_gpus), gradients all-reduced with NCCL; cpu_replicas is then ignored.
+  // Empty: cpu_replicas CPU replicas. Ignored on PS ranks.
+  std::vector<int> gpus;
 };
+
+// Which devices a worker's replicas run on (DESIGN.md section 4; `strata train --devices`).
+enum class DevicePolicy {
+  kAuto,  // GPU replicas when the worker sees a GPU, else CPU replicas
+  kCpu,   // CPU replicas (threads), StrategyOptions::cpu_replicas of them
+  kGpu,   // GPU replicas; a worker that sees no GPU is a configuration error
+};
+// "auto" | "cpu" | "gpu"; ConfigError naming `what` otherwise.
+DevicePolicy parse_device_policy(const std::string& text, const std::string& what = "--devices");
+const char* to_string(DevicePolicy policy);
+
+// The GPUs this rank's replicas use, for StrategyOptions::gpus. Collective over the whole job:
+// every rank calls it with the same policy (no communication at all for kCpu). Empty on PS and
+// evaluator ranks, for kCpu, and for kAuto on a worker that sees no GPU. Otherwise the worker's
+// share of the GPUs it sees (replica::visible_gpu_count(), i.e. after CUDA_VISIBLE_DEVICES): the
+// ranks exchange their CUDA_VISIBLE_DEVICES, and the workers on one host (PS ranks excluded)
+// split the visible GPUs with replica::select_worker_devices: contiguous blocks by node-local
+// worker index when they all see the same GPUs, every visible GPU when the launcher gave each
+// worker its own (srun --gpus-per-task, a per-rank CUDA_VISIBLE_DEVICES).
+// Errors: ConfigError, on a worker with kGpu that sees no GPU, naming the worker, its host and
+// replica::gpu_unavailable_reason(); it is raised after the exchange, so every rank has left the
+// collective and the caller can agree on the verdict without a hang. TimeoutError naming the
+// ranks that did not arrive within timeout_s.
+std::vector<int> choose_replica_gpus(const Runtime& runtime, const Env& env, DevicePolicy policy, double timeout_s);
 
 class ParameterServerStrategy;
 
@@ -159,17 +189,37 @@ class ReplicaContext {
   int replica_id_in_sync_group() const { return replica_; }
   int num_replicas_in_sync() const;
 
-  // Collective: in-place SUM or MEAN across this worker's replicas (deterministic order).
+  // The CUDA device this replica runs on (an index into the visible devices); -1 for a CPU replica.
+  int device() const;
+
+  // Collective: in-place SUM or MEAN of host memory across this worker's replicas (deterministic
+  // order), for CPU and GPU replicas alike.
   void all_reduce(ReduceOp op, float* data, std::size_t n);
   void all_reduce(ReduceOp op, std::vector<float>& values) { all_reduce(op, values.data(), values.size()); }
+  // Collective: the same on memory of this replica's device: device memory of its GPU (reduced with
+  // NCCL) for GPU replicas, host memory for CPU replicas.
+  void all_reduce_on_device(ReduceOp op, float* data, std::size_t n);
 
   // Collective: the variable's current value; the first replica pulls it, the others share it.
   void read(const Variable& var, std::vector<float>& out);
+  // Collective: the current values of `vars` concatenated in that order in one host buffer that all
+  // replicas share, without a copy per replica: the first replica pulls each variable once. The
+  // pointer is read-only and valid until this replica's next read() or read_all(). For models whose
+  // parameters live in one flat buffer (GPU replicas upload it with one copy).
+  const float* read_all(const std::vector<Variable>& vars);
   // Rows of a (sparse) variable; each replica asks for its own rows. Not collective; thread-safe
   // (the replicas' requests to the PS are serialised).
   void read_rows(const Variable& var, const std::vector<std::int64_t>& rows, std::vector<float>& out);
   // Collective: MEAN-reduces `grad` across replicas, then the first replica pushes it once.
   void apply_gradient(const Variable& var, std::vector<float>& grad);
+  // Collective: apply_gradient for several variables whose gradients lie concatenated, in the order
+  // of `vars`, in one buffer of n floats (n must be the sum of their sizes) in this replica's device
+  // memory (host memory for CPU replicas). One MEAN all-reduce across the replicas (NCCL for GPU
+  // replicas; the mean divides by num_replicas_in_sync, which is the gradient of the mean loss over
+  // the worker's batch when the replicas' slices are equal, as distribute_dataset makes them),
+  // then the first replica stages the result to host and pushes each trainable variable once.
+  // On return `grads` holds the reduced gradient on every replica.
+  void apply_gradients_flat(const std::vector<Variable>& vars, float* grads, std::size_t n);
   // Collective: every replica's rows are gathered (gradients divided by the replica count, so the
   // push is the mean over replicas, as for dense gradients) and the first replica pushes them once.
   void apply_sparse_gradient(const Variable& var, const std::vector<std::int64_t>& rows,
@@ -208,6 +258,14 @@ class ParameterServerStrategy {
   bool is_ps() const;
   bool is_chief() const;
   int num_replicas_in_sync() const { return replicas_->size(); }
+  // GPU replicas: the devices, replica r on gpus()[r]; empty for CPU replicas (and on PS ranks).
+  const std::vector<int>& gpus() const { return gpus_; }
+  bool uses_gpus() const { return !gpus_.empty(); }
+  // "gpu:0,1" (the devices of the replicas) or "cpu:K" (K CPU replicas).
+  std::string devices() const;
+  // The group across the replicas' devices (NCCL across GPUs, else the host group): what device
+  // models such as replica::GpuMlpReplica are built on.
+  replica::ReplicaGroup& device_group() { return device_group_ ? *device_group_ : *replicas_; }
   int num_workers() const;
   int worker_index() const;  // among chief + workers; -1 elsewhere
 
@@ -301,7 +359,12 @@ class ParameterServerStrategy {
 
   const Runtime& runtime_;
   StrategyOptions options_;
+  // The host group synchronises the replica threads and reduces host memory; with GPU replicas,
+  // device_group_ (NCCL) reduces device memory across the same replicas.
   std::unique_ptr<replica::ReplicaGroup> replicas_;
+  std::unique_ptr<replica::ReplicaGroup> device_group_;
+  std::vector<int> gpus_;
+  std::vector<float> staging_;  // the first replica's host copy of device gradients, for the push
   std::unique_ptr<ps::ParameterServers> ps_;
   std::vector<ps::VariableSpec> pending_;
   int scope_depth_ = 0;

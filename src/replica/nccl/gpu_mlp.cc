@@ -127,6 +127,24 @@ void GpuMlp::download_grad(const std::string& name, float* host, std::size_t n) 
   copy_variable(name, host, grads_.get() + variable(name).offset, n, cudaMemcpyDeviceToHost, "gradient download");
 }
 
+void GpuMlp::copy_all(void* dst, const void* src, std::size_t n, cudaMemcpyKind kind, const char* what) {
+  if (n != num_parameters_)
+    throw Error(std::string("GPU mlp ") + what + ": got " + std::to_string(n) + " floats, the model has " +
+                std::to_string(num_parameters_) + " parameters");
+  if (n > 0 && (dst == nullptr || src == nullptr)) throw Error(std::string("GPU mlp ") + what + ": null host buffer");
+  ScopedDevice on(device_);
+  STRATA_CHECK_CUDA(cudaMemcpyAsync(dst, src, n * sizeof(float), kind, stream_));
+  STRATA_CHECK_CUDA(cudaStreamSynchronize(stream_));
+}
+
+void GpuMlp::upload_params(const float* host, std::size_t n) {
+  copy_all(params_.get(), host, n, cudaMemcpyHostToDevice, "parameter upload");
+}
+
+void GpuMlp::download_grads(float* host, std::size_t n) {
+  copy_all(host, grads_.get(), n, cudaMemcpyDeviceToHost, "gradient download");
+}
+
 // Grows the per-batch buffers; the old contents are not kept (nothing survives a step).
 void GpuMlp::reserve(int batch) {
   if (batch <= capacity_) return;

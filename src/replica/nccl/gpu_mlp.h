@@ -85,6 +85,10 @@ class GpuMlp {
   void upload_param(const std::string& name, const float* host, std::size_t n);
   void download_param(const std::string& name, float* host, std::size_t n);
   void download_grad(const std::string& name, float* host, std::size_t n);
+  // The same for all variables at once, in the flat layout (n must equal num_parameters()): how a
+  // training step loads the pulled weights with one copy.
+  void upload_params(const float* host, std::size_t n);
+  void download_grads(float* host, std::size_t n);
 
   // One step on a host batch: x [batch, input_dim] row-major, labels [batch] each in
   // [0, num_classes) (Error naming the first bad one). Uploads the batch, runs the forward pass
@@ -109,6 +113,7 @@ class GpuMlp {
   void reserve(int batch);
   void copy_variable(const std::string& name, void* dst, const void* src, std::size_t n, cudaMemcpyKind kind,
                      const char* what);
+  void copy_all(void* dst, const void* src, std::size_t n, cudaMemcpyKind kind, const char* what);
 
   int device_;
   cudaStream_t stream_;

@@ -218,6 +218,33 @@ void NcclReplicaGroup::barrier(int replica) {
   host_barrier(replica, until);
 }
 
+void NcclReplicaGroup::copy_to_host(int replica, float* host, const float* data, std::size_t n) {
+  if (replica < 0 || replica >= size())
+    throw Error("NCCL replica group: copy_to_host for replica " + std::to_string(replica) + " of a group of " +
+                std::to_string(size()));
+  if (n == 0) return;
+  if (host == nullptr || data == nullptr)
+    throw Error(who(replica) + ": copy_to_host: null buffer for " + std::to_string(n) + " floats");
+  Replica& rep = replicas_[static_cast<std::size_t>(replica)];
+  gpu::ScopedDevice on(rep.device);
+  if (const cudaError_t rc = cudaMemcpyAsync(host, data, n * sizeof(float), cudaMemcpyDeviceToHost, rep.stream);
+      rc != cudaSuccess)
+    throw CudaError(who(replica) + ": cudaMemcpyAsync(host, data, n, cudaMemcpyDeviceToHost, stream) failed: " +
+                    detail::cuda_error_text(rc));
+  const Clock::time_point until = deadline();
+  for (Backoff backoff;; backoff.pause()) {
+    const cudaError_t q = cudaStreamQuery(rep.stream);
+    if (q == cudaSuccess) return;
+    if (q != cudaErrorNotReady)
+      throw CudaError(who(replica) + ": copying " + std::to_string(n) + " floats to the host failed: " +
+                      detail::cuda_error_text(q));
+    if (Clock::now() > until)
+      throw TimeoutError(who(replica) + ": copying " + std::to_string(n) + " floats to the host did not finish within " +
+                             seconds(timeout_s_),
+                         {});
+  }
+}
+
 std::int64_t NcclReplicaGroup::enter(int replica, const char* what) {
   if (replica < 0 || replica >= size())
     throw Error(std::string("NCCL replica group: ") + what + " called for replica " + std::to_string(replica) +

@@ -88,6 +88,10 @@ class NcclReplicaGroup final : public ReplicaGroup {
   // Drains the replica's stream, then waits on the host for every replica: on return all work
   // queued by any replica before its barrier() is complete.
   void barrier(int replica) override;
+  // Device-to-host copy on the replica's stream (after the work queued there), polled against the
+  // group's timeout like the collectives; CudaError / TimeoutError naming the replica otherwise.
+  // Not a collective: it neither counts as one nor marks the group failed.
+  void copy_to_host(int replica, float* host, const float* data, std::size_t n) override;
 
   int device(int replica) const;
   // The stream collectives of `replica` run on; models of that replica should queue their work
