@@ -284,9 +284,10 @@ int run_checkpoint_bench(const CheckpointBenchConfig& cfg, int* argc, char*** ar
     os << "# strata bench: op checkpoint, " << size << " rank(s) writing collectively, warmup " << cfg.warmup
        << ", iters " << cfg.iters << ", dir " << dir << "\n";
     os << "# save: checkpoint::save to the commit (slowest rank); dd: dd bs=1M conv=fsync of the same size; "
-          "restore: verify on rank 0 + every rank reads its rows, page cache dropped first; MB = 1e6 bytes\n";
+          "ratio: save / dd; restore: verify on rank 0 + every rank reads its rows, page cache dropped first; "
+          "MB = 1e6 bytes\n";
     os << std::setw(12) << "size" << std::setw(7) << "ranks" << std::setw(10) << "save_s" << std::setw(10) << "save_MB/s"
-       << std::setw(10) << "dd_MB/s" << std::setw(8) << "vs_dd" << std::setw(11) << "restore_s" << std::setw(11)
+       << std::setw(10) << "dd_MB/s" << std::setw(8) << "ratio" << std::setw(11) << "restore_s" << std::setw(11)
        << "rest_MB/s" << std::setw(10) << "verify_s" << std::setw(8) << "#wrong\n";
     nlohmann::json rows = nlohmann::json::array();
     std::int64_t total_wrong = 0;
@@ -308,7 +309,7 @@ int run_checkpoint_bench(const CheckpointBenchConfig& cfg, int* argc, char*** ar
                       {"save_s", r.save_s},
                       {"save_MBps", save_mbps},
                       {"dd_MBps", r.dd_mbps},
-                      {"vs_dd", ratio},
+                      {"ratio", ratio},
                       {"restore_s", r.restore_s},
                       {"restore_MBps", restore_mbps},
                       {"verify_s", r.verify_s},

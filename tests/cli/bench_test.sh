@@ -32,6 +32,7 @@ mkdir -p "$CB"   # an existing directory: kept, emptied of what the bench wrote
 mpi 2 "$STRATA_BIN" bench --op checkpoint -b 2M -e 4M -f 2 -w 0 -n 2 --dir "$CB" --json "$TEST_TMP/ckpt.json"
 expect_rc 0
 expect_stdout_has "# all results correct"
+grep -qE 'size +ranks +save_s +save_MB/s +dd_MB/s +ratio +restore_s +rest_MB/s +verify_s +#wrong' "$OUT" || fail "checkpoint table header lacks the contract columns"
 grep -qE '^ +2097152 +2 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +0$' "$OUT" || fail "no 2 MiB row with #wrong 0"
 python3 - "$TEST_TMP/ckpt.json" > "$TEST_TMP/ckpt.check" 2>&1 <<'PY' || fail "JSON: $(tail -3 "$TEST_TMP/ckpt.check")"
 import json, sys
@@ -41,6 +42,8 @@ for r in rows:
     assert r["op"] == "checkpoint" and r["ranks"] == 2 and r["wrong"] == 0 and r["bad_checksums"] == 0, r
     assert r["save_MBps"] > 0 and r["dd_MBps"] > 0 and r["restore_MBps"] > 0, r
     assert abs(r["save_MBps"] - r["bytes"] / r["save_s"] / 1e6) < 1e-6 * r["save_MBps"], r
+    assert abs(r["ratio"] - r["save_MBps"] / r["dd_MBps"]) < 1e-6 * r["ratio"], r
+    assert abs(r["restore_MBps"] - r["bytes"] / r["restore_s"] / 1e6) < 1e-6 * r["restore_MBps"], r
 PY
 # Its files are gone; a directory the bench creates itself is removed too (case below).
 [ -d "$CB" ] && [ -z "$(ls -A "$CB")" ] || fail "left files behind: $(ls -A "$CB" 2>&1 | tr '\n' ' ')"
