@@ -5,10 +5,14 @@
 // slots) made of four variables [rows, 1024] whose rows are split across the ranks the way PS shards
 // are. For each size of the -b/-e/-f sweep:
 //   dd       rank 0 runs `dd if=/dev/zero of=DIR/dd.bench bs=1M count=<size in MiB> conv=fsync`
-//            (the reference a user would measure; the file is removed afterwards);
+//            (the reference a user would measure; the file is removed afterwards) once before each
+//            timed save, so dd and the saves see the same state of a disk whose speed drifts (a VM
+//            disk behind the host's cache moved 190-1470 MB/s between runs); dd_MB/s is the total
+//            bytes over dd's total seconds, as save_MB/s is for the saves;
 //   save     -w warm-up and -n timed saves through checkpoint::save, the collective parallel-HDF5
-//            writer training uses (.tmp, fsync, rename, checkpoint.json, directory fsync): the time
-//            from a barrier to the commit, the slowest rank's;
+//            writer training uses (.tmp, fsync, rename, checkpoint.json, directory fsync, and with
+//            max_to_keep 1 the unlink of the previous save's file): the time from a barrier to the
+//            commit, the slowest rank's;
 //   restore  what `--restore` does: the file's pages are dropped from the page cache
 //            (posix_fadvise DONTNEED after the fsync), rank 0 verifies every checksum (reading the
 //            whole file, as latest_checkpoint does before a restore), then every rank reads its own
@@ -60,9 +64,13 @@ std::uint64_t mem_available() {
   return 0;
 }
 
-// Runs dd on this rank, returns MB/s (1e6 bytes per second) from its byte count and seconds;
-// throws Error with dd's output when it fails or prints something unexpected.
-double dd_write_mbps(const std::string& dir, std::uint64_t bytes) {
+struct DdRun {
+  double bytes = 0, secs = 0;  // as dd reports them
+};
+
+// Runs dd on this rank (not collective), returns the bytes and seconds dd printed; throws Error
+// with dd's output when it fails or prints something unexpected.
+DdRun dd_write(const std::string& dir, std::uint64_t bytes) {
   const std::string file = dir + "/dd.bench";
   const std::uint64_t mib = std::max<std::uint64_t>(1, bytes >> 20);
   const std::string cmd = "dd if=/dev/zero of='" + file + "' bs=1M count=" + std::to_string(mib) + " conv=fsync 2>&1";
@@ -85,7 +93,8 @@ double dd_write_mbps(const std::string& dir, std::uint64_t bytes) {
   line_start = line_start == std::string::npos ? 0 : line_start + 1;
   const double written = std::stod(out.substr(line_start, copied - line_start));
   const double secs = std::stod(out.substr(comma + 8));
-  return written / secs / 1e6;
+  if (!(written > 0 && secs > 0)) throw Error("unexpected dd output: " + out);
+  return {written, secs};
 }
 
 // This rank's rows of every variable.
@@ -145,6 +154,18 @@ bool any(MPI_Comm comm, bool mine) {
   int in = mine ? 1 : 0, out = 0;
   STRATA_CHECK_MPI(MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_MAX, comm));
   return out != 0;
+}
+
+// Collective over `comm`, for the restore phase: every rank's value, gathered the way training
+// exchanges its restore verdict (allgather_strings: nonblocking MPI with short sleeps). A blocking
+// MPI_Bcast/Allreduce would busy-poll on the waiting ranks and, with all ranks on one 2-core host,
+// take a core from rank 0's verification (reader + CRC thread), which training does not do.
+std::vector<double> gather_quietly(MPI_Comm comm, double mine, const std::string& what) {
+  std::vector<double> out;
+  std::ostringstream os;
+  os << std::setprecision(17) << mine;
+  for (const auto& s : allgather_strings(comm, os.str(), 600.0, what)) out.push_back(std::stod(s));
+  return out;
 }
 
 double max_over_ranks(MPI_Comm comm, double mine) {
@@ -211,26 +232,31 @@ int run_checkpoint_bench(const CheckpointBenchConfig& cfg, int* argc, char*** ar
       r.bytes = 0;
       for (const auto& v : model.request.variables) r.bytes += static_cast<std::uint64_t>(v.shape[0]) * kRowBytes;
 
-      std::string dd_error;
-      if (rank == 0) {
-        try {
-          r.dd_mbps = dd_write_mbps(dir, r.bytes);
-        } catch (const Error& e) {
-          dd_error = e.message();
-        }
-      }
-      if (any(comm, !dd_error.empty())) {
-        if (rank == 0) std::fprintf(stderr, "strata bench: %s\n", dd_error.c_str());
-        return kExitFailure;
-      }
-
       ck::Attributes attributes;
       attributes.optimizer = "none";
       ck::SaveOptions options;
       options.max_to_keep = 1;  // the bench's files never accumulate
       std::string file;
       double total = 0;
+      DdRun dd_total;
       for (int i = 0; i < cfg.warmup + cfg.iters; ++i) {
+        if (i >= cfg.warmup) {
+          // dd on rank 0 right before this timed save; the other ranks wait in any().
+          std::string dd_error;
+          if (rank == 0) {
+            try {
+              const DdRun d = dd_write(dir, r.bytes);
+              dd_total.bytes += d.bytes;
+              dd_total.secs += d.secs;
+            } catch (const Error& e) {
+              dd_error = e.message();
+            }
+          }
+          if (any(comm, !dd_error.empty())) {
+            if (rank == 0) std::fprintf(stderr, "strata bench: %s\n", dd_error.c_str());
+            return kExitFailure;
+          }
+        }
         STRATA_CHECK_MPI(MPI_Barrier(comm));
         auto start = Clock::now();
         file = ck::save(comm, dir, ++step, model.request, attributes, options);
@@ -238,9 +264,14 @@ int run_checkpoint_bench(const CheckpointBenchConfig& cfg, int* argc, char*** ar
         if (i >= cfg.warmup) total += t;
       }
       r.save_s = total / cfg.iters;
+      if (rank == 0) r.dd_mbps = dd_total.bytes / dd_total.secs / 1e6;
 
       // Restore, as training does it: verify (rank 0 reads the whole file), then every rank reads
-      // its rows straight into its buffers.
+      // its rows straight into its buffers. The buffers are allocated (and zero-filled, so their
+      // pages exist) before the clock starts, as the PS arena exists before a lazy restore reads
+      // into it.
+      std::vector<std::vector<float>> restored(kVariables);
+      for (int v = 0; v < kVariables; ++v) restored[v].resize(model.values[v].size());
       drop_from_page_cache(file);
       STRATA_CHECK_MPI(MPI_Barrier(comm));
       auto start = Clock::now();
@@ -250,17 +281,18 @@ int run_checkpoint_bench(const CheckpointBenchConfig& cfg, int* argc, char*** ar
         bad = static_cast<int>(ck::CheckpointReader(file).verify().size());
         r.verify_s = seconds_since(verify_start);
       }
-      STRATA_CHECK_MPI(MPI_Bcast(&bad, 1, MPI_INT, 0, comm));
-      std::vector<std::vector<float>> restored(kVariables);
+      bad = static_cast<int>(gather_quietly(comm, bad, "checkpoint bench verification")[0]);
       {
         ck::CheckpointReader reader(file);
         for (int v = 0; v < kVariables; ++v) {
-          restored[v].resize(model.values[v].size());
           if (model.end[v] > model.begin[v])
             reader.read_rows(model.request.variables[v].name, model.begin[v], model.end[v], restored[v].data());
         }
       }
-      r.restore_s = max_over_ranks(comm, seconds_since(start));
+      {
+        const auto times = gather_quietly(comm, seconds_since(start), "checkpoint bench restore times");
+        r.restore_s = *std::max_element(times.begin(), times.end());
+      }
       r.bad_checksums = bad;
       std::int64_t wrong = 0;
       for (int v = 0; v < kVariables; ++v) {
@@ -283,7 +315,7 @@ int run_checkpoint_bench(const CheckpointBenchConfig& cfg, int* argc, char*** ar
     std::ostringstream os;
     os << "# strata bench: op checkpoint, " << size << " rank(s) writing collectively, warmup " << cfg.warmup
        << ", iters " << cfg.iters << ", dir " << dir << "\n";
-    os << "# save: checkpoint::save to the commit (slowest rank); dd: dd bs=1M conv=fsync of the same size; "
+    os << "# save: checkpoint::save to the commit (slowest rank); dd: dd bs=1M conv=fsync of the same size before each timed save; "
           "ratio: save / dd; restore: verify on rank 0 + every rank reads its rows, page cache dropped first; "
           "MB = 1e6 bytes\n";
     os << std::setw(12) << "size" << std::setw(7) << "ranks" << std::setw(10) << "save_s" << std::setw(10) << "save_MB/s"
