@@ -9,26 +9,38 @@
 // exact in float, so SUM must match bit for bit, MEAN to float rounding); the GPU MLP step is
 // checked against the CPU model (src/model) on the same parameters and batch, and the NCCL-reduced
 // gradients of several replicas against the mean of the CPU model's per-shard gradients.
+//
+// GPU replicas through ParameterServerStrategy (GpuStrategy.*) need a PS rank and a worker rank,
+// i.e. two MPI processes: such a test re-runs itself, alone, as a 2-rank job under mpiexec (see
+// run_as_mpi_job) and passes when that job does.
 #include "strata/replica/gpu.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "strata/cluster/runtime.h"
+#include "strata/common/env.h"
 #include "strata/common/error.h"
 #include "strata/config.h"
 #include "strata/model/model.h"
+#include "strata/strategy/parameter_server_strategy.h"
 
 #if STRATA_HAVE_NCCL
 #include <cuda_runtime_api.h>
@@ -120,6 +132,40 @@ TEST(SelectDevices, RejectsBadRanks) {
   EXPECT_THROW(select_devices(2, 2, 4), ConfigError);
 }
 
+// Workers on one node that see the same GPUs split them; workers the launcher gave their own GPUs
+// (different CUDA_VISIBLE_DEVICES) use all they see.
+TEST(SelectWorkerDevices, SharedGpusAreSplitOwnGpusAreKept) {
+  using Cvd = std::optional<std::string>;
+  const std::vector<Cvd> unset{std::nullopt, std::nullopt};
+  EXPECT_EQ(select_worker_devices(unset, 0, 4), (std::vector<int>{0, 1}));
+  EXPECT_EQ(select_worker_devices(unset, 1, 4), (std::vector<int>{2, 3}));
+  const std::vector<Cvd> same{Cvd("0,1,2"), Cvd("0,1,2"), Cvd("0,1,2")};
+  EXPECT_EQ(select_worker_devices(same, 2, 3), (std::vector<int>{2}));
+  const std::vector<Cvd> own{Cvd("0,1"), Cvd("2,3")};
+  EXPECT_EQ(select_worker_devices(own, 0, 2), (std::vector<int>{0, 1}));
+  EXPECT_EQ(select_worker_devices(own, 1, 2), (std::vector<int>{0, 1}));
+  // One worker with CUDA_VISIBLE_DEVICES set and one without: not the same GPUs, each keeps its own.
+  EXPECT_EQ(select_worker_devices({Cvd("1"), std::nullopt}, 0, 1), (std::vector<int>{0}));
+  EXPECT_EQ(select_worker_devices({Cvd("")}, 0, 0), std::vector<int>{});
+  EXPECT_EQ(select_worker_devices({std::nullopt}, 0, 8), (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_THROW(select_worker_devices(unset, 2, 4), ConfigError);
+  EXPECT_THROW(select_worker_devices({}, 0, 4), ConfigError);
+}
+
+TEST(DevicePolicy, ParsesTheFlagValues) {
+  EXPECT_EQ(parse_device_policy("auto"), DevicePolicy::kAuto);
+  EXPECT_EQ(parse_device_policy("cpu"), DevicePolicy::kCpu);
+  EXPECT_EQ(parse_device_policy("gpu"), DevicePolicy::kGpu);
+  EXPECT_STREQ(to_string(DevicePolicy::kGpu), "gpu");
+  try {
+    parse_device_policy("tpu");
+    ADD_FAILURE() << "'tpu' was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--devices: 'tpu' is not one of auto, cpu, gpu"), std::string::npos)
+        << e.what();
+  }
+}
+
 // ---- probe and factory (run without a GPU too: they must fail softly, not crash) --------------
 
 TEST(GpuProbe, ReasonGivenExactlyWhenNoGpu) {
@@ -145,6 +191,13 @@ TEST(GpuProbe, FactoryRejectsBadDeviceListsWithConfigError) {
       EXPECT_NE(std::string(e.what()).find(gpu_unavailable_reason()), std::string::npos) << e.what();
     }
   }
+}
+
+// A GPU model needs the NCCL group's device and stream: on a host group (and in builds without
+// CUDA/NCCL) the constructor is a ConfigError, never a crash.
+TEST(GpuProbe, GpuMlpReplicaNeedsAnNcclGroup) {
+  auto host = make_host_replica_group(2, 10.0);
+  EXPECT_THROW(GpuMlpReplica(*host, 0, GpuMlpReplica::Shape{4, {3}, 2}), ConfigError);
 }
 
 #if STRATA_HAVE_NCCL
@@ -577,6 +630,307 @@ TEST(GpuMlp, ReplicasAllReduceMeanMatchesCpu) {
 TEST(NcclReplicaGroup, NotBuilt) { STRATA_REQUIRE_GPU(); }
 
 #endif
+
+// ---- GPU replicas through ParameterServerStrategy -----------------------------------------------
+//
+// One PS and one worker, i.e. two MPI processes. CTest runs this binary without a launcher, so each
+// of these tests re-runs itself, alone, as a 2-rank job: mpiexec (STRATA_MPIEXEC, else mpiexec or
+// mpirun on PATH) -n 2 <this binary> --gtest_filter=<the test>, with STRATA_GPU_TEST_JOB=1 in the
+// ranks' environment, bounded by `timeout`. The test passes when that job exits 0; inside it rank
+// 0 serves the variables and rank 1 trains, and a failure there fails the job. Compiled in every
+// configuration (GpuMlpReplica and the strategy's GPU path need no #if).
+
+constexpr char kJobMarker[] = "STRATA_GPU_TEST_JOB";
+
+bool inside_mpi_job() {
+  const char* v = std::getenv(kJobMarker);
+  return v != nullptr && std::string(v) == "1";
+}
+
+std::string find_mpiexec() {
+  if (const char* v = std::getenv("STRATA_MPIEXEC"); v != nullptr && *v != '\0') return v;
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path != nullptr ? path : "");
+  for (std::string dir; std::getline(dirs, dir, ':');)
+    for (const char* name : {"mpiexec", "mpirun"})
+      if (!dir.empty() && access((dir + "/" + name).c_str(), X_OK) == 0) return dir + "/" + name;
+  return "";
+}
+
+std::string quoted(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// Runs the current test as a 2-rank MPI job: a failure of the job fails the test (with its log);
+// when no launcher is found, *skip says so and nothing runs.
+void run_as_mpi_job(std::string* skip) {
+  const std::string mpiexec = find_mpiexec();
+  if (mpiexec.empty()) {
+    *skip = "no mpiexec/mpirun on PATH (or STRATA_MPIEXEC) to start the PS and the worker";
+    return;
+  }
+  char self[4096];
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  ASSERT_GT(len, 0) << "readlink(/proc/self/exe)";
+  self[len] = '\0';
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string filter = std::string(info->test_suite_name()) + "." + info->name();
+  char log_path[] = "/tmp/strata_gpu_test_job.XXXXXX";
+  const int fd = mkstemp(log_path);
+  ASSERT_GE(fd, 0) << "mkstemp";
+  close(fd);
+  std::string command = "timeout -s KILL 240 " + quoted(mpiexec);
+  if (geteuid() == 0) command += " --allow-run-as-root";
+  command += " --oversubscribe --bind-to none -x " + std::string(kJobMarker) + "=1 -n 2 " + quoted(self) +
+             " --gtest_filter=" + quoted(filter) + " >" + quoted(log_path) + " 2>&1";
+  const int status = std::system(command.c_str());
+  std::ifstream in(log_path);
+  std::stringstream log;
+  log << in.rdbuf();
+  std::remove(log_path);
+  const int rc = status == -1 ? -1 : (WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  EXPECT_EQ(rc, 0) << "the 2-rank job failed (" << command << "):\n" << log.str();
+}
+
+struct Blobs {
+  std::vector<float> x;
+  std::vector<std::int32_t> labels;
+};
+
+// A learnable task: `classes` Gaussian blobs in `dim` dimensions (class means fixed by the seed 99,
+// the draws by `seed`), so the loss of a small MLP must fall within a few dozen SGD steps.
+Blobs blobs(int n, int dim, int classes, std::uint32_t seed) {
+  std::mt19937 means_rng(99);
+  std::normal_distribution<float> unit(0.0f, 1.0f);
+  std::vector<float> means(static_cast<std::size_t>(classes) * static_cast<std::size_t>(dim));
+  for (float& m : means) m = 1.5f * unit(means_rng);
+  std::mt19937 rng(seed);
+  Blobs b;
+  b.x.resize(static_cast<std::size_t>(n) * static_cast<std::size_t>(dim));
+  b.labels.resize(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const int c = static_cast<int>(rng() % static_cast<std::uint32_t>(classes));
+    b.labels[static_cast<std::size_t>(i)] = c;
+    for (int j = 0; j < dim; ++j)
+      b.x[static_cast<std::size_t>(i) * dim + j] = means[static_cast<std::size_t>(c) * dim + j] + 0.8f * unit(rng);
+  }
+  return b;
+}
+
+// Inside the job. Rank 0 serves; rank 1 trains a small mlp with `devices` replicas through the
+// strategy, the way strata train does (read_all -> step on the replica's slice ->
+// apply_gradients_flat -> increment_global_step), and checks:
+//   1. one step on a fixed batch with SGD (lr kLr, sync: the push returns once applied): the
+//      update the PS applied, (w0 - w1) / lr, equals the mean over replicas of the CPU model's
+//      gradients on each replica's slice at w0, within 1e-4 of the largest gradient plus the float
+//      rounding of w (the GPU replicas' cuBLAS/NCCL path against src/model's Eigen path), and the
+//      replicas' mean loss equals the CPU loss;
+//   2. 40 more steps on fresh batches: the mean loss of the last 5 is below half the first 5's and
+//      below a quarter of the first step's; the global step counts worker steps.
+void train_through_strategy(DevicePolicy devices) {
+  constexpr float kLr = 0.5f;
+  MpiSession mpi(nullptr, nullptr);
+  BootstrapOptions boot;
+  boot.resolve.resolver = cluster::ResolverKind::kMpi;
+  boot.resolve.num_ps = 1;
+  boot.timeout_s = 60;
+  auto rt = Runtime::bootstrap(MPI_COMM_WORLD, Env(), boot);
+  ASSERT_EQ(rt->size(), 2) << "the job must have exactly 2 ranks";
+  StrategyOptions options;
+  options.ps.optimizer = ps::OptimizerConfig::parse("sgd:lr=" + std::to_string(kLr));
+  options.ps.consistency = ps::ConsistencyConfig::parse("sync");
+  options.ps.timeout_s = 60;
+  options.cpu_replicas = 2;
+  // The device exchange runs in both variants; for kAuto without a GPU it must choose CPU replicas.
+  const std::vector<int> chosen = choose_replica_gpus(*rt, Env::from_process(), devices, 60);
+  if (devices == DevicePolicy::kGpu) {
+    options.gpus = chosen;
+  } else if (rt->role() != Role::kPs && visible_gpu_count() == 0) {
+    EXPECT_TRUE(chosen.empty()) << "--devices auto chose GPUs on a worker that sees none";
+  }
+  ParameterServerStrategy strategy(*rt, options);
+  model::ModelConfig config;
+  config.input_dim = 24;
+  config.hidden = {32, 16};
+  config.num_classes = 4;
+  config.seed = 5;
+  auto net = model::make_model(config);
+  std::vector<Variable> vars;
+  strategy.scope([&] {
+    if (!strategy.is_ps())
+      for (const auto& spec : net->variables()) vars.push_back(strategy.create_variable(spec));
+  });
+  if (strategy.is_ps()) {
+    strategy.serve();
+    return;
+  }
+  const int k = strategy.num_replicas_in_sync();
+  if (devices == DevicePolicy::kGpu) {
+    EXPECT_TRUE(strategy.uses_gpus());
+    EXPECT_EQ(k, visible_gpu_count()) << "one replica per visible GPU";
+  } else {
+    EXPECT_EQ(strategy.devices(), "cpu:2");
+  }
+  std::size_t n = 0;
+  for (const auto& v : vars) n += static_cast<std::size_t>(v.num_elements());
+  PerReplica<std::unique_ptr<GpuMlpReplica>> gpu;
+  if (strategy.uses_gpus())
+    for (int r = 0; r < k; ++r)
+      gpu.push_back(std::make_unique<GpuMlpReplica>(
+          strategy.device_group(), r, GpuMlpReplica::Shape{config.input_dim, config.hidden, config.num_classes}));
+  PerReplica<std::vector<float>> host_grads(static_cast<std::size_t>(k));
+  constexpr int kSlice = 16;
+
+  // One worker step on `batch` (k slices of kSlice rows); returns the mean loss over the batch.
+  auto step = [&](const Blobs& batch) {
+    PerReplica<double> losses(static_cast<std::size_t>(k));
+    strategy.run([&](ReplicaContext& ctx) {
+      const int r = ctx.replica_id_in_sync_group();
+      const float* x = batch.x.data() + static_cast<std::size_t>(r) * kSlice * config.input_dim;
+      const std::int32_t* y = batch.labels.data() + static_cast<std::size_t>(r) * kSlice;
+      const float* w = ctx.read_all(vars);
+      if (!gpu.empty()) {
+        EXPECT_EQ(ctx.device(), strategy.gpus()[static_cast<std::size_t>(r)]);
+        gpu[r]->upload_params(w, n);
+        losses[r] = gpu[r]->train_step(x, y, kSlice).loss;
+        ctx.apply_gradients_flat(vars, gpu[r]->grads(), n);
+      } else {
+        model::Params params;
+        std::size_t offset = 0;
+        for (const auto& v : vars) {
+          const std::size_t size = static_cast<std::size_t>(v.num_elements());
+          params.dense[v.name()] = model::DenseParam{std::vector<float>(w + offset, w + offset + size), v.shape()};
+          offset += size;
+        }
+        model::Grads grads;
+        losses[r] = net->train_step(params, model::Inputs{kSlice, x, config.input_dim, nullptr, 0, y}, &grads, nullptr);
+        auto& flat = host_grads[static_cast<std::size_t>(r)];
+        flat.clear();
+        for (const auto& v : vars) {
+          const auto& g = grads.dense.at(v.name()).value;
+          flat.insert(flat.end(), g.begin(), g.end());
+        }
+        ctx.apply_gradients_flat(vars, flat.data(), n);
+      }
+      ctx.increment_global_step();
+    });
+    double mean = 0.0;
+    for (double l : losses) mean += l / k;
+    return mean;
+  };
+  auto read_all_host = [&] {
+    std::vector<float> all;
+    for (const auto& v : vars) {
+      std::vector<float> value;
+      strategy.read(v, value);
+      all.insert(all.end(), value.begin(), value.end());
+    }
+    return all;
+  };
+
+  // 1. The applied update against the CPU reference on a fixed batch.
+  const Blobs fixed = blobs(k * kSlice, config.input_dim, config.num_classes, 7);
+  const std::vector<float> w0 = read_all_host();
+  const double loss = step(fixed);
+  std::int64_t steps = 1;
+  strategy.end_step({0, 0, steps});
+  const std::vector<float> w1 = read_all_host();
+  model::Params params;
+  {
+    std::size_t offset = 0;
+    for (const auto& v : vars) {
+      const std::size_t size = static_cast<std::size_t>(v.num_elements());
+      params.dense[v.name()] = model::DenseParam{std::vector<float>(w0.begin() + offset, w0.begin() + offset + size), v.shape()};
+      offset += size;
+    }
+  }
+  std::vector<float> expected(n, 0.0f);
+  double expected_loss = 0.0;
+  for (int r = 0; r < k; ++r) {
+    model::Grads g;
+    const model::Inputs slice{kSlice, fixed.x.data() + static_cast<std::size_t>(r) * kSlice * config.input_dim,
+                              config.input_dim, nullptr, 0, fixed.labels.data() + static_cast<std::size_t>(r) * kSlice};
+    expected_loss += net->train_step(params, slice, &g, nullptr) / k;
+    std::size_t offset = 0;
+    for (const auto& v : vars) {
+      for (float x : g.dense.at(v.name()).value) expected[offset++] += x / static_cast<float>(k);
+    }
+  }
+  EXPECT_NEAR(loss, expected_loss, 1e-5 * std::max(1.0, std::fabs(expected_loss)));
+  float scale = 0.0f;
+  for (float g : expected) scale = std::max(scale, std::fabs(g));
+  std::size_t bad = 0, worst = 0;
+  float worst_diff = 0.0f;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float applied = (w0[i] - w1[i]) / kLr;
+    // Reading the gradient back from two weights loses up to an ulp of w (twice, / lr).
+    const float rounding = 4.0f * std::ldexp(1.0f, std::ilogb(std::max(std::fabs(w0[i]), 1e-30f)) - 23);
+    const float diff = std::fabs(applied - expected[i]);
+    if (diff > 1e-4f * scale + rounding + 1e-7f) ++bad;
+    if (diff > worst_diff) {
+      worst_diff = diff;
+      worst = i;
+    }
+  }
+  EXPECT_EQ(bad, 0u) << bad << " of " << n << " gradient values differ from the CPU reference; worst at " << worst
+                     << ": applied " << (w0[worst] - w1[worst]) / kLr << " vs cpu " << expected[worst]
+                     << " (largest gradient " << scale << ")";
+
+  // 2. The loss falls.
+  std::vector<double> history;
+  for (int s = 0; s < 40; ++s) {
+    history.push_back(step(blobs(k * kSlice, config.input_dim, config.num_classes, 1000 + static_cast<std::uint32_t>(s))));
+    strategy.end_step({0, 0, ++steps});
+  }
+  double first = 0.0, last = 0.0;
+  for (int i = 0; i < 5; ++i) {
+    first += history[static_cast<std::size_t>(i)] / 5;
+    last += history[history.size() - 1 - static_cast<std::size_t>(i)] / 5;
+  }
+  EXPECT_LT(last, 0.5 * first) << "loss " << first << " over the first 5 steps, " << last << " over the last 5";
+  EXPECT_LT(last, 0.25 * loss) << "loss " << loss << " at the start, " << last << " over the last 5 steps";
+  EXPECT_EQ(strategy.global_step(), steps) << "one global step per worker step, not per replica";
+  ::testing::Test::RecordProperty("first_loss", std::to_string(first));
+  ::testing::Test::RecordProperty("last_loss", std::to_string(last));
+  std::printf("replicas %s: one-step loss %.6f (cpu %.6f), mean loss first 5 steps %.4f, last 5 %.4f\n",
+              strategy.devices().c_str(), loss, expected_loss, first, last);
+  strategy.finish();
+}
+
+// Inside the job a failure must end both ranks: the PS would otherwise wait in serve().
+void run_job_body(DevicePolicy devices) {
+  try {
+    train_through_strategy(devices);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "rank threw: " << e.what();
+    std::fflush(stdout);
+    abort_job(1);
+  }
+  if (::testing::Test::HasFailure()) {
+    std::fflush(stdout);
+    abort_job(1);
+  }
+}
+
+TEST(GpuStrategy, GpuReplicasMatchTheCpuGradientsAndLearn) {
+  STRATA_REQUIRE_GPU();
+  if (inside_mpi_job()) return run_job_body(DevicePolicy::kGpu);
+  std::string skip;
+  run_as_mpi_job(&skip);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+}
+
+// The same harness on CPU replicas (2 threads, host all-reduce): runs everywhere, so the test's
+// oracle, the relaunch and the strategy's flat-buffer path (read_all, apply_gradients_flat on host
+// memory) and the device exchange of choose_replica_gpus are checked even where no GPU is.
+TEST(GpuStrategy, CpuReplicasThroughTheSameHarness) {
+  if (inside_mpi_job()) return run_job_body(DevicePolicy::kAuto);
+  std::string skip;
+  run_as_mpi_job(&skip);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+}
 
 }  // namespace
 }  // namespace strata::replica
