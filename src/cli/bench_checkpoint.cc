@@ -145,6 +145,7 @@ void drop_from_page_cache(const std::string& path) {
 struct Result {
   std::uint64_t bytes = 0;
   double save_s = 0, dd_mbps = 0, restore_s = 0, verify_s = 0;
+  std::vector<double> save_s_each, dd_mbps_each;  // per timed iteration (JSON only): the drift
   std::int64_t wrong = 0;
   int bad_checksums = 0;
 };
@@ -183,12 +184,20 @@ int run_checkpoint_bench(const CheckpointBenchConfig& cfg, int* argc, char*** ar
   STRATA_CHECK_MPI(MPI_Comm_rank(comm, &rank));
   STRATA_CHECK_MPI(MPI_Comm_size(comm, &size));
 
-  // The directory (rank 0 decides, everyone agrees) and the memory check, before any work.
+  // The memory check, then the directory (rank 0 decides, everyone agrees), before any work. A
+  // directory the bench created is removed again when the input turns out to be bad.
   std::string dir = cfg.dir, problem;
   bool created = false;
   if (rank == 0) {
+    // Model values on the ranks plus the restore buffers: twice the largest size, with room left
+    // for the page cache the writes go through. (All ranks on this host: the usual bench setup.)
+    const std::uint64_t avail = mem_available();
+    if (avail > 0 && 2 * cfg.max_bytes > avail * 8 / 10)
+      problem = "-e " + std::to_string(cfg.max_bytes >> 20) + " MiB needs about " +
+                std::to_string((2 * cfg.max_bytes) >> 20) + " MiB of memory (values and restore buffers); " +
+                std::to_string(avail >> 20) + " MiB are available";
     std::error_code ec;
-    if (dir.empty()) {
+    if (problem.empty() && dir.empty()) {
       const char* tmp = std::getenv("TMPDIR");
       std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/strata-bench-ckpt-XXXXXX";
       std::vector<char> buf(templ.begin(), templ.end());
@@ -198,19 +207,20 @@ int run_checkpoint_bench(const CheckpointBenchConfig& cfg, int* argc, char*** ar
       else
         dir = buf.data();
       created = problem.empty();
-    } else {
+    } else if (problem.empty()) {
       created = !fs::exists(dir, ec);
       fs::create_directories(dir, ec);
       if (ec || !fs::is_directory(dir)) problem = "--dir " + dir + ": cannot create the directory";
     }
-    if (problem.empty() && ::access(dir.c_str(), W_OK) != 0) problem = "--dir " + dir + ": not writable";
-    // Model values on the ranks plus the restore buffers: twice the largest size, with room left
-    // for the page cache the writes go through.
-    const std::uint64_t avail = mem_available();
-    if (problem.empty() && avail > 0 && 2 * cfg.max_bytes > avail * 8 / 10)
-      problem = "-e " + std::to_string(cfg.max_bytes >> 20) + " MiB needs about " +
-                std::to_string((2 * cfg.max_bytes) >> 20) + " MiB of memory (values and restore buffers); " +
-                std::to_string(avail >> 20) + " MiB are available";
+    // A real write, not access(2): root passes access() on read-only mounts and 0555 directories.
+    if (problem.empty()) {
+      const std::string probe = dir + "/.strata-bench-probe";
+      const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      if (fd < 0 || ::write(fd, "x", 1) != 1) problem = "--dir " + dir + ": not writable";
+      if (fd >= 0) ::close(fd);
+      ::unlink(probe.c_str());
+    }
+    if (!problem.empty() && created) fs::remove_all(dir, ec);
   }
   int len = static_cast<int>(problem.size());
   STRATA_CHECK_MPI(MPI_Bcast(&len, 1, MPI_INT, 0, comm));
@@ -248,6 +258,7 @@ int run_checkpoint_bench(const CheckpointBenchConfig& cfg, int* argc, char*** ar
               const DdRun d = dd_write(dir, r.bytes);
               dd_total.bytes += d.bytes;
               dd_total.secs += d.secs;
+              r.dd_mbps_each.push_back(d.bytes / d.secs / 1e6);
             } catch (const Error& e) {
               dd_error = e.message();
             }
@@ -261,7 +272,10 @@ int run_checkpoint_bench(const CheckpointBenchConfig& cfg, int* argc, char*** ar
         auto start = Clock::now();
         file = ck::save(comm, dir, ++step, model.request, attributes, options);
         const double t = max_over_ranks(comm, seconds_since(start));
-        if (i >= cfg.warmup) total += t;
+        if (i >= cfg.warmup) {
+          total += t;
+          r.save_s_each.push_back(t);
+        }
       }
       r.save_s = total / cfg.iters;
       if (rank == 0) r.dd_mbps = dd_total.bytes / dd_total.secs / 1e6;
@@ -346,7 +360,9 @@ int run_checkpoint_bench(const CheckpointBenchConfig& cfg, int* argc, char*** ar
                       {"restore_MBps", restore_mbps},
                       {"verify_s", r.verify_s},
                       {"bad_checksums", r.bad_checksums},
-                      {"wrong", r.wrong}});
+                      {"wrong", r.wrong},
+                      {"save_s_each", r.save_s_each},
+                      {"dd_MBps_each", r.dd_mbps_each}});
     }
     if (total_bad > 0) os << "# " << total_bad << " dataset checksum(s) failed verification\n";
     os << "# " << (total_wrong == 0 ? "all results correct" : std::to_string(total_wrong) + " wrong element(s)") << "\n";

@@ -42,6 +42,7 @@ for r in rows:
     assert r["op"] == "checkpoint" and r["ranks"] == 2 and r["wrong"] == 0 and r["bad_checksums"] == 0, r
     assert r["save_MBps"] > 0 and r["dd_MBps"] > 0 and r["restore_MBps"] > 0, r
     assert abs(r["save_MBps"] - r["bytes"] / r["save_s"] / 1e6) < 1e-6 * r["save_MBps"], r
+    assert len(r["save_s_each"]) == 2 and len(r["dd_MBps_each"]) == 2, r
     assert abs(r["ratio"] - r["save_MBps"] / r["dd_MBps"]) < 1e-6 * r["ratio"], r
     assert abs(r["restore_MBps"] - r["bytes"] / r["restore_s"] / 1e6) < 1e-6 * r["restore_MBps"], r
 PY
@@ -57,9 +58,11 @@ mpi 2 "$STRATA_BIN" bench --op checkpoint -b 2M --dir /proc/strata-no-such-dir
 expect_rc 2
 [ "$(grep -c 'strata bench: error' "$ERR")" = 1 ] || fail "expected one error line"
 expect_stderr_has "cannot create the directory"
-mpi 2 "$STRATA_BIN" bench --op checkpoint -b 2M -e 1000G
+mkdir -p "$TEST_TMP/tmpdir"
+mpi 2 env TMPDIR="$TEST_TMP/tmpdir" "$STRATA_BIN" bench --op checkpoint -b 2M -e 1000G
 expect_rc 2
 expect_stderr_has "MiB of memory"
+[ -z "$(ls -A "$TEST_TMP/tmpdir")" ] || fail "bad input left a directory behind: $(ls -A "$TEST_TMP/tmpdir")"
 run "$STRATA_BIN" bench --op checkpoint -b 2M --num-ps 1
 expect_rc 2; expect_one_stderr_line; expect_stderr_has "do not apply"
 
