@@ -197,7 +197,8 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
   std::unique_ptr<model::Model> net;
   Datasets sets;
   std::string config_error;
-  // The replicas' devices first: a collective every rank completes before any rank can fail below.
+  // The replicas' devices first: a collective every rank completes before any rank can fail below
+  // (the validation that follows only runs when it found nothing wrong).
   try {
     sopt.gpus = choose_replica_gpus(*rt, env, cfg.devices, cfg.timeout_s);
   } catch (const ConfigError& e) {

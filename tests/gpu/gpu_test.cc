@@ -635,8 +635,8 @@ TEST(NcclReplicaGroup, NotBuilt) { STRATA_REQUIRE_GPU(); }
 //
 // One PS and one worker, i.e. two MPI processes. CTest runs this binary without a launcher, so each
 // of these tests re-runs itself, alone, as a 2-rank job: mpiexec (STRATA_MPIEXEC, else mpiexec or
-// mpirun on PATH) -n 2 <this binary> --gtest_filter=<the test>, with STRATA_GPU_TEST_JOB=1 in the
-// ranks' environment, bounded by `timeout`. The test passes when that job exits 0; inside it rank
+// mpirun on PATH; Open MPI's flags) -n 2 <this binary> --gtest_filter=<the test>, with
+// STRATA_GPU_TEST_JOB=1 in the ranks' environment (-x), bounded by `timeout`. The test passes when that job exits 0; inside it rank
 // 0 serves the variables and rank 1 trains, and a failure there fails the job. Compiled in every
 // configuration (GpuMlpReplica and the strategy's GPU path need no #if).
 
