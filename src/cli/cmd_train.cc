@@ -588,7 +588,7 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& f) {
   cmd->add_option("--shard", f.shard, "auto|file|data|off input auto-shard policy (default auto)");
   cmd->add_option("--devices", f.devices,
                   "auto|cpu|gpu: replicas on the worker's GPUs (one per GPU) or CPU threads (default auto: GPUs "
-                  "when the worker sees one)");
+                  "when the worker sees one; cpu when --cpu-replicas is given)");
   cmd->add_option("--cpu-replicas", f.cpu_replicas,
                   "CPU replicas per worker when it runs on CPU (default STRATA_CPU_REPLICAS or 1)");
   cmd->add_option("--num-ps", f.num_ps, "MPI or Slurm: the first N ranks are PS (default STRATA_NUM_PS or 1)");
@@ -634,7 +634,10 @@ int run_train_command(const TrainFlags& f, int* argc, char*** argv) {
                          ? static_cast<int>(env.get_int("STRATA_CPU_REPLICAS", 1))
                          : parse_int(f.cpu_replicas, "--cpu-replicas", 1, 1024);
   if (cfg.cpu_replicas < 1) throw ConfigError("STRATA_CPU_REPLICAS must be at least 1");
+  // Default auto, except that an explicit --cpu-replicas asks for CPU replicas (a GPU machine would
+  // otherwise ignore it); with an explicit --devices auto it is the count used where no GPU is.
   if (!f.devices.empty()) cfg.devices = parse_device_policy(f.devices, "--devices");
+  else if (!f.cpu_replicas.empty()) cfg.devices = DevicePolicy::kCpu;
   if (!f.num_ps.empty()) cfg.num_ps = parse_int(f.num_ps, "--num-ps", 0, 1 << 20);
   else if (!env.has("STRATA_NUM_PS")) cfg.num_ps = 1;
   if (!f.jobs.empty()) cfg.jobs = cluster::parse_jobs_spec(f.jobs);

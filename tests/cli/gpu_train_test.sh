@@ -2,8 +2,8 @@
 # strata train --devices auto|cpu|gpu (DESIGN.md section 4): where a worker's replicas run.
 #   - `--devices gpu` on a worker that sees no GPU: one clear line for the job, exit status 2 on
 #     every rank, no hang, nothing on stdout;
-#   - `--devices auto` (the default) and `--devices cpu`: the startup line and the summary name the
-#     devices and replica count each worker used;
+#   - `--devices auto` (the default) and `--devices cpu` (also the default when --cpu-replicas is
+#     given): the startup line and the summary name the devices and replica count of each worker;
 #   - bad combinations fail before MPI starts, with one line and exit status 2;
 #   - where the machine has a GPU, the first case trains on it instead and the GPU cases below run
 #     (the loss must fall); elsewhere they are reported as skipped.
@@ -57,6 +57,12 @@ mpi 2 "$STRATA_BIN" train --model mlp --devices cpu --cpu-replicas 2 --global-ba
 expect_rc 0
 [ "$(summary_get 'j["devices"], j["worker_devices"], j["replicas_per_worker"]')" = "cpu ['cpu:2'] 2" ] \
   || fail "summary: $(summary_get 'j["devices"], j["worker_devices"], j["replicas_per_worker"]')"
+expect_stdout_has "replicas: worker 0 = 2 x CPU (--devices cpu)"
+
+case_begin "--cpu-replicas without --devices means CPU replicas, GPUs or not"
+mpi 2 "$STRATA_BIN" train --model softmax --cpu-replicas 2 --global-batch 64 --steps 10 "${QUIET[@]}"
+expect_rc 0
+[ "$(summary_get 'j["worker_devices"]')" = "['cpu:2']" ] || fail "worker_devices: $(summary_get 'j["worker_devices"]')"
 expect_stdout_has "replicas: worker 0 = 2 x CPU (--devices cpu)"
 
 case_begin "bad --devices value (no MPI needed)"
