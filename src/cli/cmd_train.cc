@@ -138,6 +138,20 @@ struct Profile {
   std::int64_t steps = 0;
 };
 
+// Update staleness of this worker's gradients: how many other workers' updates reached the PS
+// between the global step read just before this step's pull and this step's own increment
+// (the quantity docs/SCALING.md models: about W-1 for W equal workers in async mode). Only
+// meaningful where the PS applies each push on arrival (async, staleness:N); under sync the
+// PS applies a round's gradients together and the parameters read are never stale.
+struct UpdateStaleness {
+  std::int64_t sum = 0, count = 0, max = 0;
+  void add(std::int64_t s) {
+    sum += s;
+    ++count;
+    max = std::max(max, s);
+  }
+};
+
 // Evaluates `model` on `ds` with the given parameters (chief, single thread).
 double evaluate(const model::Model& model, ParameterServerStrategy& strategy, const std::vector<Variable>& vars,
                 const data::Dataset& ds, double* loss_out) {
@@ -326,6 +340,8 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
   }
 
   Profile prof;
+  UpdateStaleness staleness;
+  const bool track_staleness = sopt.ps.consistency.mode != ps::Consistency::kSync;
   // Resume: this worker's position in the restored checkpoint (zeros when starting fresh).
   const ps::WorkerPosition resume = strategy.restored_position();
   ps::WorkerPosition position = resume;
@@ -371,6 +387,8 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
         const int r = ctx.replica_id_in_sync_group();
         const model::Inputs in = inputs_of(parts[r]);
         TraceWriter::Span span_step(trace.get(), "step", r);
+        // One atomic read per worker step (replica 0 only), against a step of milliseconds.
+        const std::int64_t step_at_pull = (r == 0 && track_staleness) ? strategy.global_step() : 0;
         auto a = Clock::now();
         if (!gpu_models.empty()) {
           replica::GpuMlpReplica& m = *gpu_models[r];
@@ -391,6 +409,7 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
             ctx.apply_gradients_flat(vars, m.grads(), m.num_parameters());
             std::int64_t gs = ctx.increment_global_step();
             if (r == 0) global_step = gs;
+            if (r == 0 && track_staleness) staleness.add(gs - 1 - step_at_pull);
           }
           auto d = Clock::now();
           pull_s[r] = std::chrono::duration<double>(b - a).count();
@@ -438,6 +457,7 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
           }
           std::int64_t gs = ctx.increment_global_step();
           if (r == 0) global_step = gs;
+          if (r == 0 && track_staleness) staleness.add(gs - 1 - step_at_pull);
         }
         auto d = Clock::now();
         pull_s[r] = std::chrono::duration<double>(b - a).count();
@@ -509,7 +529,10 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
   // elsewhere would never arrive at a save the chief requested.
   strategy.finish_training(position);
 
-  // Every worker's pushes must be in before the chief evaluates the final model.
+  // Every worker's pushes must be applied before the chief evaluates the final model (and reads
+  // the PS statistics): each worker waits for its own acks, then all meet.
+  // (No replica thread runs here: the PS client is this thread's alone.)
+  strategy.parameter_servers().wait_applied();
   {
     MPI_Request request;
     STRATA_CHECK_MPI(MPI_Ibarrier(rt->comms().workers(), &request));
@@ -524,6 +547,11 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
   // Sum of every worker's throughput: the job's examples/s.
   double my_eps = examples / std::max(train_s, 1e-9), job_eps = 0;
   STRATA_CHECK_MPI(MPI_Allreduce(&my_eps, &job_eps, 1, MPI_DOUBLE, MPI_SUM, rt->comms().workers()));
+  // Update staleness over every worker's steps: sums and counts add, maxima take the max.
+  long long stale_sums[2] = {staleness.sum, staleness.count}, stale_tot[2] = {0, 0};
+  long long stale_max = staleness.max, stale_job_max = 0;
+  STRATA_CHECK_MPI(MPI_Allreduce(stale_sums, stale_tot, 2, MPI_LONG_LONG, MPI_SUM, rt->comms().workers()));
+  STRATA_CHECK_MPI(MPI_Allreduce(&stale_max, &stale_job_max, 1, MPI_LONG_LONG, MPI_MAX, rt->comms().workers()));
   if (cfg.profile) {
     std::ostringstream p;
     p << std::fixed << std::setprecision(2) << "profile " << rt->task().str() << ": " << prof.steps
@@ -533,7 +561,27 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
       << 1e3 * prof.push / std::max<std::int64_t>(1, prof.steps) << " ms + input "
       << 1e3 * prof.input / std::max<std::int64_t>(1, prof.steps) << " ms; communication "
       << 100.0 * (prof.pull + prof.push) / std::max(prof.total, 1e-9) << "% of step time";
+    if (track_staleness && staleness.count > 0)
+      p << "; update staleness mean " << static_cast<double>(staleness.sum) / staleness.count << " max "
+        << staleness.max;
     std::cout << p.str() << std::endl;
+  }
+  // Each PS's utilisation over the training time (every push is applied by now): the input
+  // docs/SCALING.md needs to say how many PS ranks a job wants.
+  std::vector<double> ps_busy;
+  if (cfg.profile && strategy.is_chief()) {
+    const auto stats = strategy.parameter_servers().ps_stats();
+    for (std::size_t p = 0; p < stats.size(); ++p) {
+      const auto& st = stats[p];
+      ps_busy.push_back(st.busy_s / std::max(train_s, 1e-9));
+      std::ostringstream line;
+      line << std::fixed << std::setprecision(2) << "profile ps:" << p << ": busy " << st.busy_s << " s of the "
+           << train_s << " s of training = " << 100.0 * ps_busy.back() << "%; " << st.updates << " updates of "
+           << st.elements << " elements";
+      if (st.busy_s > 0) line << ", " << 1e-6 * static_cast<double>(st.elements) / st.busy_s << " M elements/s";
+      if (st.updates == 0) line << " (async SGD pushes are MPI accumulates: no PS work)";
+      std::cout << line.str() << std::endl;
+    }
   }
   if (strategy.is_chief()) {
     double test_loss = 0;
@@ -556,14 +604,19 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
                                       {"consistency", sopt.ps.consistency.to_string()},
                                       {"epochs", epochs},
                                       {"steps", step}};
+    if (track_staleness && stale_tot[1] > 0)
+      summary["update_staleness"] = {{"mean", static_cast<double>(stale_tot[0]) / static_cast<double>(stale_tot[1])},
+                                     {"max", stale_job_max}};
     if (!cfg.checkpoint.directory.empty()) {
       summary["checkpoint_dir"] = cfg.checkpoint.directory;
       summary["checkpoints_saved"] = strategy.parameter_servers().saves_completed();
     }
     if (strategy.restore_report()) summary["restored_from"] = strategy.restore_report()->path;
     if (preempted) summary["preempted"] = true;
-    if (cfg.profile)
+    if (cfg.profile) {
       summary["comm_fraction"] = (prof.pull + prof.push) / std::max(prof.total, 1e-9);
+      summary["ps_busy_fraction"] = ps_busy;
+    }
     std::cout << summary.dump() << std::endl;
   }
   strategy.finish(position);

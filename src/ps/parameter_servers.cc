@@ -176,10 +176,21 @@ struct ParameterServers::Impl {
   std::vector<std::int64_t> rounds;                 // per shard: applications in this job (sync rounds)
   std::vector<std::int64_t> step_base;              // per shard: optimizer steps restored from a checkpoint
   std::int64_t applied = 0;
+  std::int64_t applied_elements = 0;
+  double busy_s = 0;  // PS: time in apply() and sync-round sums
   std::int64_t saves_done = 0;  // PS: saves this PS took part in
   bool stopped = false;         // PS: a preemption save happened
 
   std::uint64_t positions_offset() const { return kClocksOffset + 8ull * static_cast<std::uint64_t>(num_workers); }
+  // Every PS's own service statistics (updates, elements, busy ns), published in its header after
+  // each application and before the ack that announces it, so a worker that saw every ack of
+  // its pushes reads statistics that include them (ParameterServers::ps_stats).
+  std::uint64_t stats_offset() const { return positions_offset() + 24ull * static_cast<std::uint64_t>(num_workers); }
+  void publish_stats() {
+    store_i64(base() + stats_offset(), applied);
+    store_i64(base() + stats_offset() + 8, applied_elements);
+    store_i64(base() + stats_offset() + 16, static_cast<std::int64_t>(busy_s * 1e9));
+  }
   int ps0() const { return ps_rank[0]; }
   std::int64_t read_ps0(std::uint64_t offset) { return transport->atomic_read(*region, ps0(), offset); }
   char* base() { return static_cast<char*>(region->local_base()); }
@@ -214,7 +225,7 @@ struct ParameterServers::Impl {
 
   void layout_arenas(int num_ps) {
     const int num_slots_per_var = ps::num_slots(options.optimizer.kind);
-    arena_bytes.assign(num_ps, align_up(kClocksOffset + 8ull * num_workers + 24ull * num_workers));
+    arena_bytes.assign(num_ps, align_up(kClocksOffset + 8ull * num_workers + 24ull * num_workers + 24));
     layout.resize(map.shards().size());
     for (std::size_t s = 0; s < map.shards().size(); ++s) {
       const Shard& sh = shard(s);
@@ -368,6 +379,7 @@ struct ParameterServers::Impl {
     for (int k = 0; k < nslots; ++k)
       slots[k] = reinterpret_cast<T*>(base() + layout[s].slots + static_cast<std::uint64_t>(k) * sh.bytes);
     const std::int64_t step = ++rounds[s] + step_base[s];
+    const auto t0 = Clock::now();
     if (grad_or_null) {
       // Large shards are applied in chunks with a progress call between them, so a PS never sits
       // in pure compute for long while remote operations wait for it. The update is element-wise
@@ -386,6 +398,10 @@ struct ParameterServers::Impl {
                         rows.size());
     }
     ++applied;
+    applied_elements += grad_or_null ? static_cast<std::int64_t>(sh.bytes / sizeof(T))
+                                     : static_cast<std::int64_t>(rows.size() * (row_bytes(s) / sizeof(T)));
+    busy_s += std::chrono::duration<double>(Clock::now() - t0).count();
+    publish_stats();
   }
 
   // Reads one inbox: dense (header -1: *dense = true, rows empty, returns the gradient) or sparse
@@ -430,6 +446,8 @@ struct ParameterServers::Impl {
     for (int w = 0; w < num_workers; ++w)
       if (load_i64(base() + layout[s].doorbells + 8ull * w) <= round) return false;
     // Every worker's gradient for this round is in: aggregate in worker order, then apply once.
+    // The aggregation is PS work too (apply() times itself and publishes the total).
+    const auto t_sum = Clock::now();
     const Shard& sh = shard(s);
     const T inv = static_cast<T>(1) / static_cast<T>(num_workers);
     std::vector<std::int64_t> rows;
@@ -443,6 +461,7 @@ struct ParameterServers::Impl {
         for (std::size_t i = 0; i < n; ++i) sum[i] += g[i];
       }
       for (auto& x : sum) x /= static_cast<T>(num_workers);
+      busy_s += std::chrono::duration<double>(Clock::now() - t_sum).count();
       apply<T>(s, sum.data(), rows, nullptr);
     } else {
       std::vector<std::int64_t> all_rows;
@@ -453,6 +472,7 @@ struct ParameterServers::Impl {
         all_rows.insert(all_rows.end(), rows.begin(), rows.end());
         for (std::size_t i = 0; i < rows.size() * width; ++i) all_grads.push_back(g[i] * inv);
       }
+      busy_s += std::chrono::duration<double>(Clock::now() - t_sum).count();
       apply<T>(s, nullptr, all_rows, all_grads.data());
     }
     for (int w = 0; w < num_workers; ++w) {
@@ -706,6 +726,23 @@ int ParameterServers::num_workers() const { return impl_->num_workers; }
 int ParameterServers::worker_index() const { return impl_->worker; }
 std::int64_t ParameterServers::applied_updates() const { return impl_->applied; }
 std::int64_t ParameterServers::max_observed_staleness() const { return impl_->max_staleness; }
+void ParameterServers::wait_applied() {
+  Impl& m = *impl_;
+  m.require_worker("wait_applied");
+  for (std::size_t s = 0; s < m.map.shards().size(); ++s) m.wait_ack(s, "wait_applied");
+}
+
+std::vector<ParameterServers::ServeStats> ParameterServers::ps_stats() {
+  Impl& m = *impl_;
+  std::vector<ServeStats> out(m.ps_rank.size());
+  for (std::size_t p = 0; p < m.ps_rank.size(); ++p) {
+    ServeStats& st = out[p];
+    st.updates = m.transport->atomic_read(*m.region, m.ps_rank[p], m.stats_offset());
+    st.elements = m.transport->atomic_read(*m.region, m.ps_rank[p], m.stats_offset() + 8);
+    st.busy_s = 1e-9 * static_cast<double>(m.transport->atomic_read(*m.region, m.ps_rank[p], m.stats_offset() + 16));
+  }
+  return out;
+}
 
 bool ParameterServers::serve() {
   Impl& m = *impl_;

@@ -34,6 +34,17 @@ for r in 0 1 2; do
 done
 grep -q "name\": \"compute\"" "$TEST_TMP/t.rank1.json" || fail "worker trace lacks compute spans"
 expect_stdout_has "communication"
+# The PS applies every push exactly once (Adam, async), all of them before the summary: 240
+# pushes of the 784-256-128-10 MLP's 235,146 parameters in its 6 variables.
+ps_line=$(grep '^profile ps:0: busy' "$OUT") || fail "no PS profile line"
+[[ $ps_line == *"; 1440 updates of $((240 * 235146)) elements"* ]] || fail "PS profile: $ps_line"
+python3 - "$OUT" <<'PY' || fail "update staleness / ps_busy_fraction"
+import json, sys
+j = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+s = j["update_staleness"]
+assert 0 <= s["mean"] <= s["max"], s
+assert len(j["ps_busy_fraction"]) == 1 and 0 < j["ps_busy_fraction"][0] < 1, j["ps_busy_fraction"]
+PY
 [ "$(grep -c '^step ' "$OUT")" = 3 ] || fail "expected 3 progress lines from the chief only"
 
 for mode in sync staleness:2; do
@@ -41,8 +52,17 @@ for mode in sync staleness:2; do
   mpi 3 "$STRATA_BIN" train --model softmax --steps 60 --consistency "$mode" --log-every 0 --log-every-secs 0
   expect_rc 0
   [ "$(summary_get 'j["consistency"]')" = "$mode" ] || fail "consistency not reported"
+  # Under sync the PS applies a round at once: parameters read are never stale, nothing to report.
+  [ "$(summary_get "int('update_staleness' in j)")" = "$([ "$mode" = sync ] && echo 0 || echo 1)" ] ||
+    fail "update_staleness reported wrongly for $mode"
   [ "$(summary_get 'int(j["test_accuracy"] > 0.6)')" = 1 ] || fail "accuracy $(summary_get 'j["test_accuracy"]')"
 done
+
+case_begin "one worker: no other worker's update can land between its pull and its push"
+mpi 2 "$STRATA_BIN" train --model softmax --steps 40 --log-every 0 --log-every-secs 0
+expect_rc 0
+[ "$(summary_get 'j["update_staleness"]')" = "{'mean': 0.0, 'max': 0}" ] ||
+  fail "staleness with one worker: $(summary_get 'j["update_staleness"]')"
 
 case_begin "2 CPU replicas per worker"
 mpi 2 "$STRATA_BIN" train --model softmax --steps 50 --cpu-replicas 2 --global-batch 64 --log-every 0 --log-every-secs 0

@@ -146,6 +146,22 @@ class ParameterServers {
   bool serve();
   // Statistics of this PS's service loop.
   std::int64_t applied_updates() const;
+  // What a PS's service loop did: `busy_s` is time spent applying the optimizer (and summing sync
+  // rounds); busy_s over the training time is the PS's utilisation, the quantity
+  // docs/SCALING.md uses to size the number of PS ranks. Async SGD pushes are MPI accumulates
+  // that never pass through the loop: they count nowhere here.
+  struct ServeStats {
+    std::int64_t updates = 0;   // optimizer applications (one per shard per push or sync round)
+    std::int64_t elements = 0;  // parameter elements (or row elements) updated, summed
+    double busy_s = 0;
+  };
+  // Worker: waits (with the job's timeout, naming the PS) until every push this worker made has
+  // been applied. After it returns on every worker (and a barrier), the variables and ps_stats()
+  // include every update of the job.
+  void wait_applied();
+  // Worker: every PS's ServeStats so far, in PS order, read from the PS regions (one-sided; the
+  // PS publishes them before acknowledging each application). Not collective.
+  std::vector<ServeStats> ps_stats();
 
   // ---- worker side ----
   // Dense pull of the whole (logical, reassembled) variable into `dst` (its full byte size).
