@@ -53,6 +53,13 @@ const float* ReplicaContext::read_all(const std::vector<Variable>& vars) {
 void ReplicaContext::read(const Variable& var, std::vector<float>& out) {
   auto& group = *strategy_.replicas_;
   const std::size_t n = static_cast<std::size_t>(var.num_elements());
+  if (group.size() == 1) {
+    // One replica: nothing to share, so the pull lands in `out` directly (no second copy).
+    out.resize(n);
+    std::lock_guard<std::mutex> lock(strategy_.ps_mutex_);
+    strategy_.parameter_servers().pull(var.name(), out.data(), n * sizeof(float));
+    return;
+  }
   // Barrier first: nobody may still be copying the previous shared value.
   group.barrier(replica_);
   if (replica_ == 0) {
