@@ -258,6 +258,11 @@ void run_replicas(const NcclReplicaGroup& group, Fn fn) {
     if (e) std::rethrow_exception(e);
 }
 
+// Called by every replica after it allocated its buffers and before its first collective: no
+// replica may allocate (or free) device or pinned memory while another one's NCCL kernel is
+// already waiting for it (see nccl_replica_group.h), so the allocations end behind a barrier.
+void allocated(NcclReplicaGroup& group, int replica) { group.barrier(replica); }
+
 std::vector<int> all_devices() { return select_devices(0, 1, visible_gpu_count()); }
 
 std::unique_ptr<NcclReplicaGroup> make_group(bool native_mean, double timeout_s = 120.0) {
@@ -298,6 +303,7 @@ TEST(NcclReplicaGroup, AllReduceSumAndMeanOverOddSizes) {
           std::vector<float> host(n);
           for (std::size_t i = 0; i < n; ++i) host[i] = input_value(r, i);
           buffer.upload(host);
+          allocated(*group, r);
           group->all_reduce(r, buffer.data(), n, op);
           const std::vector<float> out = buffer.download();
           std::size_t bad = 0, first_bad = 0;
@@ -329,6 +335,7 @@ TEST(NcclReplicaGroup, BroadcastFromEveryRootOverOddSizes) {
         std::vector<float> host(n);
         for (std::size_t i = 0; i < n; ++i) host[i] = static_cast<float>(r * 1000 + static_cast<int>(i % 17));
         buffer.upload(host);
+        allocated(*group, r);
         group->broadcast(r, buffer.data(), n, root);
         const std::vector<float> out = buffer.download();
         std::size_t bad = 0;
@@ -346,6 +353,7 @@ TEST(NcclReplicaGroup, MixedSequenceOfCollectives) {
   const int k = group->size();
   run_replicas(*group, [&](int r) {
     DeviceVector buffer(group->device(r), 3);
+    allocated(*group, r);
     for (int step = 0; step < 40; ++step) {
       buffer.upload({static_cast<float>(r + step), 1.0f, static_cast<float>(r)});
       group->all_reduce(r, buffer.data(), 3, ReduceOp::kSum);
@@ -371,6 +379,56 @@ TEST(NcclReplicaGroup, BadArgumentsThrow) {
   EXPECT_THROW(group->all_reduce(-1, buffer.data(), 4, ReduceOp::kSum), Error);
   EXPECT_THROW(make_nccl_replica_group({0, 0}, 10.0), ConfigError);              // duplicate device
   EXPECT_THROW(make_nccl_replica_group({0}, 0.0), ConfigError);                  // no timeout
+}
+
+// copy_to_host, how the strategy stages the reduced gradients for the push: ordered after the
+// collective on the replica's stream, through the pinned buffer (whole, or in chunks of a size
+// that divides none of the lengths), or straight into pageable memory with pinned staging off.
+TEST(NcclReplicaGroup, CopyToHostPinnedChunkedAndPageable) {
+  STRATA_REQUIRE_GPU();
+  struct Variant {
+    const char* name;
+    bool pinned;
+    std::size_t max_bytes;
+  };
+  for (const Variant& v : {Variant{"pinned", true, gpu::kDefaultMaxStagingBytes},
+                           Variant{"pinned, chunks of 1025 floats", true, 4100},
+                           Variant{"pageable", false, gpu::kDefaultMaxStagingBytes}}) {
+    SCOPED_TRACE(v.name);
+    NcclReplicaGroup::Options options;
+    options.timeout_s = 120.0;
+    options.pinned_staging = v.pinned;
+    options.max_staging_bytes = v.max_bytes;
+    NcclReplicaGroup group(all_devices(), options);
+    const int k = group.size();
+    for (std::size_t n : {std::size_t{1}, std::size_t{1001}, std::size_t{(1u << 20) + 3}}) {
+      SCOPED_TRACE("n=" + std::to_string(n));
+      run_replicas(group, [&](int r) {
+        DeviceVector buffer(group.device(r), n);
+        std::vector<float> host(n);
+        for (std::size_t i = 0; i < n; ++i) host[i] = input_value(r, i);
+        buffer.upload(host);
+        allocated(group, r);
+        group.all_reduce(r, buffer.data(), n, ReduceOp::kSum);
+        std::vector<float> out(n, -1.0f);
+        group.copy_to_host(r, out.data(), buffer.data(), n);
+        std::size_t bad = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+          float sum = 0.0f;
+          for (int q = 0; q < k; ++q) sum += input_value(q, i);
+          bad += out[i] != sum;
+        }
+        EXPECT_EQ(bad, 0u) << "replica " << r;
+        if (v.pinned) {
+          EXPECT_EQ(group.staging_bytes(r), std::min(n * sizeof(float), v.max_bytes)) << "grown to the largest copy";
+        } else {
+          EXPECT_EQ(group.staging_bytes(r), 0u);
+        }
+        group.copy_to_host(r, nullptr, nullptr, 0);  // nothing to copy: a no-op
+        EXPECT_THROW(group.copy_to_host(r, nullptr, buffer.data(), n), Error);
+      });
+    }
+  }
 }
 
 // A null buffer is a usage error that fails the whole group: the peers may already be waiting
@@ -495,11 +553,100 @@ Batch random_batch(const model::ModelConfig& c, int size, std::uint32_t seed) {
                                        << " (|diff| " << worst_diff << " > " << tolerance << ")";
 }
 
+struct StagingVariant {
+  const char* name;
+  gpu::GpuMlp::Staging staging;
+};
+
+std::vector<StagingVariant> staging_variants() {
+  return {{"pinned staging", gpu::GpuMlp::Staging{}},
+          {"pinned staging in chunks of 251 floats", gpu::GpuMlp::Staging{true, 251 * sizeof(float)}},
+          {"pageable staging", gpu::GpuMlp::Staging{false, gpu::kDefaultMaxStagingBytes}}};
+}
+
 void upload_params(gpu::GpuMlp& mlp, const model::Params& params) {
   for (const gpu::MlpVariable& v : mlp.variables()) {
     const auto& p = params.dense.at(v.name);
     mlp.upload_param(v.name, p.value.data(), p.value.size());
   }
+}
+
+// The flat layout, host-side only: runs without a GPU. strata train checks the same against the
+// strategy's variables at startup; a mismatch would push every gradient into the wrong variable.
+TEST(GpuMlpLayout, MatchesTheCpuModelWithoutAGpu) {
+  for (const Case& c : mlp_cases()) {
+    SCOPED_TRACE(c.name);
+    auto cpu = model::make_model(c.config);
+    const std::vector<gpu::MlpVariable> layout = gpu::mlp_variables(shape_of(*cpu));
+    const auto specs = cpu->variables();
+    ASSERT_EQ(layout.size(), specs.size());
+    std::size_t offset = 0;
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      EXPECT_EQ(layout[i].name, specs[i].name);
+      EXPECT_EQ(layout[i].shape, specs[i].shape);
+      EXPECT_EQ(layout[i].offset, offset) << "the variables are concatenated without padding";
+      EXPECT_EQ(static_cast<std::int64_t>(layout[i].size), ps::num_elements(specs[i].shape));
+      offset += layout[i].size;
+    }
+    EXPECT_EQ(static_cast<std::int64_t>(offset), cpu->num_parameters());
+  }
+  // Kernel before bias, layer by layer, the logits last.
+  const auto small = gpu::mlp_variables(gpu::MlpShape{3, {2}, 4});
+  ASSERT_EQ(small.size(), 4u);
+  EXPECT_EQ(small[0].name, "dense_0/kernel");
+  EXPECT_EQ(small[1].offset, 6u);
+  EXPECT_EQ(small[2].name, "logits/kernel");
+  EXPECT_EQ(small[2].offset, 8u);
+  EXPECT_EQ(small[3].offset, 16u);
+  EXPECT_EQ(small[3].size, 4u);
+}
+
+// A bad shape is a ConfigError before any CUDA call, so it is the same with or without a GPU.
+TEST(GpuMlpLayout, BadShapesAreConfigErrorsWithoutAGpu) {
+  EXPECT_THROW(gpu::mlp_variables(gpu::MlpShape{0, {}, 2}), ConfigError);
+  EXPECT_THROW(gpu::mlp_variables(gpu::MlpShape{4, {}, 1}), ConfigError);
+  EXPECT_THROW(gpu::mlp_variables(gpu::MlpShape{4, {8, 0}, 2}), ConfigError);
+  EXPECT_THROW(gpu::GpuMlp(0, gpu::MlpShape{0, {}, 2}, nullptr), ConfigError);
+  EXPECT_THROW(gpu::GpuMlp(0, gpu::MlpShape{4, {-3}, 2}, nullptr), ConfigError);
+}
+
+// Pinned staging must fail soft: without a GPU (or driver) cudaHostAlloc fails, reserve() says so
+// and the buffer stays empty. With a GPU the memory is usable, grows, moves and is freed, and a
+// failed allocation (an impossible size) leaves the buffer empty and the thread's CUDA error state
+// clean (a stale error would be reported by the next kernel-launch check). Without a driver that
+// state cannot be cleaned (every call reports the initialisation error again), and no kernel is
+// ever launched there, so it is not checked.
+TEST(PinnedBuffer, ReservesOrFallsBackCleanly) {
+  gpu::PinnedBuffer buffer;
+  EXPECT_TRUE(buffer.reserve(0));
+  EXPECT_EQ(buffer.capacity(), 0u);
+  const bool pinned = buffer.reserve(4096);
+  if (!pinned) {
+    EXPECT_EQ(buffer.data(), nullptr);
+    EXPECT_EQ(buffer.capacity(), 0u);
+    EXPECT_EQ(visible_gpu_count(), 0) << "cudaHostAlloc of 4 KiB failed although a GPU is visible";
+    EXPECT_FALSE(buffer.reserve(1));
+    return;
+  }
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  ASSERT_NE(buffer.data(), nullptr);
+  EXPECT_EQ(buffer.capacity(), 4096u);
+  static_cast<char*>(buffer.data())[4095] = 7;
+  EXPECT_TRUE(buffer.reserve(100));  // already large enough: kept
+  EXPECT_EQ(buffer.capacity(), 4096u);
+  EXPECT_TRUE(buffer.reserve(10000));
+  EXPECT_EQ(buffer.capacity(), 10000u);
+  gpu::PinnedBuffer moved(std::move(buffer));
+  EXPECT_EQ(moved.capacity(), 10000u);
+  EXPECT_EQ(buffer.capacity(), 0u);  // NOLINT(bugprone-use-after-move): moved-from is empty by contract
+  moved.reset();
+  EXPECT_EQ(moved.data(), nullptr);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  // 1 EiB cannot be pinned: the fallback, with a clean error state afterwards.
+  EXPECT_FALSE(moved.reserve(std::size_t{1} << 60));
+  EXPECT_EQ(moved.data(), nullptr);
+  EXPECT_EQ(moved.capacity(), 0u);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
 TEST(GpuMlp, VariablesMatchTheCpuModel) {
@@ -533,28 +680,71 @@ TEST(GpuMlp, StepMatchesCpuModel) {
     std::int64_t cpu_correct = -1;
     const double cpu_loss = cpu->train_step(params, inputs, &cpu_grads, &cpu_correct);
 
-    gpu::GpuMlp mlp(0, shape_of(*cpu), nullptr);
-    upload_params(mlp, params);
-    const gpu::MlpStepResult r = mlp.train_step(batch.x.data(), batch.labels.data(), c.batch);
-    EXPECT_NEAR(r.loss, cpu_loss, 1e-5 * std::max(1.0, std::fabs(cpu_loss)));
-    // An argmax can flip where two logits are within float rounding of each other; a real argmax
-    // bug (last maximum, wrong row) would differ on many rows.
-    EXPECT_LE(std::llabs(r.correct - cpu_correct), 1) << "gpu " << r.correct << " vs cpu " << cpu_correct;
-    for (const gpu::MlpVariable& v : mlp.variables()) {
-      std::vector<float> g(v.size);
-      mlp.download_grad(v.name, g.data(), g.size());
-      EXPECT_TRUE(GradientsClose(v.name, g, cpu_grads.dense.at(v.name).value));
-    }
+    // The same step with every staging path: pinned (what training uses), pinned in chunks of 251
+    // floats (so variables straddle chunk boundaries), and pageable. Each is checked against the
+    // CPU model and against the first (the device work is identical, so a staging bug is the only
+    // way for them to differ).
+    std::vector<float> first_grads;
+    double first_loss = 0.0;
+    for (const StagingVariant& variant : staging_variants()) {
+      SCOPED_TRACE(variant.name);
+      gpu::GpuMlp mlp(0, shape_of(*cpu), nullptr, variant.staging);
+      EXPECT_EQ(mlp.pinned_staging(), variant.staging.pinned);
+      upload_params(mlp, params);
+      const gpu::MlpStepResult r = mlp.train_step(batch.x.data(), batch.labels.data(), c.batch);
+      EXPECT_NEAR(r.loss, cpu_loss, 1e-5 * std::max(1.0, std::fabs(cpu_loss)));
+      // The flat download (download_grads), checked against the per-variable downloads below.
+      std::vector<float> flat(mlp.num_parameters());
+      mlp.download_grads(flat.data(), flat.size());
+      if (first_grads.empty()) {
+        first_grads = flat;
+        first_loss = r.loss;
+      } else {
+        EXPECT_TRUE(GradientsClose("flat gradient vs the first staging variant", flat, first_grads));
+        EXPECT_NEAR(r.loss, first_loss, 1e-9 * std::max(1.0, std::fabs(first_loss)));
+      }
+      // Parameters round-trip through the staging buffers unchanged.
+      for (const gpu::MlpVariable& v : mlp.variables()) {
+        std::vector<float> back(v.size);
+        mlp.download_param(v.name, back.data(), back.size());
+        EXPECT_EQ(back, params.dense.at(v.name).value) << v.name;
+      }
+      // An argmax can flip where two logits are within float rounding of each other; a real argmax
+      // bug (last maximum, wrong row) would differ on many rows.
+      EXPECT_LE(std::llabs(r.correct - cpu_correct), 1) << "gpu " << r.correct << " vs cpu " << cpu_correct;
+      for (const gpu::MlpVariable& v : mlp.variables()) {
+        std::vector<float> g(v.size);
+        mlp.download_grad(v.name, g.data(), g.size());
+        EXPECT_TRUE(GradientsClose(v.name, g, cpu_grads.dense.at(v.name).value));
+        EXPECT_TRUE(std::equal(g.begin(), g.end(), flat.begin() + static_cast<std::ptrdiff_t>(v.offset)))
+            << v.name << " is not at its offset in the flat gradient";
+      }
 
-    // Forward only: same loss and count, gradients untouched.
-    const std::string first = mlp.variables().front().name;
-    std::vector<float> before(mlp.variables().front().size), after(before.size());
-    mlp.download_grad(first, before.data(), before.size());
-    const gpu::MlpStepResult f = mlp.train_step(batch.x.data(), batch.labels.data(), c.batch, /*backward=*/false);
-    mlp.download_grad(first, after.data(), after.size());
-    EXPECT_DOUBLE_EQ(f.loss, r.loss);
-    EXPECT_EQ(f.correct, r.correct);
-    EXPECT_EQ(before, after);
+      // Forward only: same loss and count, gradients untouched.
+      const std::string first = mlp.variables().front().name;
+      std::vector<float> before(mlp.variables().front().size), after(before.size());
+      mlp.download_grad(first, before.data(), before.size());
+      const gpu::MlpStepResult f = mlp.train_step(batch.x.data(), batch.labels.data(), c.batch, /*backward=*/false);
+      mlp.download_grad(first, after.data(), after.size());
+      EXPECT_DOUBLE_EQ(f.loss, r.loss);
+      EXPECT_EQ(f.correct, r.correct);
+      EXPECT_EQ(before, after);
+
+      // A larger batch grows the scratch (the old buffers are retired, not freed), a smaller one
+      // reuses it; both must still match the CPU model.
+      for (int size : {2 * c.batch + 3, 1}) {
+        const Batch other = random_batch(cpu->config(), size, 29 + static_cast<std::uint32_t>(size));
+        const model::Inputs in{size, other.x.data(), cpu->config().input_dim, nullptr, 0, other.labels.data()};
+        model::Grads g_cpu;
+        const double l_cpu = cpu->train_step(params, in, &g_cpu, nullptr);
+        const gpu::MlpStepResult o = mlp.train_step(other.x.data(), other.labels.data(), size);
+        EXPECT_NEAR(o.loss, l_cpu, 1e-5 * std::max(1.0, std::fabs(l_cpu))) << "batch " << size;
+        const gpu::MlpVariable& last = mlp.variables().back();
+        std::vector<float> g(last.size);
+        mlp.download_grad(last.name, g.data(), g.size());
+        EXPECT_TRUE(GradientsClose("batch " + std::to_string(size) + " " + last.name, g, g_cpu.dense.at(last.name).value));
+      }
+    }
   }
 }
 
@@ -612,9 +802,66 @@ TEST(GpuMlp, ReplicasAllReduceMeanMatchesCpu) {
 
   run_replicas(*group, [&](int r) {
     gpu::GpuMlp mlp(group->device(r), shape_of(*cpu), group->stream(r));
+    allocated(*group, r);
     upload_params(mlp, params);
     const std::size_t x0 = static_cast<std::size_t>(r) * kShard * static_cast<std::size_t>(config.input_dim);
     mlp.train_step(batch.x.data() + x0, batch.labels.data() + static_cast<std::size_t>(r) * kShard, kShard);
+    group->all_reduce(r, mlp.grads(), mlp.num_parameters(), ReduceOp::kMean);
+    // As the strategy stages it for the push: the whole flat gradient through the group.
+    std::vector<float> flat(mlp.num_parameters());
+    group->copy_to_host(r, flat.data(), mlp.grads(), flat.size());
+    for (const gpu::MlpVariable& v : mlp.variables()) {
+      std::vector<float> g(v.size);
+      mlp.download_grad(v.name, g.data(), g.size());
+      EXPECT_TRUE(GradientsClose("replica " + std::to_string(r) + " " + v.name, g, expected.at(v.name)));
+      EXPECT_TRUE(std::equal(g.begin(), g.end(), flat.begin() + static_cast<std::ptrdiff_t>(v.offset))) << v.name;
+    }
+  });
+}
+
+// A partial last batch can leave a replica with no example. Its gradient is zero (as on a CPU
+// replica) and the MEAN still divides by the replica count: the mean of the per-replica mean
+// gradients, the same function the CPU replicas compute. With one GPU that replica is the only one.
+TEST(GpuMlp, ReplicaWithAnEmptyBatchContributesZeros) {
+  STRATA_REQUIRE_GPU();
+  model::ModelConfig config;
+  config.input_dim = 12;
+  config.hidden = {9};
+  config.num_classes = 3;
+  config.seed = 4;
+  auto cpu = model::make_model(config);
+  const model::Params params = test_params(*cpu, 8);
+  auto group = make_group(false);  // the sum + divide MEAN, whose kernel runs right after NCCL's
+  const int k = group->size();
+  constexpr int kShard = 5;
+  const int empty = k - 1;  // the last replica gets nothing
+  const Batch batch = random_batch(cpu->config(), k * kShard, 41);
+  std::map<std::string, std::vector<float>> expected;
+  for (const auto& [name, p] : params.dense) expected[name].assign(p.value.size(), 0.0f);
+  for (int r = 0; r < k; ++r) {
+    if (r == empty) continue;
+    const model::Inputs shard{kShard, batch.x.data() + static_cast<std::size_t>(r) * kShard * config.input_dim,
+                              config.input_dim, nullptr, 0, batch.labels.data() + static_cast<std::size_t>(r) * kShard};
+    model::Grads g;
+    cpu->train_step(params, shard, &g, nullptr);
+    for (auto& [name, p] : g.dense)
+      for (std::size_t i = 0; i < p.value.size(); ++i) expected[name][i] += p.value[i];
+  }
+  for (auto& [name, e] : expected)
+    for (float& v : e) v /= static_cast<float>(k);
+
+  run_replicas(*group, [&](int r) {
+    gpu::GpuMlp mlp(group->device(r), shape_of(*cpu), group->stream(r));
+    allocated(*group, r);
+    upload_params(mlp, params);
+    const int size = r == empty ? 0 : kShard;
+    const gpu::MlpStepResult res =
+        mlp.train_step(size == 0 ? nullptr : batch.x.data() + static_cast<std::size_t>(r) * kShard * config.input_dim,
+                       size == 0 ? nullptr : batch.labels.data() + static_cast<std::size_t>(r) * kShard, size);
+    if (size == 0) {
+      EXPECT_EQ(res.loss, 0.0);
+      EXPECT_EQ(res.correct, 0);
+    }
     group->all_reduce(r, mlp.grads(), mlp.num_parameters(), ReduceOp::kMean);
     for (const gpu::MlpVariable& v : mlp.variables()) {
       std::vector<float> g(v.size);

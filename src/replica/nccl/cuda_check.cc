@@ -1,7 +1,12 @@
-// The cold paths of the CUDA / cuBLAS / NCCL check macros, and the NCCL version helpers.
+// The cold paths of the CUDA / cuBLAS / NCCL check macros, PinnedBuffer, and the NCCL version
+// helpers.
 #include "cuda_check.h"
 
+#include <atomic>
+#include <utility>
+
 #include "nccl_compat.h"
+#include "strata/common/logging.h"
 
 namespace strata {
 namespace detail {
@@ -44,6 +49,58 @@ void fail_nccl(ncclResult_t rc, ncclComm_t comm, const char* expr, SourceLocatio
 }
 
 }  // namespace detail
+
+namespace replica::gpu {
+
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), capacity_(std::exchange(other.capacity_, 0)) {}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
+  if (this != &other) {
+    reset();
+    data_ = std::exchange(other.data_, nullptr);
+    capacity_ = std::exchange(other.capacity_, 0);
+  }
+  return *this;
+}
+
+bool PinnedBuffer::reserve(std::size_t bytes) noexcept {
+  if (bytes <= capacity_) return true;
+  reset();
+  void* p = nullptr;
+  // Portable: pinned for every device's context, not only the current one (one buffer may serve
+  // copies from or to any of the process's GPUs).
+  const cudaError_t rc = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+  if (rc == cudaSuccess && p != nullptr) {
+    data_ = p;
+    capacity_ = bytes;
+    return true;
+  }
+  (void)cudaGetLastError();  // a failed allocation is not sticky; clear it for later launch checks
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true)) {
+    try {
+      STRATA_LOG(WARN) << "cudaHostAlloc(" << bytes << " bytes) failed: " << detail::cuda_error_text(rc)
+                       << "; GPU replicas stage host <-> device copies through pageable memory instead (slower)";
+    } catch (...) {
+      // Logging is best effort here; the fallback itself is what matters.
+    }
+  }
+  return false;
+}
+
+void PinnedBuffer::reset() noexcept {
+  if (data_ != nullptr) (void)cudaFreeHost(data_);
+  data_ = nullptr;
+  capacity_ = 0;
+}
+
+void PinnedBuffer::abandon() noexcept {
+  data_ = nullptr;
+  capacity_ = 0;
+}
+
+}  // namespace replica::gpu
 
 namespace replica::nccl_compat {
 

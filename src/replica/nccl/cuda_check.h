@@ -1,6 +1,6 @@
-// Check macros for CUDA, cuBLAS and NCCL calls (STYLE.md section 4), private to the GPU replica
-// target. Each macro is one line that calls a [[noreturn]] cold function, so the hot path is a
-// compare and a branch. The thrown strata::CudaError / strata::NcclError carries the library's own
+// Check macros for CUDA, cuBLAS and NCCL calls (STYLE.md section 4) and two small CUDA helpers
+// (ScopedDevice, PinnedBuffer), private to the GPU replica target. Each macro is one line that
+// calls a [[noreturn]] cold function, so the hot path is a compare and a branch. The thrown strata::CudaError / strata::NcclError carries the library's own
 // error name and string, the failing expression and the source location, e.g.
 //   ncclAllReduce(data, data, n, ...) failed: ncclUnhandledCudaError: unhandled cuda error (run
 //   with NCCL_DEBUG=INFO for details); last NCCL error: Cuda failure 'out of memory'
@@ -20,6 +20,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
+
+#include <cstddef>
+#include <string>
 
 #include "strata/common/error.h"
 
@@ -96,5 +99,52 @@ class ScopedDevice {
  private:
   int previous_ = 0;
 };
+
+// Page-locked (pinned) host memory for host <-> device staging, allocated once and reused. Only
+// from pinned memory is cudaMemcpyAsync really asynchronous and a DMA at full bandwidth; from
+// pageable memory the driver copies through its own bounce buffer, and a device-to-host copy into
+// pageable memory blocks the calling thread until the copy is done (so it cannot be polled
+// against a timeout).
+//
+// reserve() is the only call that allocates. When cudaHostAlloc fails (no driver, RLIMIT_MEMLOCK,
+// a container's pinned-memory limit, or simply too large a request) it returns false, clears the
+// thread's CUDA error state so no later STRATA_CHECK_LAUNCH reports it, logs a warning once per
+// process, and leaves the buffer empty: callers then copy straight from/to their pageable memory,
+// which is slower but just as correct.
+//
+// cudaHostAlloc and cudaFreeHost may synchronise devices: call reserve() at setup, never between
+// the launches of one NCCL collective on several devices (see nccl_replica_group.h).
+// Not thread-safe; one owner thread at a time. Move-only.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  ~PinnedBuffer() { reset(); }
+  PinnedBuffer(PinnedBuffer&& other) noexcept;
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+  // Makes capacity() >= bytes (the contents are not kept on growth). true when that much pinned
+  // memory is held (always for bytes == 0); false when the allocation failed (the buffer is then
+  // empty). Never throws.
+  bool reserve(std::size_t bytes) noexcept;
+  void* data() const { return data_; }
+  std::size_t capacity() const { return capacity_; }
+  // Frees the memory (cudaFreeHost); no copy into or out of it may be in flight. Never throws.
+  void reset() noexcept;
+  // Gives the memory up WITHOUT freeing it: for a buffer an asynchronous copy that did not finish
+  // (a timeout) may still write to. Freeing it would let that copy write into freed memory, or
+  // block in cudaFreeHost on the hung stream; leaking it is the safe choice. Never throws.
+  void abandon() noexcept;
+
+ private:
+  void* data_ = nullptr;
+  std::size_t capacity_ = 0;
+};
+
+// The largest pinned staging buffer a GPU replica allocates by default: larger transfers are
+// staged in chunks of this size (one pinned buffer per replica, so the pinned footprint stays
+// bounded whatever the model size).
+constexpr std::size_t kDefaultMaxStagingBytes = std::size_t{64} << 20;
 
 }  // namespace strata::replica::gpu

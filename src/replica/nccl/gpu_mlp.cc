@@ -4,6 +4,8 @@
 #include "gpu_mlp.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstring>
 
 #include "cuda_check.h"
 #include "kernels.h"
@@ -37,8 +39,32 @@ void gemm_abt(cublasHandle_t h, int rows, int k, int cols, const float* a, const
 
 }  // namespace
 
+std::vector<MlpVariable> mlp_variables(const MlpShape& shape) {
+  if (shape.input_dim < 1)
+    throw ConfigError("GPU mlp: input_dim must be >= 1, got " + std::to_string(shape.input_dim));
+  if (shape.num_classes < 2)
+    throw ConfigError("GPU mlp: num_classes must be >= 2, got " + std::to_string(shape.num_classes));
+  // Names and order exactly as model::detail::DenseStack builds them.
+  std::vector<MlpVariable> variables;
+  std::size_t offset = 0;
+  int in = shape.input_dim;
+  auto add_layer = [&](const std::string& scope, int out) {
+    if (out < 1) throw ConfigError("GPU mlp: layer " + scope + " must have width >= 1, got " + std::to_string(out));
+    const std::size_t kernel_size = static_cast<std::size_t>(in) * static_cast<std::size_t>(out);
+    variables.push_back(MlpVariable{scope + "/kernel", {in, out}, offset, kernel_size});
+    offset += kernel_size;
+    variables.push_back(MlpVariable{scope + "/bias", {out}, offset, static_cast<std::size_t>(out)});
+    offset += static_cast<std::size_t>(out);
+    in = out;
+  };
+  for (std::size_t i = 0; i < shape.hidden.size(); ++i) add_layer("dense_" + std::to_string(i), shape.hidden[i]);
+  add_layer("logits", shape.num_classes);
+  return variables;
+}
+
 void GpuMlp::CudaFree::operator()(void* p) const noexcept {
-  // With unified addressing cudaFree releases memory of any device whatever the current one.
+  // cudaFree takes a pointer of any device (unified addressing); ~GpuMlp still makes the model's
+  // device current first, so the implicit synchronisation is the right device's.
   if (p != nullptr) (void)cudaFree(p);
 }
 
@@ -49,53 +75,66 @@ GpuMlp::DevicePtr<T> GpuMlp::allocate(std::size_t n) {
   return DevicePtr<T>(static_cast<T*>(p));
 }
 
-GpuMlp::GpuMlp(int device, MlpShape shape, cudaStream_t stream)
-    : device_(device), stream_(stream), shape_(std::move(shape)) {
-  if (shape_.input_dim < 1)
-    throw ConfigError("GPU mlp: input_dim must be >= 1, got " + std::to_string(shape_.input_dim));
-  if (shape_.num_classes < 2)
-    throw ConfigError("GPU mlp: num_classes must be >= 2, got " + std::to_string(shape_.num_classes));
-  // Variable names and order exactly as model::detail::DenseStack builds them.
-  int in = shape_.input_dim;
-  auto add_layer = [&](const std::string& scope, int out) {
-    if (out < 1) throw ConfigError("GPU mlp: layer " + scope + " must have width >= 1, got " + std::to_string(out));
-    Layer layer{in, out, num_parameters_, 0};
-    const std::size_t kernel_size = static_cast<std::size_t>(in) * static_cast<std::size_t>(out);
-    variables_.push_back(MlpVariable{scope + "/kernel", {in, out}, num_parameters_, kernel_size});
-    num_parameters_ += kernel_size;
-    layer.bias = num_parameters_;
-    variables_.push_back(MlpVariable{scope + "/bias", {out}, num_parameters_, static_cast<std::size_t>(out)});
-    num_parameters_ += static_cast<std::size_t>(out);
-    layers_.push_back(layer);
-    in = out;
-  };
-  for (std::size_t i = 0; i < shape_.hidden.size(); ++i) add_layer("dense_" + std::to_string(i), shape_.hidden[i]);
-  add_layer("logits", shape_.num_classes);
+GpuMlp::GpuMlp(int device, MlpShape shape, cudaStream_t stream, Staging staging)
+    : device_(device), stream_(stream), shape_(std::move(shape)), variables_(mlp_variables(shape_)) {
+  for (std::size_t v = 0; v + 1 < variables_.size(); v += 2) {
+    const MlpVariable& kernel = variables_[v];
+    const MlpVariable& bias = variables_[v + 1];
+    layers_.push_back(Layer{static_cast<int>(kernel.shape[0]), static_cast<int>(kernel.shape[1]), kernel.offset,
+                            bias.offset});
+  }
+  num_parameters_ = variables_.back().offset + variables_.back().size;
 
   ScopedDevice on(device_);
+  STRATA_CHECK_CUDA(preload_kernels());
   params_ = allocate<float>(num_parameters_);
   grads_ = allocate<float>(num_parameters_);
+  totals_ = allocate<StepTotals>(1);
+  totals_host_ = &totals_fallback_;
+  if (staging.pinned) {
+    const std::size_t bytes = std::min(num_parameters_ * sizeof(float), std::max(staging.max_bytes, sizeof(float)));
+    if (staging_.reserve(bytes) && totals_pinned_.reserve(sizeof(StepTotals)))
+      totals_host_ = static_cast<StepTotals*>(totals_pinned_.data());
+  }
   STRATA_CHECK_CUDA(cudaMemsetAsync(params_.get(), 0, num_parameters_ * sizeof(float), stream_));
   STRATA_CHECK_CUDA(cudaMemsetAsync(grads_.get(), 0, num_parameters_ * sizeof(float), stream_));
   STRATA_CHECK_CUBLAS(cublasCreate(&cublas_));
   try {
     STRATA_CHECK_CUBLAS(cublasSetStream(cublas_, stream_));
+    // FP32 GEMMs in FP32 (CUBLAS_DEFAULT_MATH never uses TF32 for cublasSgemm; the tensor-op
+    // shortcut would need CUBLAS_TF32_TENSOR_OP_MATH), so the results stay within float rounding
+    // of the CPU model's.
     STRATA_CHECK_CUBLAS(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
     STRATA_CHECK_CUDA(cudaStreamSynchronize(stream_));
   } catch (...) {
     (void)cublasDestroy(cublas_);
+    cublas_ = nullptr;
     throw;
   }
 }
 
+// Everything is released with the model's device current: cublasDestroy must run there, and
+// cudaFree synchronises the current device. No work may be in flight (every call synchronises
+// before it returns).
 GpuMlp::~GpuMlp() {
-  if (cublas_ != nullptr) {
-    int previous = -1;
-    const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != device_ &&
-                          cudaSetDevice(device_) == cudaSuccess;
-    (void)cublasDestroy(cublas_);  // never throws; a failure here leaks the handle at worst
-    if (switched) (void)cudaSetDevice(previous);
-  }
+  int previous = -1;
+  const bool switched =
+      cudaGetDevice(&previous) == cudaSuccess && previous != device_ && cudaSetDevice(device_) == cudaSuccess;
+  if (cublas_ != nullptr) (void)cublasDestroy(cublas_);  // never throws; a failure leaks the handle at worst
+  x_.reset();
+  labels_.reset();
+  hidden_.clear();
+  logits_.reset();
+  scratch_.reset();
+  row_loss_.reset();
+  row_correct_.reset();
+  retired_.clear();
+  totals_.reset();
+  params_.reset();
+  grads_.reset();
+  staging_.reset();
+  totals_pinned_.reset();
+  if (switched) (void)cudaSetDevice(previous);
 }
 
 const MlpVariable& GpuMlp::variable(const std::string& name) const {
@@ -104,53 +143,114 @@ const MlpVariable& GpuMlp::variable(const std::string& name) const {
   throw Error("GPU mlp has no variable '" + name + "'");
 }
 
-void GpuMlp::copy_variable(const std::string& name, void* dst, const void* src, std::size_t n, cudaMemcpyKind kind,
-                           const char* what) {
+// Synchronous on purpose: the host may reuse (upload) or read (download) its buffer on return.
+// The pinned path is one memcpy into the staging buffer and one DMA per chunk; a chunk's staging
+// memory is reused only after cudaStreamSynchronize has seen its copy complete.
+void GpuMlp::to_device(float* device, const float* host, std::size_t n) {
+  if (n == 0) return;
+  ScopedDevice on(device_);
+  const std::size_t chunk = staging_.capacity() / sizeof(float);
+  if (chunk == 0) {
+    // Pageable: cudaMemcpyAsync returns once the driver has taken a copy of the host buffer.
+    STRATA_CHECK_CUDA(cudaMemcpyAsync(device, host, n * sizeof(float), cudaMemcpyHostToDevice, stream_));
+    STRATA_CHECK_CUDA(cudaStreamSynchronize(stream_));
+    return;
+  }
+  auto* pinned = static_cast<float*>(staging_.data());
+  for (std::size_t done = 0; done < n;) {
+    const std::size_t count = std::min(chunk, n - done);
+    std::memcpy(pinned, host + done, count * sizeof(float));
+    STRATA_CHECK_CUDA(
+        cudaMemcpyAsync(device + done, pinned, count * sizeof(float), cudaMemcpyHostToDevice, stream_));
+    STRATA_CHECK_CUDA(cudaStreamSynchronize(stream_));  // before the next chunk overwrites `pinned`
+    done += count;
+  }
+}
+
+void GpuMlp::to_host(float* host, const float* device, std::size_t n) {
+  if (n == 0) return;
+  ScopedDevice on(device_);
+  const std::size_t chunk = staging_.capacity() / sizeof(float);
+  if (chunk == 0) {
+    STRATA_CHECK_CUDA(cudaMemcpyAsync(host, device, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    STRATA_CHECK_CUDA(cudaStreamSynchronize(stream_));
+    return;
+  }
+  auto* pinned = static_cast<float*>(staging_.data());
+  for (std::size_t done = 0; done < n;) {
+    const std::size_t count = std::min(chunk, n - done);
+    STRATA_CHECK_CUDA(
+        cudaMemcpyAsync(pinned, device + done, count * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    STRATA_CHECK_CUDA(cudaStreamSynchronize(stream_));  // the host reads `pinned` next
+    std::memcpy(host + done, pinned, count * sizeof(float));
+    done += count;
+  }
+}
+
+const MlpVariable& GpuMlp::checked_variable(const std::string& name, std::size_t n, const char* what) const {
   const MlpVariable& v = variable(name);
   if (n != v.size)
-    throw Error(std::string("GPU mlp ") + what + " of '" + name + "': got " + std::to_string(n) + " floats, the variable has " +
-                std::to_string(v.size));
-  ScopedDevice on(device_);
-  STRATA_CHECK_CUDA(cudaMemcpyAsync(dst, src, n * sizeof(float), kind, stream_));
-  STRATA_CHECK_CUDA(cudaStreamSynchronize(stream_));
+    throw Error(std::string("GPU mlp ") + what + " of '" + name + "': got " + std::to_string(n) +
+                " floats, the variable has " + std::to_string(v.size));
+  return v;
 }
 
 void GpuMlp::upload_param(const std::string& name, const float* host, std::size_t n) {
-  copy_variable(name, params_.get() + variable(name).offset, host, n, cudaMemcpyHostToDevice, "upload");
+  const MlpVariable& v = checked_variable(name, n, "upload");
+  if (n > 0 && host == nullptr) throw Error("GPU mlp upload of '" + name + "': null host buffer");
+  to_device(params_.get() + v.offset, host, n);
 }
 
 void GpuMlp::download_param(const std::string& name, float* host, std::size_t n) {
-  copy_variable(name, host, params_.get() + variable(name).offset, n, cudaMemcpyDeviceToHost, "download");
+  const MlpVariable& v = checked_variable(name, n, "download");
+  if (n > 0 && host == nullptr) throw Error("GPU mlp download of '" + name + "': null host buffer");
+  to_host(host, params_.get() + v.offset, n);
 }
 
 void GpuMlp::download_grad(const std::string& name, float* host, std::size_t n) {
-  copy_variable(name, host, grads_.get() + variable(name).offset, n, cudaMemcpyDeviceToHost, "gradient download");
+  const MlpVariable& v = checked_variable(name, n, "gradient download");
+  if (n > 0 && host == nullptr) throw Error("GPU mlp gradient download of '" + name + "': null host buffer");
+  to_host(host, grads_.get() + v.offset, n);
 }
 
-void GpuMlp::copy_all(void* dst, const void* src, std::size_t n, cudaMemcpyKind kind, const char* what) {
+void GpuMlp::check_all(const void* host, std::size_t n, const char* what) const {
   if (n != num_parameters_)
     throw Error(std::string("GPU mlp ") + what + ": got " + std::to_string(n) + " floats, the model has " +
                 std::to_string(num_parameters_) + " parameters");
-  if (n > 0 && (dst == nullptr || src == nullptr)) throw Error(std::string("GPU mlp ") + what + ": null host buffer");
-  ScopedDevice on(device_);
-  STRATA_CHECK_CUDA(cudaMemcpyAsync(dst, src, n * sizeof(float), kind, stream_));
-  STRATA_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  if (n > 0 && host == nullptr) throw Error(std::string("GPU mlp ") + what + ": null host buffer");
 }
 
 void GpuMlp::upload_params(const float* host, std::size_t n) {
-  copy_all(params_.get(), host, n, cudaMemcpyHostToDevice, "parameter upload");
+  check_all(host, n, "parameter upload");
+  to_device(params_.get(), host, n);
 }
 
 void GpuMlp::download_grads(float* host, std::size_t n) {
-  copy_all(host, grads_.get(), n, cudaMemcpyDeviceToHost, "gradient download");
+  check_all(host, n, "gradient download");
+  to_host(host, grads_.get(), n);
 }
 
-// Grows the per-batch buffers; the old contents are not kept (nothing survives a step).
+// Grows the per-batch buffers; the old contents are not kept (nothing survives a step). The
+// first batch is allocated exactly; later growth at least doubles, and outgrown buffers are
+// retired, not freed (see gpu_mlp.h).
 void GpuMlp::reserve(int batch) {
   if (batch <= capacity_) return;
-  const std::size_t b = static_cast<std::size_t>(batch);
+  const int grown = capacity_ == 0 ? batch : static_cast<int>(std::min<long long>(
+                                                 std::max<long long>(batch, 2LL * capacity_), INT_MAX));
+  const std::size_t b = static_cast<std::size_t>(grown);
   int widest_input = 0;  // dX is only computed for layers above the first
   for (std::size_t l = 1; l < layers_.size(); ++l) widest_input = std::max(widest_input, layers_[l].in);
+  auto retire = [&](auto& p) {
+    if (p) retired_.emplace_back(p.release());
+  };
+  retire(x_);
+  retire(labels_);
+  for (auto& h : hidden_) retire(h);
+  retire(logits_);
+  retire(scratch_);
+  retire(row_loss_);
+  retire(row_correct_);
+  capacity_ = 0;  // until every new buffer is in place (an allocation may throw)
   x_ = allocate<float>(b * static_cast<std::size_t>(shape_.input_dim));
   labels_ = allocate<std::int32_t>(b);
   hidden_.clear();
@@ -160,9 +260,7 @@ void GpuMlp::reserve(int batch) {
   scratch_ = allocate<float>(b * static_cast<std::size_t>(widest_input));
   row_loss_ = allocate<double>(b);
   row_correct_ = allocate<std::int32_t>(b);
-  host_loss_.resize(b);
-  host_correct_.resize(b);
-  capacity_ = batch;
+  capacity_ = grown;
 }
 
 MlpStepResult GpuMlp::train_step(const float* x, const std::int32_t* labels, int batch, bool backward) {
@@ -223,17 +321,15 @@ MlpStepResult GpuMlp::train_step(const float* x, const std::int32_t* labels, int
     }
   }
 
-  STRATA_CHECK_CUDA(cudaMemcpyAsync(host_loss_.data(), row_loss_.get(), b * sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  // The totals are summed on the device and come back in one small copy; the host reads them only
+  // after the stream has drained (which also completes the backward pass).
+  launch_step_totals(row_loss_.get(), row_correct_.get(), batch, totals_.get(), stream_);
+  STRATA_CHECK_LAUNCH("step totals kernel", stream_);
   STRATA_CHECK_CUDA(
-      cudaMemcpyAsync(host_correct_.data(), row_correct_.get(), b * sizeof(std::int32_t), cudaMemcpyDeviceToHost, stream_));
+      cudaMemcpyAsync(totals_host_, totals_.get(), sizeof(StepTotals), cudaMemcpyDeviceToHost, stream_));
   STRATA_CHECK_CUDA(cudaStreamSynchronize(stream_));
-  // Summed on the host in row order, as the CPU model sums its per-row losses.
-  double total = 0.0;
-  for (std::size_t i = 0; i < b; ++i) {
-    total += host_loss_[i];
-    result.correct += host_correct_[i];
-  }
-  result.loss = total / static_cast<double>(batch);
+  result.loss = totals_host_->loss / static_cast<double>(batch);
+  result.correct = static_cast<std::int64_t>(totals_host_->correct);
   return result;
 }
 

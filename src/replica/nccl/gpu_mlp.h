@@ -16,8 +16,30 @@
 // transpose (gpu_mlp.cc spells out each GEMM). TF32 is off (CUBLAS_DEFAULT_MATH keeps FP32 GEMMs in
 // FP32), so results stay within float rounding of the CPU model.
 //
+// Loss scaling, as on the CPU: train_step's gradients are those of the MEAN loss over THIS
+// replica's batch (softmax gradient divided by the local batch size); the replicas' gradients are
+// then averaged with all_reduce(MEAN). With equal shards (strata train splits a global batch that
+// divides by the replica count) that is the gradient of the mean over the global batch. A replica
+// with an empty batch contributes zeros to that mean, exactly like a CPU replica.
+//
+// Host staging: every host <-> device copy of parameters and gradients goes through one pinned
+// buffer allocated by the constructor (gpu::PinnedBuffer; at most Staging::max_bytes, larger
+// copies are chunked), so cudaMemcpyAsync is a real DMA and the host waits with one
+// cudaStreamSynchronize. The step's loss and correct count come back through a 16-byte pinned
+// buffer. When pinned memory cannot be had, copies go straight from/to the caller's pageable
+// memory. The batch itself (x, labels: batch-sized) is uploaded from the caller's pageable memory.
+//
+// Allocation: the constructor allocates the parameters, gradients and pinned buffers, so
+// construct every replica's GpuMlp before the group's first collective (strata train does, on the
+// main thread). train_step allocates the batch scratch (cudaMalloc) when a batch is larger than
+// any before, i.e. in the first step, and at least doubles it when it grows later; outgrown
+// scratch is kept, not freed, until the destructor, because cudaFree may wait for every device
+// that maps the memory, which must not happen while another replica's NCCL kernel waits for this
+// one (see nccl_replica_group.h).
+//
 // Thread-safety: one thread at a time per GpuMlp (a replica's thread); distinct GpuMlp objects
-// are independent. Every call makes the model's device current for its duration.
+// are independent. Every call makes the model's device current for its duration and restores the
+// caller's. The stream must outlive the GpuMlp.
 #pragma once
 
 #include "strata/config.h"
@@ -33,7 +55,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "cuda_check.h"
+#include "kernels.h"
 
 namespace strata::replica::gpu {
 
@@ -53,6 +79,11 @@ struct MlpVariable {
   std::size_t size = 0;             // elements
 };
 
+// The variables of the model of `shape` in the CPU model's order, with their offsets into the
+// flat buffers (the variables concatenated, no padding). Pure (no CUDA call). ConfigError for
+// input_dim < 1, num_classes < 2 or a layer narrower than 1.
+std::vector<MlpVariable> mlp_variables(const MlpShape& shape);
+
 struct MlpStepResult {
   double loss = 0.0;         // mean softmax cross-entropy over the batch (0 for an empty batch)
   std::int64_t correct = 0;  // examples whose first maximal logit is the label
@@ -60,11 +91,20 @@ struct MlpStepResult {
 
 class GpuMlp {
  public:
-  // Allocates parameters (zeros), gradients and a cuBLAS handle on `device`. Work is queued on
-  // `stream` (not owned; nullptr = the legacy default stream); use the replica group's stream(r)
-  // so that the gradient all-reduce is ordered after the backward pass for free. ConfigError for
-  // a bad shape.
-  GpuMlp(int device, MlpShape shape, cudaStream_t stream);
+  // Host staging (see the file comment). The defaults are what training uses; tests turn pinned
+  // staging off and shrink the buffer to exercise the fallback and the chunking.
+  struct Staging {
+    bool pinned = true;
+    std::size_t max_bytes = kDefaultMaxStagingBytes;
+  };
+
+  // Allocates parameters (zeros), gradients, the pinned staging buffers and a cuBLAS handle on
+  // `device`, and loads the kernels. Work is queued on `stream` (not owned, must outlive this
+  // object; nullptr = the legacy default stream); use the replica group's stream(r) so that the
+  // gradient all-reduce is ordered after the backward pass for free. ConfigError for a bad shape
+  // (checked before any CUDA call).
+  GpuMlp(int device, MlpShape shape, cudaStream_t stream) : GpuMlp(device, std::move(shape), stream, Staging{}) {}
+  GpuMlp(int device, MlpShape shape, cudaStream_t stream, Staging staging);
   ~GpuMlp();
   GpuMlp(const GpuMlp&) = delete;
   GpuMlp& operator=(const GpuMlp&) = delete;
@@ -75,13 +115,16 @@ class GpuMlp {
   // Error naming the variable when the model has no such variable.
   const MlpVariable& variable(const std::string& name) const;
   std::size_t num_parameters() const { return num_parameters_; }
+  // True when host copies are staged through pinned memory (false: the pageable fallback).
+  bool pinned_staging() const { return staging_.capacity() > 0; }
 
   // Device pointers to the flat buffers (num_parameters() floats each).
   float* params() { return params_.get(); }
   float* grads() { return grads_.get(); }
 
   // Host <-> device copies of one variable; `n` must equal its size. Synchronous (they return once
-  // the copy is done), ordered after the work already queued on the stream.
+  // the copy is done, so the host buffer may be reused or read at once), ordered after the work
+  // already queued on the stream.
   void upload_param(const std::string& name, const float* host, std::size_t n);
   void download_param(const std::string& name, float* host, std::size_t n);
   void download_grad(const std::string& name, float* host, std::size_t n);
@@ -111,9 +154,12 @@ class GpuMlp {
   static DevicePtr<T> allocate(std::size_t n);
 
   void reserve(int batch);
-  void copy_variable(const std::string& name, void* dst, const void* src, std::size_t n, cudaMemcpyKind kind,
-                     const char* what);
-  void copy_all(void* dst, const void* src, std::size_t n, cudaMemcpyKind kind, const char* what);
+  // Synchronous host -> device / device -> host copies of n floats on the stream, staged through
+  // the pinned buffer when there is one.
+  void to_device(float* device, const float* host, std::size_t n);
+  void to_host(float* host, const float* device, std::size_t n);
+  const MlpVariable& checked_variable(const std::string& name, std::size_t n, const char* what) const;
+  void check_all(const void* host, std::size_t n, const char* what) const;
 
   int device_;
   cudaStream_t stream_;
@@ -134,8 +180,16 @@ class GpuMlp {
   DevicePtr<float> logits_, scratch_;
   DevicePtr<double> row_loss_;
   DevicePtr<std::int32_t> row_correct_;
-  std::vector<double> host_loss_;
-  std::vector<std::int32_t> host_correct_;
+  // Scratch outgrown by a larger batch: kept, not freed, until the destructor (see the file
+  // comment); growth doubles, so this holds less than the live scratch.
+  std::vector<DevicePtr<void>> retired_;
+  // The step's totals: summed on the device, copied back into totals_host_ (pinned when possible).
+  DevicePtr<StepTotals> totals_;
+  PinnedBuffer totals_pinned_;
+  StepTotals totals_fallback_{};
+  StepTotals* totals_host_ = nullptr;
+  // Host staging for parameters and gradients (empty: the pageable fallback).
+  PinnedBuffer staging_;
 };
 
 }  // namespace strata::replica::gpu

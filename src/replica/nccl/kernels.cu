@@ -115,7 +115,53 @@ __global__ void softmax_xent_kernel(float* logits, const std::int32_t* labels, i
   }
 }
 
+// One block: thread t sums rows t, t + blockDim.x, ... in order, then thread 0 adds the partial
+// sums in thread order. A fixed association, so the same batch always gives the same bits.
+constexpr int kTotalsThreads = 256;
+__global__ void step_totals_kernel(const double* row_loss, const std::int32_t* row_correct, int rows,
+                                   StepTotals* out) {
+  __shared__ double loss[kTotalsThreads];
+  __shared__ long long correct[kTotalsThreads];
+  double l = 0.0;
+  long long c = 0;
+  for (int i = threadIdx.x; i < rows; i += kTotalsThreads) {
+    l += row_loss[i];
+    c += row_correct[i];
+  }
+  loss[threadIdx.x] = l;
+  correct[threadIdx.x] = c;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = 0.0;
+    long long right = 0;
+    for (int t = 0; t < kTotalsThreads; ++t) {
+      total += loss[t];
+      right += correct[t];
+    }
+    out->loss = total;
+    out->correct = right;
+  }
+}
+
 }  // namespace
+
+cudaError_t preload_kernels() {
+  cudaFuncAttributes attributes;
+  const void* kernels[] = {reinterpret_cast<const void*>(&divide_kernel),
+                           reinterpret_cast<const void*>(&bias_activation_kernel),
+                           reinterpret_cast<const void*>(&relu_backward_kernel),
+                           reinterpret_cast<const void*>(&bias_grad_kernel),
+                           reinterpret_cast<const void*>(&softmax_xent_kernel),
+                           reinterpret_cast<const void*>(&step_totals_kernel)};
+  for (const void* kernel : kernels)
+    if (const cudaError_t rc = cudaFuncGetAttributes(&attributes, kernel); rc != cudaSuccess) return rc;
+  return cudaSuccess;
+}
+
+void launch_step_totals(const double* row_loss, const std::int32_t* row_correct, int rows, StepTotals* out,
+                        cudaStream_t stream) {
+  step_totals_kernel<<<1, kTotalsThreads, 0, stream>>>(row_loss, row_correct, rows < 0 ? 0 : rows, out);
+}
 
 void launch_divide(float* data, std::size_t n, float divisor, cudaStream_t stream) {
   if (n == 0) return;

@@ -2,6 +2,7 @@
 #include "nccl_replica_group.h"
 
 #include <algorithm>
+#include <cstring>
 #include <thread>
 
 #include "cuda_check.h"
@@ -51,7 +52,10 @@ std::string seconds(double s) {
 }  // namespace
 
 NcclReplicaGroup::NcclReplicaGroup(std::vector<int> devices, Options options)
-    : timeout_s_(options.timeout_s), native_mean_(options.native_mean && STRATA_NCCL_HAS_AVG) {
+    : timeout_s_(options.timeout_s),
+      native_mean_(options.native_mean && STRATA_NCCL_HAS_AVG),
+      pinned_staging_(options.pinned_staging),
+      max_staging_bytes_(std::max(options.max_staging_bytes, sizeof(float))) {
   if (devices.empty()) throw ConfigError("an NCCL replica group needs at least one GPU; the device list is empty");
   if (!(options.timeout_s > 0.0))
     throw ConfigError("NCCL replica group: the timeout must be > 0 s, got " + std::to_string(options.timeout_s));
@@ -82,6 +86,9 @@ NcclReplicaGroup::NcclReplicaGroup(std::vector<int> devices, Options options)
       // Blocking w.r.t. the legacy default stream: a buffer filled there (cudaMemcpy, or a caller
       // that never chose a stream) is ready before a collective on this stream starts.
       STRATA_CHECK_CUDA(cudaStreamCreate(&rep.stream));
+      // The MEAN fallback's divide kernel is first launched right after an NCCL launch on this
+      // device: load it now, not lazily then (see the threading notes in the header).
+      STRATA_CHECK_CUDA(gpu::preload_kernels());
     }
     init_communicators();
   } catch (...) {
@@ -227,21 +234,45 @@ void NcclReplicaGroup::copy_to_host(int replica, float* host, const float* data,
     throw Error(who(replica) + ": copy_to_host: null buffer for " + std::to_string(n) + " floats");
   Replica& rep = replicas_[static_cast<std::size_t>(replica)];
   gpu::ScopedDevice on(rep.device);
-  if (const cudaError_t rc = cudaMemcpyAsync(host, data, n * sizeof(float), cudaMemcpyDeviceToHost, rep.stream);
-      rc != cudaSuccess)
-    throw CudaError(who(replica) + ": cudaMemcpyAsync(host, data, n, cudaMemcpyDeviceToHost, stream) failed: " +
-                    detail::cuda_error_text(rc));
+  // Sized by the largest copy so far (up to the cap): allocated by the first call, grown only when
+  // a later call is larger. A failed allocation is not retried every step.
+  if (pinned_staging_ && !rep.staging_failed && !rep.staging.reserve(std::min(n * sizeof(float), max_staging_bytes_)))
+    rep.staging_failed = true;
   const Clock::time_point until = deadline();
-  for (Backoff backoff;; backoff.pause()) {
-    const cudaError_t q = cudaStreamQuery(rep.stream);
-    if (q == cudaSuccess) return;
-    if (q != cudaErrorNotReady)
-      throw CudaError(who(replica) + ": copying " + std::to_string(n) + " floats to the host failed: " +
-                      detail::cuda_error_text(q));
-    if (Clock::now() > until)
-      throw TimeoutError(who(replica) + ": copying " + std::to_string(n) + " floats to the host did not finish within " +
-                             seconds(timeout_s_),
-                         {});
+  // Queues one device-to-host copy and polls the stream until it is complete (after the work
+  // queued before it), the copy fails, or the deadline passes. After a timeout the copy may still
+  // be running: the staging buffer is abandoned, never reused or freed (see PinnedBuffer).
+  auto copy = [&](float* dst, const float* src, std::size_t count) {
+    if (const cudaError_t rc = cudaMemcpyAsync(dst, src, count * sizeof(float), cudaMemcpyDeviceToHost, rep.stream);
+        rc != cudaSuccess)
+      throw CudaError(who(replica) + ": cudaMemcpyAsync(host, data, n, cudaMemcpyDeviceToHost, stream) failed: " +
+                      detail::cuda_error_text(rc));
+    for (Backoff backoff;; backoff.pause()) {
+      const cudaError_t q = cudaStreamQuery(rep.stream);
+      if (q == cudaSuccess) return;
+      if (q != cudaErrorNotReady)
+        throw CudaError(who(replica) + ": copying " + std::to_string(n) + " floats to the host failed: " +
+                        detail::cuda_error_text(q));
+      if (Clock::now() > until) {
+        rep.staging.abandon();
+        throw TimeoutError(who(replica) + ": copying " + std::to_string(n) +
+                               " floats to the host did not finish within " + seconds(timeout_s_),
+                           {});
+      }
+    }
+  };
+  const std::size_t chunk = rep.staging.capacity() / sizeof(float);
+  if (chunk == 0) {
+    // Pageable fallback: cudaMemcpyAsync into pageable memory returns only once the copy is done.
+    copy(host, data, n);
+    return;
+  }
+  auto* pinned = static_cast<float*>(rep.staging.data());
+  for (std::size_t done = 0; done < n;) {
+    const std::size_t count = std::min(chunk, n - done);
+    copy(pinned, data + done, count);
+    std::memcpy(host + done, pinned, count * sizeof(float));  // the copy is complete: safe to read
+    done += count;
   }
 }
 

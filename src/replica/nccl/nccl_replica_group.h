@@ -18,6 +18,16 @@
 //     own GPU and lets a replica that finished its backward pass start reducing at once.
 //   - Rules this implies: every replica issues the same collectives in the same order (contract);
 //     a replica thread must not wait on another device's work while a collective is in flight.
+//   - NCCL's "concurrency between NCCL and CUDA calls" rule: once one replica has launched a
+//     collective, its NCCL kernel spins until every other replica has launched its own. A CUDA
+//     call that waits for a device to go idle, or holds a driver lock while it waits (cudaFree,
+//     cudaFreeHost; depending on the driver and peer mappings cudaMalloc and cudaHostAlloc; the
+//     first launch of a lazily loaded kernel; a device-to-host copy into pageable memory;
+//     cudaDeviceSynchronize), made by any replica thread in that window can deadlock the group.
+//     So: allocate models and buffers before the first collective (or behind a barrier), free
+//     them after the last one; kernels are loaded eagerly (gpu::preload_kernels) when the group
+//     is created. Between its launch and the result a replica thread here only polls
+//     (cudaStreamQuery, ncclCommGetAsyncError), which never waits for a device.
 //
 // Bounded waits: with NCCL >= 2.14 the communicators are non-blocking (ncclConfig_t blocking = 0),
 // so no NCCL call can block the host, not even the lazy connection setup of a first collective
@@ -35,6 +45,12 @@
 // respect to the legacy default stream), after all work already queued there or on the default
 // stream. Work on other streams that produces the buffer must be complete or event-ordered before
 // the call. On return the result is in the buffer and the stream is idle.
+//
+// Host staging: copy_to_host copies through a pinned buffer per replica (allocated by the first
+// copy_to_host of that replica, grown only by a larger copy, at most Options::max_staging_bytes;
+// larger copies are chunked), so the copy is a real asynchronous DMA that the thread polls
+// against the timeout. Without pinned memory it falls back to a copy straight into the caller's
+// pageable buffer, which cudaMemcpyAsync completes before it returns.
 #pragma once
 
 #include "strata/config.h"
@@ -55,6 +71,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_check.h"
 #include "nccl_compat.h"
 #include "strata/replica/replica_group.h"
 
@@ -67,6 +84,10 @@ class NcclReplicaGroup final : public ReplicaGroup {
     // MEAN with ncclAvg where NCCL has it. false forces the portable path (ncclSum, then a kernel
     // divides by K, the same arithmetic as the host group); the tests run both.
     bool native_mean = STRATA_NCCL_HAS_AVG;
+    // copy_to_host staging (see above); tests turn pinned staging off and shrink the buffer to
+    // exercise the fallback and the chunking.
+    bool pinned_staging = true;
+    std::size_t max_staging_bytes = gpu::kDefaultMaxStagingBytes;
   };
 
   // `devices`: distinct indices of visible CUDA devices; replica r runs on devices[r]. ConfigError
@@ -90,7 +111,11 @@ class NcclReplicaGroup final : public ReplicaGroup {
   void barrier(int replica) override;
   // Device-to-host copy on the replica's stream (after the work queued there), polled against the
   // group's timeout like the collectives; CudaError / TimeoutError naming the replica otherwise.
-  // Not a collective: it neither counts as one nor marks the group failed.
+  // Not a collective: it neither counts as one nor marks the group failed. Called by the replica's
+  // own thread (it uses the replica's staging buffer). The first call of a replica (and a later,
+  // larger one) allocates its pinned buffer, so make it when no collective of the group is
+  // half-launched (e.g. right after a collective of this replica returned, as
+  // ReplicaContext::apply_gradients_flat does).
   void copy_to_host(int replica, float* host, const float* data, std::size_t n) override;
 
   int device(int replica) const;
@@ -98,6 +123,11 @@ class NcclReplicaGroup final : public ReplicaGroup {
   // here so that ordering needs no extra synchronisation.
   cudaStream_t stream(int replica) const;
   bool uses_native_mean() const { return native_mean_; }
+  // Bytes of pinned staging replica `replica` holds (0 before its first copy_to_host, or when it
+  // fell back to pageable copies).
+  std::size_t staging_bytes(int replica) const {
+    return replicas_.at(static_cast<std::size_t>(replica)).staging.capacity();
+  }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -107,6 +137,8 @@ class NcclReplicaGroup final : public ReplicaGroup {
     int device = -1;
     ncclComm_t comm = nullptr;  // null once aborted or destroyed
     cudaStream_t stream = nullptr;
+    gpu::PinnedBuffer staging;  // copy_to_host's, touched only by the replica's thread
+    bool staging_failed = false;  // pinned allocation failed once: pageable copies from then on
   };
 
   void init_communicators();
@@ -138,6 +170,8 @@ class NcclReplicaGroup final : public ReplicaGroup {
   std::vector<Replica> replicas_;
   double timeout_s_;
   bool native_mean_;
+  bool pinned_staging_;
+  std::size_t max_staging_bytes_;
   // entered_[r]: collectives replica r has entered; a replica whose count is below a waiting
   // replica's sequence number is one that has not arrived.
   std::unique_ptr<std::atomic<std::int64_t>[]> entered_;
