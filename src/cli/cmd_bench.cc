@@ -27,6 +27,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cli/bench_apply.h"
 #include "cli/bench_checkpoint.h"
 #include "cli/commands.h"
 #include "strata/cluster/runtime.h"
@@ -326,7 +327,7 @@ int run_bench(const BenchConfig& cfg, int* argc, char*** argv) {
 
 CLI::App* add_bench_command(CLI::App& app, BenchFlags& f) {
   CLI::App* cmd = app.add_subcommand("bench", "Transport / parameter-server micro-benchmark (nccl-tests style)");
-  cmd->add_option("--op", f.op, "pull|push|pushpull|sparse|checkpoint (default pull)");
+  cmd->add_option("--op", f.op, "pull|push|pushpull|sparse|checkpoint|apply (default pull)");
   cmd->add_option("-b,--minbytes", f.min_bytes, "smallest size (default 4K); for sparse: rows gathered (default 4096)");
   cmd->add_option("-e,--maxbytes", f.max_bytes, "largest size (default 64M)");
   cmd->add_option("-f,--stepfactor", f.factor, "size multiplier between steps (default 2)");
@@ -340,6 +341,8 @@ CLI::App* add_bench_command(CLI::App& app, BenchFlags& f) {
   cmd->add_option("--dir", f.dir, "checkpoint: directory for the files (default a fresh one under $TMPDIR or /tmp)");
   cmd->add_flag("--keep", f.keep, "checkpoint: keep the last checkpoint written");
   cmd->add_option("--timeout", f.timeout, "seconds any barrier may take (default STRATA_TIMEOUT_S or 60)");
+  cmd->add_option("--optimizer", f.optimizer, "apply: momentum|adagrad|adam|rmsprop[:key=value,...] (default adam)");
+  cmd->add_option("--ps-threads", f.ps_threads, "apply: threads compared with one (default 2)");
   return cmd;
 }
 
@@ -361,9 +364,31 @@ static int run_checkpoint_bench_command(const BenchFlags& f, int* argc, char*** 
   return run_checkpoint_bench(cfg, argc, argv);
 }
 
+// --op apply: one process, no MPI; sizes are bytes of one f32 variable (default 1M to 64M, x4).
+static int run_apply_bench_command(const BenchFlags& f) {
+  ApplyBenchConfig cfg;
+  if (!f.min_bytes.empty()) cfg.min_bytes = parse_bytes(f.min_bytes, "-b");
+  if (!f.max_bytes.empty()) cfg.max_bytes = parse_bytes(f.max_bytes, "-e");
+  if (f.max_bytes.empty() && !f.min_bytes.empty()) cfg.max_bytes = std::max(cfg.max_bytes, cfg.min_bytes);
+  if (cfg.min_bytes < sizeof(float) || cfg.min_bytes % sizeof(float) != 0)
+    throw ConfigError("-b: sizes must be positive multiples of 4 bytes (float elements), got " + f.min_bytes);
+  if (cfg.max_bytes < cfg.min_bytes) throw ConfigError("-e must not be smaller than -b");
+  if (!f.factor.empty()) cfg.factor = parse_int(f.factor, "-f", 1, 1 << 20);
+  if (!f.warmup.empty()) cfg.warmup = parse_int(f.warmup, "-w", 0, 1000);
+  if (!f.iters.empty()) cfg.iters = parse_int(f.iters, "-n", 1, 1000);
+  if (!f.ps_threads.empty()) cfg.threads = parse_int(f.ps_threads, "--ps-threads", 1, 1024);
+  if (!f.optimizer.empty()) cfg.optimizer = f.optimizer;
+  if (!f.num_ps.empty() || !f.transport.empty() || !f.rows.empty() || !f.row_elems.empty() || !f.dir.empty() || f.keep)
+    throw ConfigError("--op apply runs in one process: --num-ps, --transport, --rows, --row-elems, --dir and --keep do not apply");
+  cfg.json_path = f.json;
+  return run_apply_bench(cfg);
+}
+
 int run_bench_command(const BenchFlags& f, int* argc, char*** argv) {
   Env env = Env::from_process();
   if (f.op == "checkpoint") return run_checkpoint_bench_command(f, argc, argv);
+  if (f.op == "apply") return run_apply_bench_command(f);
+  if (!f.optimizer.empty() || !f.ps_threads.empty()) throw ConfigError("--optimizer and --ps-threads apply to --op apply only");
   if (!f.dir.empty() || f.keep) throw ConfigError("--dir and --keep apply to --op checkpoint only");
   BenchConfig cfg;
   cfg.op_name = f.op.empty() ? "pull" : f.op;
@@ -371,7 +396,7 @@ int run_bench_command(const BenchFlags& f, int* argc, char*** argv) {
   else if (cfg.op_name == "push") cfg.op = Op::kPush;
   else if (cfg.op_name == "pushpull") cfg.op = Op::kPushPull;
   else if (cfg.op_name == "sparse") cfg.op = Op::kSparse;
-  else throw ConfigError("--op: '" + cfg.op_name + "' is not one of pull, push, pushpull, sparse, checkpoint");
+  else throw ConfigError("--op: '" + cfg.op_name + "' is not one of pull, push, pushpull, sparse, checkpoint, apply");
   cfg.transport = f.transport.empty() ? env.get_string("STRATA_TRANSPORT", "mpi") : f.transport;
   if (cfg.op == Op::kSparse) {
     cfg.min_bytes = f.min_bytes.empty() ? 4096 : parse_bytes(f.min_bytes, "-b (rows)");

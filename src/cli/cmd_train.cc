@@ -56,6 +56,8 @@ struct TrainConfig {
   std::string placement = "round_robin";
   std::string shard = "auto";
   int cpu_replicas = 1;
+  int ps_threads = 1;               // optimizer threads per PS rank
+  std::uint64_t max_arena_bytes = 0;  // STRATA_PS_MAX_ARENA_BYTES (0: no cap)
   DevicePolicy devices = DevicePolicy::kAuto;
   int num_ps = -1;
   cluster::JobsSpec jobs;
@@ -228,6 +230,8 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
     sopt.ps.placement = ps::parse_placement_policy(cfg.placement);
     sopt.ps.transport = cfg.transport;
     sopt.ps.timeout_s = cfg.timeout_s;
+    sopt.ps.apply_threads = cfg.ps_threads;
+    sopt.ps.max_arena_bytes = cfg.max_arena_bytes;
     sopt.cpu_replicas = cfg.cpu_replicas;
     if (rt->role() != Role::kPs) {
       // This worker's replicas: its GPUs, or the CPU threads.
@@ -583,6 +587,7 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
            << train_s << " s of training = " << 100.0 * ps_busy.back() << "%; " << st.updates << " updates of "
            << st.elements << " elements";
       if (st.busy_s > 0) line << ", " << 1e-6 * static_cast<double>(st.elements) / st.busy_s << " M elements/s";
+      if (st.split_updates > 0) line << "; " << st.split_updates << " split over " << cfg.ps_threads << " threads";
       if (st.updates == 0) line << " (async SGD pushes are MPI accumulates: no PS work)";
       std::cout << line.str() << std::endl;
     }
@@ -648,6 +653,9 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& f) {
                   "when the worker sees one; cpu when --cpu-replicas is given)");
   cmd->add_option("--cpu-replicas", f.cpu_replicas,
                   "CPU replicas per worker when it runs on CPU (default STRATA_CPU_REPLICAS or 1)");
+  cmd->add_option("--ps-threads", f.ps_threads,
+                  "threads each PS rank applies a stateful optimizer with (default STRATA_PS_THREADS or 1; "
+                  "bit-identical results for any value)");
   cmd->add_option("--num-ps", f.num_ps, "MPI or Slurm: the first N ranks are PS (default STRATA_NUM_PS or 1)");
   cmd->add_option("--jobs", f.jobs, "Slurm/MPI roles in rank order, e.g. ps=1,worker=3 (default: --num-ps)");
   cmd->add_option("--seed", f.seed, "seed of initializers, shuffles and synthetic data (default 1)");
@@ -691,6 +699,14 @@ int run_train_command(const TrainFlags& f, int* argc, char*** argv) {
                          ? static_cast<int>(env.get_int("STRATA_CPU_REPLICAS", 1))
                          : parse_int(f.cpu_replicas, "--cpu-replicas", 1, 1024);
   if (cfg.cpu_replicas < 1) throw ConfigError("STRATA_CPU_REPLICAS must be at least 1");
+  cfg.ps_threads = f.ps_threads.empty() ? static_cast<int>(env.get_int("STRATA_PS_THREADS", 1))
+                                        : parse_int(f.ps_threads, "--ps-threads", 1, 1024);
+  if (cfg.ps_threads < 1 || cfg.ps_threads > 1024) throw ConfigError("STRATA_PS_THREADS must be between 1 and 1024");
+  {
+    const std::int64_t cap = env.get_int("STRATA_PS_MAX_ARENA_BYTES", 0);
+    if (cap < 0) throw ConfigError("STRATA_PS_MAX_ARENA_BYTES must not be negative");
+    cfg.max_arena_bytes = static_cast<std::uint64_t>(cap);
+  }
   // Default auto, except that an explicit --cpu-replicas asks for CPU replicas (a GPU machine would
   // otherwise ignore it); with an explicit --devices auto it is the count used where no GPU is.
   if (!f.devices.empty()) cfg.devices = parse_device_policy(f.devices, "--devices");

@@ -36,13 +36,14 @@ struct BenchFlags {
   std::string op, min_bytes, max_bytes, factor, warmup, iters, num_ps, transport, rows, row_elems, json, timeout;
   std::string dir;    // --op checkpoint: where the files go
   bool keep = false;  // --op checkpoint: keep them
+  std::string optimizer, ps_threads;  // --op apply
 };
 CLI::App* add_bench_command(CLI::App& app, BenchFlags& flags);
 int run_bench_command(const BenchFlags& flags, int* argc, char*** argv);
 
 struct TrainFlags {
   std::string model, data, hidden, epochs, steps, global_batch, optimizer, lr, consistency, transport, placement,
-      shard, cpu_replicas, num_ps, jobs, seed, log_every, log_every_secs, metrics, trace, timeout;
+      shard, cpu_replicas, num_ps, jobs, seed, log_every, log_every_secs, metrics, trace, timeout, ps_threads;
   std::string checkpoint_dir, save_every_steps, save_every_secs, max_to_keep, keep_every_n_hours, restore;
   std::string devices;  // --devices auto|cpu|gpu
   bool profile = false;

@@ -13,6 +13,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "ps/apply_team.h"
 #include "strata/cluster/runtime.h"
 #include "strata/comm/registry.h"
 #include "strata/common/error.h"
@@ -178,11 +179,13 @@ struct ParameterServers::Impl {
   std::int64_t applied = 0;
   std::int64_t applied_elements = 0;
   double busy_s = 0;  // PS: time in apply() and sync-round sums
+  std::int64_t split_updates = 0;  // PS: applications split over the apply team
+  std::unique_ptr<ApplyTeam> team;  // PS: optimizer threads beyond the loop's own (serve())
   std::int64_t saves_done = 0;  // PS: saves this PS took part in
   bool stopped = false;         // PS: a preemption save happened
 
   std::uint64_t positions_offset() const { return kClocksOffset + 8ull * static_cast<std::uint64_t>(num_workers); }
-  // Every PS's own service statistics (updates, elements, busy ns), published in its header after
+  // Every PS's own service statistics (updates, elements, busy ns, split updates), published in its header after
   // each application and before the ack that announces it, so a worker that saw every ack of
   // its pushes reads statistics that include them (ParameterServers::ps_stats).
   std::uint64_t stats_offset() const { return positions_offset() + 24ull * static_cast<std::uint64_t>(num_workers); }
@@ -190,6 +193,7 @@ struct ParameterServers::Impl {
     store_i64(base() + stats_offset(), applied);
     store_i64(base() + stats_offset() + 8, applied_elements);
     store_i64(base() + stats_offset() + 16, static_cast<std::int64_t>(busy_s * 1e9));
+    store_i64(base() + stats_offset() + 24, split_updates);
   }
   int ps0() const { return ps_rank[0]; }
   std::int64_t read_ps0(std::uint64_t offset) { return transport->atomic_read(*region, ps0(), offset); }
@@ -225,7 +229,7 @@ struct ParameterServers::Impl {
 
   void layout_arenas(int num_ps) {
     const int num_slots_per_var = ps::num_slots(options.optimizer.kind);
-    arena_bytes.assign(num_ps, align_up(kClocksOffset + 8ull * num_workers + 24ull * num_workers + 24));
+    arena_bytes.assign(num_ps, align_up(kClocksOffset + 8ull * num_workers + 24ull * num_workers + 32));
     layout.resize(map.shards().size());
     for (std::size_t s = 0; s < map.shards().size(); ++s) {
       const Shard& sh = shard(s);
@@ -381,18 +385,13 @@ struct ParameterServers::Impl {
     const std::int64_t step = ++rounds[s] + step_base[s];
     const auto t0 = Clock::now();
     if (grad_or_null) {
-      // Large shards are applied in chunks with a progress call between them, so a PS never sits
-      // in pure compute for long while remote operations wait for it. The update is element-wise
-      // with the same step for every chunk, so chunking does not change a single bit.
-      const std::size_t n = sh.bytes / sizeof(T);
-      constexpr std::size_t kChunk = std::size_t{1} << 18;
-      for (std::size_t begin = 0; begin < n; begin += kChunk) {
-        const std::size_t len = std::min(kChunk, n - begin);
-        std::vector<T*> chunk_slots(nslots);
-        for (int k = 0; k < nslots; ++k) chunk_slots[k] = slots[k] + begin;
-        apply_dense(options.optimizer, step, var + begin, chunk_slots.data(), grad_or_null + begin, len);
-        if (begin + len < n) transport->progress();
-      }
+      // Large shards are applied in chunks with a progress call between this thread's chunks, so
+      // a PS never sits in pure compute for long while remote operations wait for it, and split
+      // over the apply team (--ps-threads). The update is element-wise with the same step for
+      // every element, so neither chunking nor splitting changes a single bit.
+      if (apply_dense_team<T>(team.get(), options.optimizer, step, var, slots.data(), nslots, grad_or_null,
+                              sh.bytes / sizeof(T), [this] { transport->progress(); }) > 1)
+        ++split_updates;
     } else {
       apply_sparse_rows(options.optimizer, step, var, slots.data(), row_bytes(s) / sizeof(T), rows.data(), row_grads,
                         rows.size());
@@ -740,6 +739,7 @@ std::vector<ParameterServers::ServeStats> ParameterServers::ps_stats() {
     st.updates = m.transport->atomic_read(*m.region, m.ps_rank[p], m.stats_offset());
     st.elements = m.transport->atomic_read(*m.region, m.ps_rank[p], m.stats_offset() + 8);
     st.busy_s = 1e-9 * static_cast<double>(m.transport->atomic_read(*m.region, m.ps_rank[p], m.stats_offset() + 16));
+    st.split_updates = m.transport->atomic_read(*m.region, m.ps_rank[p], m.stats_offset() + 24);
   }
   return out;
 }
@@ -751,6 +751,7 @@ bool ParameterServers::serve() {
   for (std::size_t s = 0; s < m.map.shards().size(); ++s)
     if (m.shard(s).ps == m.ps_index && m.uses_inbox && m.trainable_shard(s)) local.push_back(s);
   m.consumed.assign(local.size(), std::vector<std::int64_t>(m.num_workers, 0));
+  if (m.options.apply_threads > 1) m.team = std::make_unique<ApplyTeam>(m.options.apply_threads);
   Backoff backoff;
   while (true) {
     // Read the done counter before draining: every push a worker made precedes its done().

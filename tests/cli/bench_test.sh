@@ -66,6 +66,25 @@ expect_stderr_has "MiB of memory"
 run "$STRATA_BIN" bench --op checkpoint -b 2M --num-ps 1
 expect_rc 2; expect_one_stderr_line; expect_stderr_has "do not apply"
 
+case_begin "apply: the PS optimizer rate, one thread against the team, bit-checked"
+run "$STRATA_BIN" bench --op apply -b 512K -e 2M -f 4 -w 1 -n 2 --ps-threads 3 --json "$TEST_TMP/apply.json"
+expect_rc 0
+expect_stdout_has "# strata bench: op apply, optimizer adam, 1 thread vs 3 (--ps-threads)"
+expect_stdout_has "# all results correct"
+grep -qE 'size +count +1t_us +1t_Melem +Nt_us +Nt_Melem +state_GBps +speedup +#wrong' "$OUT" || fail "apply header"
+python3 - "$TEST_TMP/apply.json" <<'PY' || fail "apply JSON"
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+assert [r["bytes"] for r in rows] == [512 << 10, 2 << 20], rows
+assert all(r["wrong"] == 0 and r["threads"] == 3 and r["melem_per_s"] > 0 for r in rows), rows
+PY
+run "$STRATA_BIN" bench --op apply --optimizer sgd
+expect_rc 2; expect_one_stderr_line; expect_stderr_has "sgd pushes are MPI accumulates"
+run "$STRATA_BIN" bench --op apply --num-ps 2
+expect_rc 2; expect_one_stderr_line; expect_stderr_has "runs in one process"
+run "$STRATA_BIN" bench --op pull --ps-threads 2
+expect_rc 2; expect_one_stderr_line; expect_stderr_has "apply to --op apply only"
+
 case_begin "bad flags"
 run "$STRATA_BIN" bench --op scatter
 expect_rc 2; expect_one_stderr_line; expect_stderr_has "--op: 'scatter'"

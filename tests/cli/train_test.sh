@@ -64,6 +64,21 @@ expect_rc 0
 [ "$(summary_get 'j["update_staleness"]')" = "{'mean': 0.0, 'max': 0}" ] ||
   fail "staleness with one worker: $(summary_get 'j["update_staleness"]')"
 
+case_begin "--ps-threads: the same bits as one thread (sync, so the run is deterministic)"
+# --hidden 512: the 784x512 kernel (401,408 elements) is split over the PS's 3 apply threads.
+for t in 1 3; do
+  mpi 2 "$STRATA_BIN" train --model mlp --hidden 512 --steps 15 --consistency sync --ps-threads $t \
+    --log-every 0 --log-every-secs 0 --profile
+  expect_rc 0
+  summary_get 'j["test_loss"], j["final_loss"]' >"$TEST_TMP/ps_threads_$t"
+done
+# The kernel's 15 applications were split (and nothing was split with one thread).
+expect_stdout_has "; 15 split over 3 threads"
+cmp -s "$TEST_TMP/ps_threads_1" "$TEST_TMP/ps_threads_3" ||
+  fail "losses differ: $(cat "$TEST_TMP/ps_threads_1") vs $(cat "$TEST_TMP/ps_threads_3")"
+run "$STRATA_BIN" train --ps-threads 0
+expect_rc 2; expect_stderr_has "--ps-threads"
+
 case_begin "2 CPU replicas per worker"
 mpi 2 "$STRATA_BIN" train --model softmax --steps 50 --cpu-replicas 2 --global-batch 64 --log-every 0 --log-every-secs 0
 expect_rc 0

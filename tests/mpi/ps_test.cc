@@ -168,6 +168,38 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, SyncOptimizer,
                            return opt.substr(0, opt.find(':')) + "_" + std::get<1>(info.param);
                          });
 
+// --ps-threads: a shard large enough to be split over the PS's apply team (2 x 2^17 elements and
+// more) gets exactly the bits of the single-threaded reference.
+TEST(ParameterServers, ApplyThreadsGiveTheSameBits) {
+  TestComm comm;
+  SKIP_WITHOUT_WORKERS(comm);
+  Job job = start(comm);
+  PsOptions options;
+  options.optimizer = OptimizerConfig::parse("adam:lr=0.01");
+  options.consistency = ConsistencyConfig::parse("sync");
+  options.apply_threads = 3;
+  const Shape shape = {2048, 160};  // 327,680 elements: 2 parts of the team
+  const Initializer init = Initializer::uniform(-1.0, 1.0, 7);
+  auto ps = ParameterServers::materialize(*job.runtime, options, {var("big", shape, Partitioner::none(), init)});
+  const int steps = 3;
+  bool ok = true;
+  if (ps->is_ps()) {
+    ps->serve();
+  } else {
+    const std::size_t n = static_cast<std::size_t>(num_elements(shape));
+    std::vector<float> g(n), got(n);
+    for (int t = 0; t < steps; ++t) {
+      for (std::size_t i = 0; i < n; ++i) g[i] = grad_of(ps->worker_index(), t, i);
+      ps->push("big", g.data(), n * 4);
+    }
+    ps->pull("big", got.data(), n * 4);
+    std::vector<float> want = reference(options.optimizer, init, shape, job.workers, steps);
+    ok = std::memcmp(got.data(), want.data(), n * 4) == 0;
+    ps->done();
+  }
+  STRATA_EXPECT_ALL(comm.get(), ok);
+}
+
 TEST(ParameterServers, AsyncStatefulOptimizerAppliesEveryPush) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);

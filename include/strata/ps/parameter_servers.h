@@ -118,6 +118,10 @@ struct PsOptions {
   double timeout_s = 60.0;  // every wait (acks, staleness, barriers) names who is late after this
   // 0: no cap; otherwise a PS arena above this many bytes is refused (STRATA_PS_MAX_ARENA_BYTES).
   std::uint64_t max_arena_bytes = 0;
+  // PS ranks: threads that apply a stateful optimizer to one large shard together (the service
+  // loop's own thread counts as one). 1 keeps everything on the loop's thread. Results are
+  // bit-identical for any value (the updates are element-wise). STRATA_PS_THREADS, --ps-threads.
+  int apply_threads = 1;
   // How long a worker waits for the PS ranks to write a checkpoint (the job is stopped meanwhile).
   double save_timeout_s = 900.0;
   CheckpointHooks checkpoint;
@@ -154,6 +158,7 @@ class ParameterServers {
     std::int64_t updates = 0;   // optimizer applications (one per shard per push or sync round)
     std::int64_t elements = 0;  // parameter elements (or row elements) updated, summed
     double busy_s = 0;
+    std::int64_t split_updates = 0;  // applications split over the apply team (--ps-threads)
   };
   // Worker: waits (with the job's timeout, naming the PS) until every push this worker made has
   // been applied. After it returns on every worker (and a barrier), the variables and ps_stats()

@@ -1,0 +1,118 @@
+#include "ps/apply_team.h"
+
+#include <algorithm>
+
+namespace strata::ps {
+
+ApplyTeam::ApplyTeam(int threads) {
+  for (int id = 1; id < std::max(1, threads); ++id) helpers_.emplace_back([this, id] { helper_main(id); });
+}
+
+ApplyTeam::~ApplyTeam() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  start_cv_.notify_all();
+  for (auto& t : helpers_) t.join();
+}
+
+void ApplyTeam::helper_main(int id) {
+  std::uint64_t seen = 0;
+  while (true) {
+    const std::function<void(int)>* job = nullptr;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      if (id >= parts_) continue;  // not needed for this job
+      job = job_;
+    }
+    std::exception_ptr error;
+    try {
+      (*job)(id);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (error && !error_) error_ = error;
+      if (--pending_ == 0) done_cv_.notify_one();
+    }
+  }
+}
+
+void ApplyTeam::run(int parts, const std::function<void(int)>& fn) {
+  parts = std::clamp(parts, 1, size());
+  if (parts == 1) {
+    fn(0);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    job_ = &fn;
+    parts_ = parts;
+    pending_ = parts - 1;
+    error_ = nullptr;
+    ++generation_;
+  }
+  start_cv_.notify_all();
+  std::exception_ptr mine;
+  try {
+    fn(0);
+  } catch (...) {
+    mine = std::current_exception();
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  done_cv_.wait(lock, [&] { return pending_ == 0; });
+  job_ = nullptr;
+  if (mine) std::rethrow_exception(mine);
+  if (error_) std::rethrow_exception(error_);
+}
+
+void split_range(std::size_t n, int parts, int p, std::size_t* begin, std::size_t* end) {
+  auto boundary = [&](int q) -> std::size_t {
+    if (q >= parts) return n;
+    const std::size_t b = n / static_cast<std::size_t>(parts) * static_cast<std::size_t>(q);
+    return std::min(n, b / 16 * 16);
+  };
+  *begin = boundary(p);
+  *end = boundary(p + 1);
+}
+
+template <typename T>
+int apply_dense_team(ApplyTeam* team, const OptimizerConfig& config, std::int64_t step, T* var,
+                      T* const* slots, int num_slots, const T* grad, std::size_t n,
+                      const std::function<void()>& between_chunks) {
+  constexpr std::size_t kChunk = std::size_t{1} << 18;
+  auto range = [&](std::size_t begin, std::size_t end, bool caller) {
+    std::vector<T*> chunk_slots(static_cast<std::size_t>(num_slots));
+    for (std::size_t b = begin; b < end; b += kChunk) {
+      const std::size_t len = std::min(kChunk, end - b);
+      for (int k = 0; k < num_slots; ++k) chunk_slots[static_cast<std::size_t>(k)] = slots[k] + b;
+      apply_dense(config, step, var + b, chunk_slots.data(), grad + b, len);
+      if (caller && between_chunks && b + len < end) between_chunks();
+    }
+  };
+  const int parts = team ? static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(team->size()),
+                                                                     n / kMinElementsPerPart))
+                         : 1;
+  if (parts <= 1) {
+    range(0, n, true);
+    return 1;
+  }
+  team->run(parts, [&](int p) {
+    std::size_t begin = 0, end = 0;
+    split_range(n, parts, p, &begin, &end);
+    range(begin, end, p == 0);
+  });
+  return parts;
+}
+
+template int apply_dense_team<float>(ApplyTeam*, const OptimizerConfig&, std::int64_t, float*, float* const*, int,
+                                      const float*, std::size_t, const std::function<void()>&);
+template int apply_dense_team<double>(ApplyTeam*, const OptimizerConfig&, std::int64_t, double*, double* const*, int,
+                                       const double*, std::size_t, const std::function<void()>&);
+
+}  // namespace strata::ps

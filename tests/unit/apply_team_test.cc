@@ -1,0 +1,121 @@
+// The PS's apply team (src/ps/apply_team.h): every part runs exactly once per run, errors come
+// back to the caller, the split covers every element on cache-line boundaries, and a team-split
+// update is bit-identical to the scalar reference (the contract --ps-threads promises).
+#include "ps/apply_team.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "strata/ps/optimizer.h"
+
+namespace {
+
+using strata::ps::ApplyTeam;
+
+TEST(ApplyTeam, SplitCoversEveryElementOnceOnLineBoundaries) {
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{15}, std::size_t{16}, std::size_t{17},
+                        std::size_t{1000}, std::size_t{262144}, (std::size_t{1} << 20) + 3}) {
+    for (int parts = 1; parts <= 5; ++parts) {
+      std::size_t expect_begin = 0;
+      for (int p = 0; p < parts; ++p) {
+        std::size_t b = 0, e = 0;
+        strata::ps::split_range(n, parts, p, &b, &e);
+        EXPECT_EQ(b, expect_begin) << "n " << n << " parts " << parts << " part " << p;
+        EXPECT_LE(b, e);
+        if (e != n) {
+          EXPECT_EQ(e % 16, 0u) << "n " << n << " parts " << parts << " part " << p;
+        }
+        expect_begin = e;
+      }
+      EXPECT_EQ(expect_begin, n) << "n " << n << " parts " << parts;
+    }
+  }
+}
+
+TEST(ApplyTeam, EveryPartRunsExactlyOncePerRun) {
+  ApplyTeam team(4);
+  ASSERT_EQ(team.size(), 4);
+  for (int round = 0; round < 2000; ++round) {
+    const int parts = 1 + round % 6;  // 5 and 6 are clamped to the team's 4
+    std::vector<std::atomic<int>> calls(8);
+    team.run(parts, [&](int p) { calls[static_cast<std::size_t>(p)]++; });
+    const int ran = std::min(parts, 4);
+    for (int p = 0; p < 8; ++p) ASSERT_EQ(calls[static_cast<std::size_t>(p)].load(), p < ran ? 1 : 0) << "round " << round;
+  }
+}
+
+TEST(ApplyTeam, PartZeroRunsOnTheCaller) {
+  ApplyTeam team(3);
+  std::thread::id part0;
+  team.run(3, [&](int p) {
+    if (p == 0) part0 = std::this_thread::get_id();
+  });
+  EXPECT_EQ(part0, std::this_thread::get_id());
+}
+
+TEST(ApplyTeam, AHelpersExceptionReachesTheCallerAfterEveryPart) {
+  ApplyTeam team(3);
+  std::atomic<int> finished{0};
+  EXPECT_THROW(team.run(3,
+                        [&](int p) {
+                          if (p == 2) throw std::runtime_error("part 2 failed");
+                          finished++;
+                        }),
+               std::runtime_error);
+  EXPECT_EQ(finished.load(), 2);
+  // The team stays usable.
+  std::atomic<int> again{0};
+  team.run(3, [&](int) { again++; });
+  EXPECT_EQ(again.load(), 3);
+}
+
+// A split update against the scalar reference, several steps, odd tail; the caller's hook runs on
+// the caller only, between its own chunks.
+TEST(ApplyTeam, TeamUpdateIsBitIdenticalToTheReference) {
+  for (const char* spec : {"adam:lr=0.01", "rmsprop:lr=0.01", "adagrad:lr=0.1", "momentum:lr=0.1,nesterov=1"}) {
+    const auto opt = strata::ps::OptimizerConfig::parse(spec);
+    const std::size_t n = (std::size_t{1} << 20) + 5;  // 2 parts of > 2^18: the caller has 2 chunks
+    const int k = strata::ps::num_slots(opt.kind);
+    for (int threads : {1, 2, 3}) {
+      ApplyTeam team(threads);
+      std::vector<float> var(n), ref(n), grad(n);
+      std::vector<std::vector<float>> slots(k, std::vector<float>(n)), ref_slots(k, std::vector<float>(n));
+      std::vector<float*> sp, rp;
+      for (int s = 0; s < k; ++s) {
+        const float init = static_cast<float>(strata::ps::slot_initial_value(opt, s));
+        std::fill(slots[s].begin(), slots[s].end(), init);
+        std::fill(ref_slots[s].begin(), ref_slots[s].end(), init);
+        sp.push_back(slots[s].data());
+        rp.push_back(ref_slots[s].data());
+      }
+      for (std::size_t i = 0; i < n; ++i) {
+        var[i] = ref[i] = static_cast<float>(i % 977) * 1e-3f - 0.4f;
+        grad[i] = static_cast<float>((i * 31) % 1013) * 1e-3f - 0.5f;
+      }
+      int hooks = 0;
+      bool hook_elsewhere = false;
+      const auto caller = std::this_thread::get_id();
+      for (std::int64_t step = 1; step <= 3; ++step) {
+        strata::ps::apply_dense_team<float>(&team, opt, step, var.data(), sp.data(), k, grad.data(), n, [&] {
+          ++hooks;
+          hook_elsewhere |= std::this_thread::get_id() != caller;
+        });
+        strata::ps::apply_dense_reference(opt, step, ref.data(), rp.data(), grad.data(), n);
+      }
+      EXPECT_EQ(std::memcmp(var.data(), ref.data(), n * 4), 0) << spec << ", " << threads << " thread(s)";
+      for (int s = 0; s < k; ++s)
+        EXPECT_EQ(std::memcmp(slots[s].data(), ref_slots[s].data(), n * 4), 0) << spec << " slot " << s;
+      EXPECT_FALSE(hook_elsewhere);
+      // One thread: 4 chunks, 3 hooks per step. Several: the caller's part has 2 or 3 chunks.
+      EXPECT_GT(hooks, 0) << spec << ", " << threads << " thread(s)";
+    }
+  }
+}
+
+}  // namespace
