@@ -9,6 +9,7 @@
 #include <sstream>
 #include <vector>
 
+#include "cli/bench_checkpoint.h"
 #include "cli/commands.h"
 #include "ps/apply_team.h"
 #include "strata/common/error.h"
@@ -60,6 +61,13 @@ int run_apply_bench(const ApplyBenchConfig& cfg) {
                       "sgd pushes are MPI accumulates, measured by --op push");
   // Bytes an update reads and writes per element: variable and slots read and written, gradient read.
   const double touched = 4.0 * (2 + 2 * ps::num_slots(opt.kind) + 1);
+  // Three copies of the state (one thread, the team, the reference) of 2 + slots arrays each.
+  const std::uint64_t need = 3ull * static_cast<std::uint64_t>(2 + ps::num_slots(opt.kind)) * cfg.max_bytes;
+  const std::uint64_t avail = mem_available_bytes();
+  if (avail > 0 && need > avail * 8 / 10)
+    throw ConfigError("-e " + std::to_string(cfg.max_bytes >> 20) + " MiB needs about " + std::to_string(need >> 20) +
+                      " MiB of memory for --op apply (three copies of the optimizer state); " +
+                      std::to_string(avail >> 20) + " MiB are available");
   ps::ApplyTeam team(cfg.threads);
   std::vector<Row> rows;
   for (std::uint64_t bytes = cfg.min_bytes; bytes <= cfg.max_bytes; bytes *= static_cast<std::uint64_t>(cfg.factor)) {

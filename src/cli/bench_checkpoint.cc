@@ -38,6 +38,17 @@
 #include "strata/common/error.h"
 
 namespace strata::cli {
+
+std::uint64_t mem_available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  std::uint64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
 namespace {
 
 namespace ck = checkpoint;
@@ -53,16 +64,6 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 // Element i of variable v: exact in float, distinct per variable.
 float pattern(int v, std::uint64_t i) { return static_cast<float>(i % 8191) * 0.25f + static_cast<float>(v); }
 
-// Available memory (MemAvailable), bytes; 0 when unknown.
-std::uint64_t mem_available() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  std::uint64_t kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 0;
-}
 
 struct DdRun {
   double bytes = 0, secs = 0;  // as dd reports them
@@ -191,7 +192,7 @@ int run_checkpoint_bench(const CheckpointBenchConfig& cfg, int* argc, char*** ar
   if (rank == 0) {
     // Model values on the ranks plus the restore buffers: twice the largest size, with room left
     // for the page cache the writes go through. (All ranks on this host: the usual bench setup.)
-    const std::uint64_t avail = mem_available();
+    const std::uint64_t avail = mem_available_bytes();
     if (avail > 0 && 2 * cfg.max_bytes > avail * 8 / 10)
       problem = "-e " + std::to_string(cfg.max_bytes >> 20) + " MiB needs about " +
                 std::to_string((2 * cfg.max_bytes) >> 20) + " MiB of memory (values and restore buffers); " +

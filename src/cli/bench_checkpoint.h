@@ -18,6 +18,10 @@ struct CheckpointBenchConfig {
   std::string json_path;
 };
 
+// This machine's available memory (MemAvailable), bytes; 0 when unknown. Benches check their
+// buffers against it before allocating (one clear error instead of the OOM killer).
+std::uint64_t mem_available_bytes();
+
 // COLLECTIVE over MPI_COMM_WORLD (every rank writes and reads its share). Returns the exit status.
 int run_checkpoint_bench(const CheckpointBenchConfig& cfg, int* argc, char*** argv);
 

@@ -356,8 +356,10 @@ static int run_checkpoint_bench_command(const BenchFlags& f, int* argc, char*** 
   if (!f.factor.empty()) cfg.factor = parse_int(f.factor, "-f", 1, 1 << 20);
   if (!f.warmup.empty()) cfg.warmup = parse_int(f.warmup, "-w", 0, 1000);
   if (!f.iters.empty()) cfg.iters = parse_int(f.iters, "-n", 1, 1000);
-  if (!f.num_ps.empty() || !f.transport.empty() || !f.rows.empty() || !f.row_elems.empty())
-    throw ConfigError("--op checkpoint: every rank writes its share; --num-ps, --transport, --rows and --row-elems do not apply");
+  if (!f.num_ps.empty() || !f.transport.empty() || !f.rows.empty() || !f.row_elems.empty() || !f.optimizer.empty() ||
+      !f.ps_threads.empty())
+    throw ConfigError("--op checkpoint: every rank writes its share; --num-ps, --transport, --rows, --row-elems, "
+                      "--optimizer and --ps-threads do not apply");
   cfg.dir = f.dir;
   cfg.keep = f.keep;
   cfg.json_path = f.json;
@@ -378,8 +380,10 @@ static int run_apply_bench_command(const BenchFlags& f) {
   if (!f.iters.empty()) cfg.iters = parse_int(f.iters, "-n", 1, 1000);
   if (!f.ps_threads.empty()) cfg.threads = parse_int(f.ps_threads, "--ps-threads", 1, 1024);
   if (!f.optimizer.empty()) cfg.optimizer = f.optimizer;
-  if (!f.num_ps.empty() || !f.transport.empty() || !f.rows.empty() || !f.row_elems.empty() || !f.dir.empty() || f.keep)
-    throw ConfigError("--op apply runs in one process: --num-ps, --transport, --rows, --row-elems, --dir and --keep do not apply");
+  if (!f.num_ps.empty() || !f.transport.empty() || !f.rows.empty() || !f.row_elems.empty() || !f.dir.empty() || f.keep ||
+      !f.timeout.empty())
+    throw ConfigError("--op apply runs in one process: --num-ps, --transport, --rows, --row-elems, --dir, --keep and "
+                      "--timeout do not apply");
   cfg.json_path = f.json;
   return run_apply_bench(cfg);
 }

@@ -587,8 +587,12 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
            << train_s << " s of training = " << 100.0 * ps_busy.back() << "%; " << st.updates << " updates of "
            << st.elements << " elements";
       if (st.busy_s > 0) line << ", " << 1e-6 * static_cast<double>(st.elements) / st.busy_s << " M elements/s";
-      if (st.split_updates > 0) line << "; " << st.split_updates << " split over " << cfg.ps_threads << " threads";
-      if (st.updates == 0) line << " (async SGD pushes are MPI accumulates: no PS work)";
+      if (st.split_updates > 0)
+        line << "; " << st.split_updates << " split over up to " << st.max_threads << " threads";
+      if (st.updates == 0)
+        line << (sopt.ps.optimizer.kind == ps::OptimizerKind::kSgd && sopt.ps.consistency.mode != ps::Consistency::kSync
+                     ? " (async SGD pushes are MPI accumulates: no PS work)"
+                     : " (no update reached this PS)");
       std::cout << line.str() << std::endl;
     }
   }

@@ -1,11 +1,23 @@
 #include "ps/apply_team.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace strata::ps {
 
 ApplyTeam::ApplyTeam(int threads) {
-  for (int id = 1; id < std::max(1, threads); ++id) helpers_.emplace_back([this, id] { helper_main(id); });
+  try {
+    for (int id = 1; id < std::max(1, threads); ++id) helpers_.emplace_back([this, id] { helper_main(id); });
+  } catch (...) {
+    // A thread could not start: stop and join the ones that did, then report.
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    start_cv_.notify_all();
+    for (auto& t : helpers_) t.join();
+    throw;
+  }
 }
 
 ApplyTeam::~ApplyTeam() {
@@ -43,7 +55,7 @@ void ApplyTeam::helper_main(int id) {
   }
 }
 
-void ApplyTeam::run(int parts, const std::function<void(int)>& fn) {
+void ApplyTeam::run(int parts, const std::function<void(int)>& fn, const std::function<void()>& idle) {
   parts = std::clamp(parts, 1, size());
   if (parts == 1) {
     fn(0);
@@ -65,7 +77,16 @@ void ApplyTeam::run(int parts, const std::function<void(int)>& fn) {
     mine = std::current_exception();
   }
   std::unique_lock<std::mutex> lock(mutex_);
-  done_cv_.wait(lock, [&] { return pending_ == 0; });
+  while (pending_ != 0) {
+    if (!idle) {
+      done_cv_.wait(lock, [&] { return pending_ == 0; });
+      break;
+    }
+    if (done_cv_.wait_for(lock, std::chrono::microseconds(50), [&] { return pending_ == 0; })) break;
+    lock.unlock();
+    idle();
+    lock.lock();
+  }
   job_ = nullptr;
   if (mine) std::rethrow_exception(mine);
   if (error_) std::rethrow_exception(error_);
@@ -102,11 +123,14 @@ int apply_dense_team(ApplyTeam* team, const OptimizerConfig& config, std::int64_
     range(0, n, true);
     return 1;
   }
-  team->run(parts, [&](int p) {
-    std::size_t begin = 0, end = 0;
-    split_range(n, parts, p, &begin, &end);
-    range(begin, end, p == 0);
-  });
+  team->run(
+      parts,
+      [&](int p) {
+        std::size_t begin = 0, end = 0;
+        split_range(n, parts, p, &begin, &end);
+        range(begin, end, p == 0);
+      },
+      between_chunks);
   return parts;
 }
 

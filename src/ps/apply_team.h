@@ -37,8 +37,10 @@ class ApplyTeam {
 
   // Runs fn(p) for every p in [0, parts): part 0 on the calling thread, the others on helpers.
   // parts is clamped to [1, size()]. Returns when every part has returned; an exception thrown by
-  // any part is rethrown here (the first one), after all parts finished.
-  void run(int parts, const std::function<void(int)>& fn);
+  // any part is rethrown here (the caller's own first, else a helper's), after all parts finished.
+  // While the caller waits for the helpers it calls idle() (if set) about every 50 us, on its
+  // own thread: the PS loop keeps calling Transport::progress when a helper lags.
+  void run(int parts, const std::function<void(int)>& fn, const std::function<void()>& idle = {});
 
  private:
   void helper_main(int id);
@@ -64,7 +66,8 @@ void split_range(std::size_t n, int parts, int p, std::size_t* begin, std::size_
 
 // apply_dense over n elements, split over `team` (null: one thread) when n is large enough.
 // between_chunks, if set, is called on the caller's thread between its chunks of 256 K elements
-// (the PS loop passes Transport::progress). Bit-identical to one apply_dense call on all n.
+// and while it waits for the helpers (the PS loop passes Transport::progress). Bit-identical to
+// one apply_dense call on all n.
 // Returns the number of threads that took part (1: not split).
 template <typename T>
 int apply_dense_team(ApplyTeam* team, const OptimizerConfig& config, std::int64_t step, T* var,

@@ -180,6 +180,7 @@ struct ParameterServers::Impl {
   std::int64_t applied_elements = 0;
   double busy_s = 0;  // PS: time in apply() and sync-round sums
   std::int64_t split_updates = 0;  // PS: applications split over the apply team
+  std::int64_t max_parts = 1;       // PS: most threads one application used
   std::unique_ptr<ApplyTeam> team;  // PS: optimizer threads beyond the loop's own (serve())
   std::int64_t saves_done = 0;  // PS: saves this PS took part in
   bool stopped = false;         // PS: a preemption save happened
@@ -194,6 +195,7 @@ struct ParameterServers::Impl {
     store_i64(base() + stats_offset() + 8, applied_elements);
     store_i64(base() + stats_offset() + 16, static_cast<std::int64_t>(busy_s * 1e9));
     store_i64(base() + stats_offset() + 24, split_updates);
+    store_i64(base() + stats_offset() + 32, max_parts);
   }
   int ps0() const { return ps_rank[0]; }
   std::int64_t read_ps0(std::uint64_t offset) { return transport->atomic_read(*region, ps0(), offset); }
@@ -229,7 +231,7 @@ struct ParameterServers::Impl {
 
   void layout_arenas(int num_ps) {
     const int num_slots_per_var = ps::num_slots(options.optimizer.kind);
-    arena_bytes.assign(num_ps, align_up(kClocksOffset + 8ull * num_workers + 24ull * num_workers + 32));
+    arena_bytes.assign(num_ps, align_up(kClocksOffset + 8ull * num_workers + 24ull * num_workers + 40));
     layout.resize(map.shards().size());
     for (std::size_t s = 0; s < map.shards().size(); ++s) {
       const Shard& sh = shard(s);
@@ -384,14 +386,20 @@ struct ParameterServers::Impl {
       slots[k] = reinterpret_cast<T*>(base() + layout[s].slots + static_cast<std::uint64_t>(k) * sh.bytes);
     const std::int64_t step = ++rounds[s] + step_base[s];
     const auto t0 = Clock::now();
+    double progress_s = 0;  // serving peers between chunks is not optimizer work: not busy time
     if (grad_or_null) {
       // Large shards are applied in chunks with a progress call between this thread's chunks, so
       // a PS never sits in pure compute for long while remote operations wait for it, and split
       // over the apply team (--ps-threads). The update is element-wise with the same step for
       // every element, so neither chunking nor splitting changes a single bit.
-      if (apply_dense_team<T>(team.get(), options.optimizer, step, var, slots.data(), nslots, grad_or_null,
-                              sh.bytes / sizeof(T), [this] { transport->progress(); }) > 1)
-        ++split_updates;
+      const int parts = apply_dense_team<T>(team.get(), options.optimizer, step, var, slots.data(), nslots,
+                                            grad_or_null, sh.bytes / sizeof(T), [this, &progress_s] {
+                                              const auto p0 = Clock::now();
+                                              transport->progress();
+                                              progress_s += std::chrono::duration<double>(Clock::now() - p0).count();
+                                            });
+      if (parts > 1) ++split_updates;
+      max_parts = std::max<std::int64_t>(max_parts, parts);
     } else {
       apply_sparse_rows(options.optimizer, step, var, slots.data(), row_bytes(s) / sizeof(T), rows.data(), row_grads,
                         rows.size());
@@ -399,7 +407,7 @@ struct ParameterServers::Impl {
     ++applied;
     applied_elements += grad_or_null ? static_cast<std::int64_t>(sh.bytes / sizeof(T))
                                      : static_cast<std::int64_t>(rows.size() * (row_bytes(s) / sizeof(T)));
-    busy_s += std::chrono::duration<double>(Clock::now() - t0).count();
+    busy_s += std::chrono::duration<double>(Clock::now() - t0).count() - progress_s;
     publish_stats();
   }
 
@@ -740,6 +748,7 @@ std::vector<ParameterServers::ServeStats> ParameterServers::ps_stats() {
     st.elements = m.transport->atomic_read(*m.region, m.ps_rank[p], m.stats_offset() + 8);
     st.busy_s = 1e-9 * static_cast<double>(m.transport->atomic_read(*m.region, m.ps_rank[p], m.stats_offset() + 16));
     st.split_updates = m.transport->atomic_read(*m.region, m.ps_rank[p], m.stats_offset() + 24);
+    st.max_threads = m.transport->atomic_read(*m.region, m.ps_rank[p], m.stats_offset() + 32);
   }
   return out;
 }

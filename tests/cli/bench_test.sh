@@ -82,6 +82,8 @@ run "$STRATA_BIN" bench --op apply --optimizer sgd
 expect_rc 2; expect_one_stderr_line; expect_stderr_has "sgd pushes are MPI accumulates"
 run "$STRATA_BIN" bench --op apply --num-ps 2
 expect_rc 2; expect_one_stderr_line; expect_stderr_has "runs in one process"
+run "$STRATA_BIN" bench --op apply -e 1000G
+expect_rc 2; expect_one_stderr_line; expect_stderr_has "MiB of memory for --op apply"
 run "$STRATA_BIN" bench --op pull --ps-threads 2
 expect_rc 2; expect_one_stderr_line; expect_stderr_has "apply to --op apply only"
 

@@ -42,7 +42,7 @@ python3 - "$OUT" <<'PY' || fail "update staleness / ps_busy_fraction"
 import json, sys
 j = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 s = j["update_staleness"]
-assert 0 <= s["mean"] <= s["max"], s
+assert 0 <= s["mean"] <= s["max"] and s["max"] >= 1, s  # 2 async workers: measured mean ~0.9
 assert len(j["ps_busy_fraction"]) == 1 and 0 < j["ps_busy_fraction"][0] < 1, j["ps_busy_fraction"]
 PY
 [ "$(grep -c '^step ' "$OUT")" = 3 ] || fail "expected 3 progress lines from the chief only"
@@ -71,9 +71,11 @@ for t in 1 3; do
     --log-every 0 --log-every-secs 0 --profile
   expect_rc 0
   summary_get 'j["test_loss"], j["final_loss"]' >"$TEST_TMP/ps_threads_$t"
+  [ -s "$TEST_TMP/ps_threads_$t" ] || fail "no losses with --ps-threads $t"
+  if [ $t = 1 ]; then grep -q "split over" "$OUT" && fail "one thread split an update"; fi
 done
-# The kernel's 15 applications were split (and nothing was split with one thread).
-expect_stdout_has "; 15 split over 3 threads"
+# The kernel's 15 applications were split over its 3 parts (401,408 elements / 2^17).
+expect_stdout_has "; 15 split over up to 3 threads"
 cmp -s "$TEST_TMP/ps_threads_1" "$TEST_TMP/ps_threads_3" ||
   fail "losses differ: $(cat "$TEST_TMP/ps_threads_1") vs $(cat "$TEST_TMP/ps_threads_3")"
 run "$STRATA_BIN" train --ps-threads 0

@@ -195,6 +195,15 @@ TEST(ParameterServers, ApplyThreadsGiveTheSameBits) {
     ps->pull("big", got.data(), n * 4);
     std::vector<float> want = reference(options.optimizer, init, shape, job.workers, steps);
     ok = std::memcmp(got.data(), want.data(), n * 4) == 0;
+    // The team did split every round (a lost split would pass the bit check alone); the
+    // variable lives on one of the PS ranks.
+    ps->wait_applied();
+    std::int64_t split = 0, most = 0;
+    for (const auto& st : ps->ps_stats()) {
+      split += st.split_updates;
+      most = std::max(most, st.max_threads);
+    }
+    ok = ok && split == steps && most == 2;
     ps->done();
   }
   STRATA_EXPECT_ALL(comm.get(), ok);

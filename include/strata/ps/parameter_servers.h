@@ -151,7 +151,7 @@ class ParameterServers {
   // Statistics of this PS's service loop.
   std::int64_t applied_updates() const;
   // What a PS's service loop did: `busy_s` is time spent applying the optimizer (and summing sync
-  // rounds); busy_s over the training time is the PS's utilisation, the quantity
+  // rounds), not counting the progress calls made between chunks; busy_s over the training time is the PS's utilisation, the quantity
   // docs/SCALING.md uses to size the number of PS ranks. Async SGD pushes are MPI accumulates
   // that never pass through the loop: they count nowhere here.
   struct ServeStats {
@@ -159,13 +159,16 @@ class ParameterServers {
     std::int64_t elements = 0;  // parameter elements (or row elements) updated, summed
     double busy_s = 0;
     std::int64_t split_updates = 0;  // applications split over the apply team (--ps-threads)
+    std::int64_t max_threads = 1;    // most threads one application used
   };
-  // Worker: waits (with the job's timeout, naming the PS) until every push this worker made has
-  // been applied. After it returns on every worker (and a barrier), the variables and ps_stats()
-  // include every update of the job.
+  // Worker: waits until every push this worker made has been applied (each shard's wait has the
+  // job's timeout and names the PS). After it returns on every worker (and a barrier), the
+  // variables and ps_stats() include every update of the job.
   void wait_applied();
   // Worker: every PS's ServeStats so far, in PS order, read from the PS regions (one-sided; the
-  // PS publishes them before acknowledging each application). Not collective.
+  // PS publishes them before acknowledging each application). Not collective. The words are read
+  // one by one, so mid-training they are not one snapshot; after wait_applied on every worker and
+  // a barrier they are exact.
   std::vector<ServeStats> ps_stats();
 
   // ---- worker side ----
