@@ -192,8 +192,13 @@ class ParameterServers {
   // N steps ahead of the slowest worker. Returns this worker's clock.
   std::int64_t end_step();
   // Largest (own clock - slowest clock) observed when end_step() returned: the bound holds when this
-  // never exceeds N.
+  // never exceeds N. Observed, not exhaustive: to keep end_step O(1) remote operations, the W
+  // clocks are read only when staleness:N needs them and otherwise every 16th step.
   std::int64_t max_observed_staleness() const;
+  // Worker: reads every worker's clock on PS 0 (W remote atomics, so not for every step at scale)
+  // and returns the slowest. For tests and diagnostics: after end_step() under staleness:N,
+  // this worker's clock minus slowest_clock() is at most N.
+  std::int64_t slowest_clock();
   // Signals the PS ranks that this worker is finished. Call once, after its last push (and after
   // finish_checkpoints() when checkpointing).
   void done();
