@@ -366,15 +366,21 @@ static int run_checkpoint_bench_command(const BenchFlags& f, int* argc, char*** 
   return run_checkpoint_bench(cfg, argc, argv);
 }
 
+// -b/-e of the float-sized ops (pull, push, pushpull, apply) into *min/*max, which hold the
+// defaults: -b alone raises -e to at least -b; sizes are positive multiples of 4 bytes.
+static void parse_float_sizes(const BenchFlags& f, std::uint64_t* min, std::uint64_t* max) {
+  if (!f.min_bytes.empty()) *min = parse_bytes(f.min_bytes, "-b");
+  if (!f.max_bytes.empty()) *max = parse_bytes(f.max_bytes, "-e");
+  if (f.max_bytes.empty() && !f.min_bytes.empty()) *max = std::max(*max, *min);
+  if (*min < sizeof(float) || *min % sizeof(float) != 0)
+    throw ConfigError("-b: sizes must be positive multiples of 4 bytes (float elements), got " + f.min_bytes);
+  if (*max < *min) throw ConfigError("-e must not be smaller than -b");
+}
+
 // --op apply: one process, no MPI; sizes are bytes of one f32 variable (default 1M to 64M, x4).
 static int run_apply_bench_command(const BenchFlags& f) {
   ApplyBenchConfig cfg;
-  if (!f.min_bytes.empty()) cfg.min_bytes = parse_bytes(f.min_bytes, "-b");
-  if (!f.max_bytes.empty()) cfg.max_bytes = parse_bytes(f.max_bytes, "-e");
-  if (f.max_bytes.empty() && !f.min_bytes.empty()) cfg.max_bytes = std::max(cfg.max_bytes, cfg.min_bytes);
-  if (cfg.min_bytes < sizeof(float) || cfg.min_bytes % sizeof(float) != 0)
-    throw ConfigError("-b: sizes must be positive multiples of 4 bytes (float elements), got " + f.min_bytes);
-  if (cfg.max_bytes < cfg.min_bytes) throw ConfigError("-e must not be smaller than -b");
+  parse_float_sizes(f, &cfg.min_bytes, &cfg.max_bytes);
   if (!f.factor.empty()) cfg.factor = parse_int(f.factor, "-f", 1, 1 << 20);
   if (!f.warmup.empty()) cfg.warmup = parse_int(f.warmup, "-w", 0, 1000);
   if (!f.iters.empty()) cfg.iters = parse_int(f.iters, "-n", 1, 1000);
@@ -405,12 +411,7 @@ int run_bench_command(const BenchFlags& f, int* argc, char*** argv) {
   if (cfg.op == Op::kSparse) {
     cfg.min_bytes = f.min_bytes.empty() ? 4096 : parse_bytes(f.min_bytes, "-b (rows)");
   } else {
-    if (!f.min_bytes.empty()) cfg.min_bytes = parse_bytes(f.min_bytes, "-b");
-    if (!f.max_bytes.empty()) cfg.max_bytes = parse_bytes(f.max_bytes, "-e");
-    if (f.max_bytes.empty() && !f.min_bytes.empty()) cfg.max_bytes = std::max(cfg.max_bytes, cfg.min_bytes);
-    if (cfg.min_bytes < sizeof(float) || cfg.min_bytes % sizeof(float) != 0)
-      throw ConfigError("-b: sizes must be positive multiples of 4 bytes (float elements), got " + f.min_bytes);
-    if (cfg.max_bytes < cfg.min_bytes) throw ConfigError("-e must not be smaller than -b");
+    parse_float_sizes(f, &cfg.min_bytes, &cfg.max_bytes);
   }
   if (!f.factor.empty()) cfg.factor = parse_int(f.factor, "-f", 1, 1 << 20);
   if (!f.warmup.empty()) cfg.warmup = parse_int(f.warmup, "-w", 0, 1 << 24);

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
+
+#include "strata/common/error.h"
 
 namespace strata::ps {
 
@@ -107,12 +110,17 @@ int apply_dense_team(ApplyTeam* team, const OptimizerConfig& config, std::int64_
                       T* const* slots, int num_slots, const T* grad, std::size_t n,
                       const std::function<void()>& between_chunks) {
   constexpr std::size_t kChunk = std::size_t{1} << 18;
+  // Called for every push the PS applies, most of them small: no allocation here (optimizers
+  // have at most 2 slots; 4 leaves room).
+  constexpr int kMaxSlots = 4;
+  if (num_slots < 0 || num_slots > kMaxSlots)
+    throw Error("apply_dense_team: " + std::to_string(num_slots) + " optimizer slots, at most 4 supported");
   auto range = [&](std::size_t begin, std::size_t end, bool caller) {
-    std::vector<T*> chunk_slots(static_cast<std::size_t>(num_slots));
+    T* chunk_slots[kMaxSlots] = {};
     for (std::size_t b = begin; b < end; b += kChunk) {
       const std::size_t len = std::min(kChunk, end - b);
       for (int k = 0; k < num_slots; ++k) chunk_slots[static_cast<std::size_t>(k)] = slots[k] + b;
-      apply_dense(config, step, var + b, chunk_slots.data(), grad + b, len);
+      apply_dense(config, step, var + b, chunk_slots, grad + b, len);
       if (caller && between_chunks && b + len < end) between_chunks();
     }
   };
