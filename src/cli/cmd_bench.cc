@@ -11,6 +11,12 @@
 //   pushpull  a push followed by a pull of the same bytes per operation; push sums checked
 //   sparse    worker gathers random rows (seeded) of a row table with one indexed-datatype get;
 //             every element compared
+//   link      no transport: raw TCP request/response between PS 0 and worker 0 with blocking
+//             sockets (8-byte request and `size`-byte reply; `size`-byte message and 8-byte ack),
+//             the baseline of the network (bench_link.h)
+// When worker 0 and its PS are on different nodes, every row of the other ops also carries `link`
+// and `vs_link`: the same raw TCP round trip at the same size, measured in the same run right
+// after the row (pull shape for pull, sparse and pushpull, push shape for push).
 // The same worker also times single-thread memcpy at each size in the same run, so the ratio to
 // this machine's memcpy is measured, not assumed. Exit status 1 if any element is wrong, or if
 // algbw falls below STRATA_BENCH_MIN_BW (GB/s) when that is set.
@@ -29,6 +35,7 @@
 
 #include "cli/bench_apply.h"
 #include "cli/bench_checkpoint.h"
+#include "cli/bench_link.h"
 #include "cli/commands.h"
 #include "strata/cluster/runtime.h"
 #include "strata/comm/registry.h"
@@ -40,12 +47,12 @@ namespace strata::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-enum class Op { kPull, kPush, kPushPull, kSparse };
+enum class Op { kPull, kPush, kPushPull, kSparse, kLink };
 
 struct BenchConfig {
   Op op = Op::kPull;
   std::string op_name = "pull";
-  std::string transport = "mpi";
+  std::string transport = "auto";
   std::uint64_t min_bytes = 4096, max_bytes = 64ull << 20;
   int factor = 2;
   int warmup = 5;
@@ -101,7 +108,70 @@ struct Row {
   double busbw = 0;                         // aggregate over workers, GB/s
   std::int64_t wrong = 0;
   double memcpy = 0;
+  double link = 0;  // GB/s of the raw TCP baseline at this size (between nodes only)
 };
+
+// Rank of the node of every rank of `comm` (collective): ranks with the same value share a node.
+std::vector<int> node_leaders(MPI_Comm comm) {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  MPI_Comm node;
+  STRATA_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+  int leader = rank;
+  STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, node));
+  MPI_Comm_free(&node);
+  std::vector<int> all(size);
+  STRATA_CHECK_MPI(MPI_Allgather(&leader, 1, MPI_INT, all.data(), 1, MPI_INT, comm));
+  return all;
+}
+
+std::vector<std::uint64_t> sweep(const BenchConfig& cfg) {
+  std::vector<std::uint64_t> sizes;
+  for (std::uint64_t s = cfg.min_bytes; s <= cfg.max_bytes; s *= cfg.factor) {
+    sizes.push_back(s);
+    if (cfg.factor == 1) break;
+  }
+  return sizes;
+}
+
+// --op link: the raw TCP baseline alone, PS 0 serving worker 0.
+int run_link_table(const BenchConfig& cfg, const Runtime& rt) {
+  MPI_Comm comm = rt.comms().runtime();
+  if (rt.size() <= cfg.num_ps) throw ConfigError("--op link needs a worker rank besides the PS (run 2 ranks)");
+  const int client = cfg.num_ps;
+  const bool remote = node_leaders(comm)[0] != node_leaders(comm)[client];
+  std::ostringstream os;
+  os << "# strata bench: op link (raw TCP request/response, blocking sockets, TCP_NODELAY), rank 0 serves rank "
+     << client << (remote ? " on another node" : " on the same node (loopback)") << ", warmup " << cfg.warmup
+     << ", iters " << cfg.iters << "\n";
+  os << "# pull: 8-byte request, size-byte reply; push: size-byte message, 8-byte ack\n";
+  os << std::setw(12) << "size" << std::setw(12) << "pull_us" << std::setw(11) << "pull_GBps" << std::setw(12)
+     << "push_us" << std::setw(11) << "push_GBps" << "\n";
+  nlohmann::json json_rows = nlohmann::json::array();
+  for (std::uint64_t bytes : sweep(cfg)) {
+    const LinkTimes t = measure_link(comm, 0, client, bytes, cfg.warmup, cfg.iters, cfg.timeout_s);
+    const double pull = static_cast<double>(bytes) / (t.pull_us * 1e3), push = static_cast<double>(bytes) / (t.push_us * 1e3);
+    os << std::setw(12) << bytes << std::fixed << std::setprecision(2) << std::setw(12) << t.pull_us << std::setw(11)
+       << pull << std::setw(12) << t.push_us << std::setw(11) << push << "\n";
+    json_rows.push_back({{"op", "link"}, {"bytes", bytes}, {"remote", remote}, {"pull_us", t.pull_us},
+                         {"pull_GBps", pull}, {"push_us", t.push_us}, {"push_GBps", push}});
+  }
+  int status = kExitOk;
+  if (rt.rank() == 0) {
+    std::cout << os.str() << std::flush;
+    if (!cfg.json_path.empty()) {
+      std::ofstream out(cfg.json_path);
+      out << nlohmann::json{{"rows", json_rows}}.dump(2) << "\n";
+      if (!out) {
+        std::fprintf(stderr, "strata bench: cannot write %s\n", cfg.json_path.c_str());
+        status = kExitFailure;
+      }
+    }
+  }
+  STRATA_CHECK_MPI(MPI_Bcast(&status, 1, MPI_INT, 0, comm));
+  return status;
+}
 
 int run_bench(const BenchConfig& cfg, int* argc, char*** argv) {
   MpiSession mpi(argc, argv);
@@ -128,6 +198,12 @@ int run_bench(const BenchConfig& cfg, int* argc, char*** argv) {
   const int worker = rank - cfg.num_ps;             // worker index, valid on workers
   const int my_ps = is_ps ? rank : worker % cfg.num_ps;
   double min_bw = env.get_double("STRATA_BENCH_MIN_BW", 0.0);
+  if (cfg.op == Op::kLink) return run_link_table(cfg, *rt);
+  // Worker 0 and its PS on different nodes: rows also carry the raw link measured in the same run.
+  const bool remote = world > cfg.num_ps && [&] {
+    const auto leaders = node_leaders(comm);
+    return leaders[0] != leaders[cfg.num_ps];
+  }();
 
   auto transport = comm::create_transport(cfg.transport, comm);
 
@@ -148,10 +224,7 @@ int run_bench(const BenchConfig& cfg, int* argc, char*** argv) {
   if (cfg.op == Op::kSparse) {
     sizes.push_back(cfg.min_bytes);  // for sparse, the size is the number of rows gathered
   } else {
-    for (std::uint64_t s = cfg.min_bytes; s <= cfg.max_bytes; s *= cfg.factor) {
-      sizes.push_back(s);
-      if (cfg.factor == 1) break;
-    }
+    sizes = sweep(cfg);
   }
 
   std::vector<Row> rows;
@@ -197,6 +270,8 @@ int run_bench(const BenchConfig& cfg, int* argc, char*** argv) {
           case Op::kSparse:
             transport->get_rows(*region, my_ps, 0, row_bytes, row_ids, local.data());
             break;
+          case Op::kLink:  // handled by run_link_table before any transport exists
+            break;
         }
         transport->flush(*region, my_ps);
       };
@@ -218,6 +293,11 @@ int run_bench(const BenchConfig& cfg, int* argc, char*** argv) {
       if (worker == 0) my_memcpy = memcpy_gbps(bytes, cfg.warmup, cfg.iters);
     }
     progressing_barrier(comm, *transport, cfg.timeout_s, "after size");
+    double link_gbps = 0;
+    if (remote) {
+      const LinkTimes lt = measure_link(comm, 0, cfg.num_ps, bytes, cfg.warmup, cfg.iters, cfg.timeout_s);
+      link_gbps = static_cast<double>(bytes) / ((cfg.op == Op::kPush ? lt.push_us : lt.pull_us) * 1e3);
+    }
 
     // Push checks on the PS: every element holds the number of accumulates it received.
     if (is_ps && (cfg.op == Op::kPush || cfg.op == Op::kPushPull)) {
@@ -242,6 +322,7 @@ int run_bench(const BenchConfig& cfg, int* argc, char*** argv) {
       row.count = count;
       row.wrong = wrong;
       row.memcpy = memcpy_bw;
+      row.link = link_gbps;
       row.t_min = 1e300;
       double sum = 0;
       int n = 0;
@@ -270,11 +351,17 @@ int run_bench(const BenchConfig& cfg, int* argc, char*** argv) {
     if (cfg.op == Op::kSparse)
       os << "# sparse: " << sizes.front() << " random rows of " << cfg.row_elems << " floats from a " << cfg.rows
          << "-row table per worker\n";
+    os << "# transport: " << transport->name() << " (" << transport->describe() << ")"
+       << (transport->why().empty() ? "" : "; " + transport->why()) << "\n";
     os << "# time_us: average over workers of one operation + flush; algbw = size / time_us; "
-          "memcpy: single-thread memcpy at the same size, same run\n";
+          "memcpy: single-thread memcpy at the same size, same run"
+       << (remote ? "; link: raw TCP request/response between the same ranks at the same size, same run" : "")
+       << "\n";
     os << std::setw(12) << "size" << std::setw(12) << "count" << std::setw(7) << "dtype" << std::setw(12)
        << "time_us" << std::setw(10) << "algbw" << std::setw(8) << "#wrong" << std::setw(10) << "memcpy"
-       << std::setw(11) << "vs_memcpy" << std::setw(12) << "min_us" << std::setw(12) << "max_us\n";
+       << std::setw(11) << "vs_memcpy" << std::setw(12) << "min_us" << std::setw(12) << "max_us";
+    if (remote) os << std::setw(10) << "link" << std::setw(9) << "vs_link" << std::setw(10) << "busbw";
+    os << "\n";
     std::int64_t total_wrong = 0;
     nlohmann::json json_rows = nlohmann::json::array();
     for (const auto& row : rows) {
@@ -282,7 +369,10 @@ int run_bench(const BenchConfig& cfg, int* argc, char*** argv) {
       os << std::setw(12) << row.bytes << std::setw(12) << row.count << std::setw(7) << dtype << std::fixed
          << std::setprecision(2) << std::setw(12) << row.t_avg << std::setw(10) << row.algbw << std::setw(8)
          << row.wrong << std::setw(10) << row.memcpy << std::setw(11) << ratio << std::setw(12) << row.t_min
-         << std::setw(12) << row.t_max << "\n";
+         << std::setw(12) << row.t_max;
+      const double vs_link = row.link > 0 ? row.algbw / row.link : 0;
+      if (remote) os << std::setw(10) << row.link << std::setw(9) << vs_link << std::setw(10) << row.busbw;
+      os << "\n";
       total_wrong += row.wrong;
       json_rows.push_back({{"op", cfg.op_name},
                            {"transport", transport->name()},
@@ -298,6 +388,8 @@ int run_bench(const BenchConfig& cfg, int* argc, char*** argv) {
                            {"busbw_GBps", row.busbw},
                            {"memcpy_GBps", row.memcpy},
                            {"vs_memcpy", ratio},
+                           {"link_GBps", row.link},
+                           {"vs_link", vs_link},
                            {"wrong", row.wrong}});
       if (min_bw > 0 && row.algbw < min_bw) {
         os << "# below STRATA_BENCH_MIN_BW=" << min_bw << " GB/s at " << row.bytes << " bytes\n";
@@ -327,14 +419,14 @@ int run_bench(const BenchConfig& cfg, int* argc, char*** argv) {
 
 CLI::App* add_bench_command(CLI::App& app, BenchFlags& f) {
   CLI::App* cmd = app.add_subcommand("bench", "Transport / parameter-server micro-benchmark (nccl-tests style)");
-  cmd->add_option("--op", f.op, "pull|push|pushpull|sparse|checkpoint|apply (default pull)");
+  cmd->add_option("--op", f.op, "pull|push|pushpull|sparse|link|checkpoint|apply (default pull)");
   cmd->add_option("-b,--minbytes", f.min_bytes, "smallest size (default 4K); for sparse: rows gathered (default 4096)");
   cmd->add_option("-e,--maxbytes", f.max_bytes, "largest size (default 64M)");
   cmd->add_option("-f,--stepfactor", f.factor, "size multiplier between steps (default 2)");
   cmd->add_option("-w,--warmup_iters", f.warmup, "warm-up operations per size (default 5)");
   cmd->add_option("-n,--iters", f.iters, "timed operations per size (default 20)");
   cmd->add_option("--num-ps", f.num_ps, "the first N ranks are parameter servers (default 1)");
-  cmd->add_option("--transport", f.transport, "mpi|ucx (default STRATA_TRANSPORT or mpi)");
+  cmd->add_option("--transport", f.transport, "auto|mpi|tcp|ucx (default STRATA_TRANSPORT or auto: shared memory within a node; between nodes MPI RMA where probed one-sided, else tcp)");
   cmd->add_option("--rows", f.rows, "sparse: rows in the PS table (default 1M)");
   cmd->add_option("--row-elems", f.row_elems, "sparse: floats per row (default 64)");
   cmd->add_option("--json", f.json, "also write the rows as JSON to this file");
@@ -406,8 +498,9 @@ int run_bench_command(const BenchFlags& f, int* argc, char*** argv) {
   else if (cfg.op_name == "push") cfg.op = Op::kPush;
   else if (cfg.op_name == "pushpull") cfg.op = Op::kPushPull;
   else if (cfg.op_name == "sparse") cfg.op = Op::kSparse;
-  else throw ConfigError("--op: '" + cfg.op_name + "' is not one of pull, push, pushpull, sparse, checkpoint, apply");
-  cfg.transport = f.transport.empty() ? env.get_string("STRATA_TRANSPORT", "mpi") : f.transport;
+  else if (cfg.op_name == "link") cfg.op = Op::kLink;
+  else throw ConfigError("--op: '" + cfg.op_name + "' is not one of pull, push, pushpull, sparse, link, checkpoint, apply");
+  cfg.transport = f.transport.empty() ? env.get_string("STRATA_TRANSPORT", "auto") : f.transport;
   if (cfg.op == Op::kSparse) {
     cfg.min_bytes = f.min_bytes.empty() ? 4096 : parse_bytes(f.min_bytes, "-b (rows)");
   } else {

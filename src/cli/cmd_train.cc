@@ -52,7 +52,7 @@ struct TrainConfig {
   std::string optimizer;       // "" = default for the model
   double lr = 0;               // 0 = optimizer default
   std::string consistency = "async";
-  std::string transport = "mpi";
+  std::string transport = "auto";
   std::string placement = "round_robin";
   std::string shard = "auto";
   int cpu_replicas = 1;
@@ -308,6 +308,7 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
     }
     line << " (--devices " << to_string(cfg.devices) << ")";
     std::cout << line.str() << std::endl;
+    std::cout << "strata train: transport " << strategy.parameter_servers().transport_description() << std::endl;
   }
   // GPU replicas: one dense model per GPU, on the replica's device and stream. Its flat buffers
   // follow the CPU model's variable order, which is checked here once (a mismatch would push every
@@ -649,7 +650,7 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& f) {
   cmd->add_option("--optimizer", f.optimizer, "sgd|momentum|adagrad|adam|rmsprop[:key=value,...] (default adam)");
   cmd->add_option("--lr", f.lr, "learning rate (default: the optimizer's)");
   cmd->add_option("--consistency", f.consistency, "async|sync|staleness:N (default async)");
-  cmd->add_option("--transport", f.transport, "mpi|ucx (default STRATA_TRANSPORT or mpi)");
+  cmd->add_option("--transport", f.transport, "auto|mpi|tcp|ucx (default STRATA_TRANSPORT or auto: shared memory within a node; between nodes MPI RMA where probed one-sided, else tcp)");
   cmd->add_option("--placement", f.placement, "round_robin|greedy (default round_robin)");
   cmd->add_option("--shard", f.shard, "auto|file|data|off input auto-shard policy (default auto)");
   cmd->add_option("--devices", f.devices,
@@ -696,7 +697,7 @@ int run_train_command(const TrainFlags& f, int* argc, char*** argv) {
   if (!f.lr.empty()) cfg.lr = parse_double(f.lr, "--lr");
   if (!f.lr.empty() && cfg.lr <= 0) throw ConfigError("--lr must be positive");
   if (!f.consistency.empty()) cfg.consistency = f.consistency;
-  cfg.transport = f.transport.empty() ? env.get_string("STRATA_TRANSPORT", "mpi") : f.transport;
+  cfg.transport = f.transport.empty() ? env.get_string("STRATA_TRANSPORT", "auto") : f.transport;
   if (!f.placement.empty()) cfg.placement = f.placement;
   if (!f.shard.empty()) cfg.shard = f.shard;
   cfg.cpu_replicas = f.cpu_replicas.empty()

@@ -741,6 +741,11 @@ void ParameterServers::wait_applied() {
   for (std::size_t s = 0; s < m.map.shards().size(); ++s) m.wait_ack(s, "wait_applied");
 }
 
+std::string ParameterServers::transport_description() const {
+  const comm::Transport& t = *impl_->transport;
+  return std::string(t.name()) + " (" + t.describe() + ")" + (t.why().empty() ? "" : "; " + t.why());
+}
+
 std::vector<ParameterServers::ServeStats> ParameterServers::ps_stats() {
   Impl& m = *impl_;
   std::vector<ServeStats> out(m.ps_rank.size());

@@ -59,6 +59,11 @@ class Transport {
   Transport& operator=(const Transport&) = delete;
 
   virtual const char* name() const = 0;
+  // What carries the traffic, in words (for the startup line), e.g. "1 node: shared memory".
+  virtual std::string describe() const { return name(); }
+  // Why this transport was chosen (`--transport auto` records its probes here; empty when forced).
+  const std::string& why() const { return why_; }
+  void set_why(std::string why) { why_ = std::move(why); }
   virtual int rank() const = 0;
   virtual int size() const = 0;
 
@@ -97,9 +102,12 @@ class Transport {
 
  protected:
   Transport() = default;
+
+ private:
+  std::string why_;
 };
 
-// Transports compiled into this build, e.g. {"mpi", "ucx"}.
+// Transports compiled into this build, e.g. {"mpi", "tcp", "ucx"} ("auto" chooses among them).
 std::vector<std::string> compiled_transports();
 
 }  // namespace strata::comm

@@ -114,7 +114,7 @@ struct PsOptions {
   OptimizerConfig optimizer = OptimizerConfig::defaults(OptimizerKind::kSgd);
   ConsistencyConfig consistency;
   PlacementPolicy placement = PlacementPolicy::kRoundRobin;
-  std::string transport = "mpi";
+  std::string transport = "auto";
   double timeout_s = 60.0;  // every wait (acks, staleness, barriers) names who is late after this
   // 0: no cap; otherwise a PS arena above this many bytes is refused (STRATA_PS_MAX_ARENA_BYTES).
   std::uint64_t max_arena_bytes = 0;
@@ -165,6 +165,9 @@ class ParameterServers {
   // job's timeout and names the PS). After it returns on every worker (and a barrier), the
   // variables and ps_stats() include every update of the job.
   void wait_applied();
+  // The data-plane transport this job uses and why it was chosen, in words (identical on every
+  // rank): "tcp: 3 node(s): intra-node shared memory ..., inter-node TCP ... [auto: ...]".
+  std::string transport_description() const;
   // Worker: every PS's ServeStats so far, in PS order, read from the PS regions (one-sided; the
   // PS publishes them before acknowledging each application). Not collective. The words are read
   // one by one, so mid-training they are not one snapshot; after wait_applied on every worker and

@@ -141,6 +141,11 @@ MpiRmaTransport::~MpiRmaTransport() {
   if (!finalized && comm_ != MPI_COMM_NULL && std::uncaught_exceptions() == 0) MPI_Comm_free(&comm_);
 }
 
+std::string MpiRmaTransport::describe() const {
+  return shared_ ? "one node: shared memory (MPI shared windows, direct copies)"
+                 : "MPI RMA windows (one-sided MPI_Get / MPI_Accumulate / MPI_Fetch_and_op)";
+}
+
 std::unique_ptr<Region> MpiRmaTransport::allocate_region(std::size_t local_bytes) {
   return std::make_unique<MpiRegion>(comm_, local_bytes, shared_);
 }

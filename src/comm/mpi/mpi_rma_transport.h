@@ -26,6 +26,7 @@ class MpiRmaTransport final : public Transport {
   ~MpiRmaTransport() override;
 
   const char* name() const override { return "mpi"; }
+  std::string describe() const override;
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 

@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <thread>
@@ -369,6 +370,11 @@ UcxTransport::~UcxTransport() {
   ucp_worker_destroy(worker_);
   ucp_cleanup(context_);
   MPI_Comm_free(&comm_);
+}
+
+std::string UcxTransport::describe() const {
+  const char* tls = std::getenv("UCX_TLS");
+  return std::string("UCX (UCP get/put/atomics; UCX_TLS=") + (tls && *tls ? tls : "all") + ")";
 }
 
 std::unique_ptr<Region> UcxTransport::allocate_region(std::size_t local_bytes) {

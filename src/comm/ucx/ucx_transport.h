@@ -48,6 +48,7 @@ class UcxTransport final : public Transport {
   ~UcxTransport() override;
 
   const char* name() const override { return "ucx"; }
+  std::string describe() const override;
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 

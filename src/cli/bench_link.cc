@@ -1,0 +1,64 @@
+#include "cli/bench_link.h"
+
+#include <chrono>
+#include <vector>
+
+#include "comm/tcp/socket.h"
+#include "strata/common/env.h"
+#include "strata/common/error.h"
+
+namespace strata::cli {
+
+LinkTimes measure_link(MPI_Comm comm, int server, int client, std::uint64_t bytes, int warmup, int iters,
+                       double timeout_s) {
+  namespace tcp = comm::tcp;
+  int rank = 0;
+  STRATA_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  double times[2] = {0, 0};
+  const int tag = 7411;
+  if (rank == server) {
+    tcp::Endpoint at;
+    tcp::Socket listener = tcp::listen_on(tcp::choose_local_address(Env::from_process(), nullptr), &at);
+    unsigned long long packed = (static_cast<unsigned long long>(at.ip) << 16) | at.port;
+    STRATA_CHECK_MPI(MPI_Send(&packed, 1, MPI_UNSIGNED_LONG_LONG, client, tag, comm));
+    tcp::Socket s = tcp::accept_from(listener);
+    std::vector<char> data(bytes, 1);
+    std::uint64_t word = 0;
+    const int n = warmup + iters;
+    for (int i = 0; i < n; ++i) {  // pulls: request in, data out
+      tcp::recv_all(s.fd(), &word, 8, tcp::Deadline::in(timeout_s), client, "link pull request");
+      tcp::send_all(s.fd(), data.data(), bytes, tcp::Deadline::in(timeout_s), client, "link pull reply");
+    }
+    for (int i = 0; i < n; ++i) {  // pushes: data in, ack out
+      tcp::recv_all(s.fd(), data.data(), bytes, tcp::Deadline::in(timeout_s), client, "link push");
+      tcp::send_all(s.fd(), &word, 8, tcp::Deadline::in(timeout_s), client, "link push ack");
+    }
+  } else if (rank == client) {
+    unsigned long long packed = 0;
+    STRATA_CHECK_MPI(MPI_Recv(&packed, 1, MPI_UNSIGNED_LONG_LONG, server, tag, comm, MPI_STATUS_IGNORE));
+    tcp::Endpoint to{static_cast<std::uint32_t>(packed >> 16), static_cast<std::uint16_t>(packed & 0xffff)};
+    tcp::Socket s = tcp::connect_to(to, tcp::Deadline::in(timeout_s), "rank " + std::to_string(server));
+    std::vector<char> data(bytes, 2);
+    std::uint64_t word = 42;
+    auto round = [&](bool pull) {
+      if (pull) {
+        tcp::send_all(s.fd(), &word, 8, tcp::Deadline::in(timeout_s), server, "link pull request");
+        tcp::recv_all(s.fd(), data.data(), bytes, tcp::Deadline::in(timeout_s), server, "link pull reply");
+      } else {
+        tcp::send_all(s.fd(), data.data(), bytes, tcp::Deadline::in(timeout_s), server, "link push");
+        tcp::recv_all(s.fd(), &word, 8, tcp::Deadline::in(timeout_s), server, "link push ack");
+      }
+    };
+    for (int k = 0; k < 2; ++k) {
+      const bool pull = k == 0;
+      for (int i = 0; i < warmup; ++i) round(pull);
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < iters; ++i) round(pull);
+      times[k] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e6 / iters;
+    }
+  }
+  STRATA_CHECK_MPI(MPI_Bcast(times, 2, MPI_DOUBLE, client, comm));
+  return {times[0], times[1]};
+}
+
+}  // namespace strata::cli

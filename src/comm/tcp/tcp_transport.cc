@@ -1,0 +1,494 @@
+// The "tcp" transport (see tcp_transport.h for the design and why).
+//
+// Deadlock freedom of the request protocol: a server thread only ever sends replies to requests a
+// client made, and a client receives every reply it is owed before it sends anything but a get
+// request (drain_all), so no client is blocked sending a large payload while a server is blocked
+// sending it a reply it does not read. Get requests are 40 bytes and never fill a socket buffer.
+#include "comm/tcp/tcp_transport.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <iostream>
+
+#include "strata/common/env.h"
+#include "strata/common/error.h"
+#include "strata/common/logging.h"
+
+namespace strata::comm::tcp {
+namespace {
+
+enum Op : std::uint32_t { kGet = 1, kPut, kAcc, kGetRows, kAccRows, kFetchAdd, kRead, kFlush };
+constexpr std::uint32_t kHello = 0x53545443;  // "STTC"
+static_assert(sizeof(TcpTransport::Request) == 32, "wire format");
+
+std::string rank_str(int r) { return "rank " + std::to_string(r); }
+
+}  // namespace
+
+// A region: the node window (shared memory within the node) plus its size on every rank.
+class TcpRegion final : public Region {
+ public:
+  TcpRegion(TcpTransport& t, std::size_t local_bytes) : t_(t), inner_(t.local_->allocate_region(local_bytes)) {
+    // Registered with the server thread before the allgather: once any rank is past it, requests
+    // for this region may arrive.
+    {
+      std::lock_guard<std::mutex> lock(t.regions_mu_);
+      id_ = t.next_region_++;
+      t.regions_.resize(id_ + 1, nullptr);
+      t.regions_[id_] = this;
+    }
+    unsigned long long mine = local_bytes;
+    sizes_.resize(t.size_);
+    STRATA_CHECK_MPI(MPI_Allgather(&mine, 1, MPI_UNSIGNED_LONG_LONG, sizes_.data(), 1, MPI_UNSIGNED_LONG_LONG, t.comm_));
+  }
+
+  ~TcpRegion() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized || std::uncaught_exceptions() > 0) return;  // peers are not freeing with us
+    try {
+      // Everything sent to the peers is applied before anyone frees: then no request for this
+      // region is in flight when the server thread forgets it.
+      for (int p = 0; p < t_.size_; ++p)
+        if (t_.peers_[p].sock.valid()) t_.flush_remote(p);
+      MPI_Barrier(t_.comm_);
+    } catch (const std::exception& e) {
+      STRATA_LOG(ERROR) << "tcp transport: freeing a region: " << e.what();
+    }
+    {
+      std::lock_guard<std::mutex> lock(t_.regions_mu_);
+      t_.regions_[id_] = nullptr;
+    }
+    inner_.reset();  // collective over the node
+  }
+
+  void* local_base() override { return inner_->local_base(); }
+  std::size_t local_bytes() const override { return inner_->local_bytes(); }
+  std::size_t bytes_of(int peer) const override { return static_cast<std::size_t>(sizes_.at(peer)); }
+  Region& inner() { return *inner_; }
+  std::uint32_t id() const { return id_; }
+
+  // Served requests are checked against local_bytes(): the server may see a request before this
+  // rank's allgather of the sizes has returned.
+  void check_local(std::uint64_t offset, std::uint64_t bytes, const char* op) {
+    if (offset + bytes > local_bytes() || offset + bytes < offset)
+      throw Error(std::string(op) + ": bytes [" + std::to_string(offset) + ", " + std::to_string(offset + bytes) +
+                  ") are outside this rank's region of " + std::to_string(local_bytes()) + " bytes");
+  }
+
+  void check_range(int peer, std::uint64_t offset, std::uint64_t bytes, const char* op) const {
+    if (peer < 0 || peer >= static_cast<int>(sizes_.size()))
+      throw Error(std::string(op) + ": peer " + std::to_string(peer) + " is not a rank of the transport (size " +
+                  std::to_string(sizes_.size()) + ")");
+    if (offset + bytes > sizes_[peer] || offset + bytes < offset)
+      throw Error(std::string(op) + ": bytes [" + std::to_string(offset) + ", " + std::to_string(offset + bytes) +
+                  ") are outside " + rank_str(peer) + "'s region of " + std::to_string(sizes_[peer]) + " bytes");
+  }
+
+ private:
+  TcpTransport& t_;
+  std::unique_ptr<Region> inner_;
+  std::vector<unsigned long long> sizes_;
+  std::uint32_t id_ = 0;
+};
+
+namespace {
+TcpRegion& as_tcp(Region& region) { return static_cast<TcpRegion&>(region); }
+}  // namespace
+
+TcpTransport::TcpTransport(MPI_Comm comm) {
+  STRATA_CHECK_MPI(MPI_Comm_dup(comm, &comm_));
+  STRATA_CHECK_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  STRATA_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
+  STRATA_CHECK_MPI(MPI_Comm_size(comm_, &size_));
+  int provided = 0;
+  MPI_Query_thread(&provided);
+  if (provided < MPI_THREAD_MULTIPLE)
+    throw ConfigError("the tcp transport needs MPI_THREAD_MULTIPLE (its server thread applies updates through MPI)");
+  const Env env = Env::from_process();
+  timeout_s_ = env.get_double("STRATA_TIMEOUT_S", 60.0);
+
+  // Node membership: a node is identified by the lowest world rank on it.
+  // STRATA_TCP_FORCE_REMOTE=1 makes every rank its own "node", so the TCP path serves even
+  // co-located ranks: how the single-host test tiers exercise it.
+  if (env.get_bool("STRATA_TCP_FORCE_REMOTE", false))
+    STRATA_CHECK_MPI(MPI_Comm_split(comm_, rank_, 0, &node_comm_));
+  else
+    STRATA_CHECK_MPI(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_comm_));
+  int leader = rank_;
+  STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, node_comm_));
+  std::vector<int> leaders(size_);
+  STRATA_CHECK_MPI(MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, comm_));
+  node_rank_.assign(size_, -1);
+  int next = 0;
+  for (int p = 0; p < size_; ++p) {
+    if (leaders[p] == p) ++num_nodes_;
+    if (leaders[p] == leader) node_rank_[p] = next++;  // split_type keyed by rank keeps rank order
+  }
+  --num_nodes_;  // counted every leader, starting from 1
+  local_ = std::make_unique<mpi::MpiRmaTransport>(node_comm_);
+
+  // The server: listen on the chosen interface, publish the endpoint.
+  Endpoint mine;
+  listener_ = listen_on(choose_local_address(env, &address_why_), &mine);
+  endpoints_.resize(size_);
+  unsigned long long packed = (static_cast<unsigned long long>(mine.ip) << 16) | mine.port;
+  std::vector<unsigned long long> all(size_);
+  STRATA_CHECK_MPI(MPI_Allgather(&packed, 1, MPI_UNSIGNED_LONG_LONG, all.data(), 1, MPI_UNSIGNED_LONG_LONG, comm_));
+  for (int p = 0; p < size_; ++p) {
+    endpoints_[p].ip = static_cast<std::uint32_t>(all[p] >> 16);
+    endpoints_[p].port = static_cast<std::uint16_t>(all[p] & 0xffff);
+  }
+  peers_.resize(size_);
+  if (::pipe2(wake_, O_CLOEXEC) != 0) throw Error("tcp transport: pipe2 failed");
+  server_ = std::thread([this] { serve(); });
+}
+
+TcpTransport::~TcpTransport() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  const bool collective = !finalized && std::uncaught_exceptions() == 0;
+  if (collective) {
+    try {
+      for (int p = 0; p < size_; ++p)
+        if (peers_[p].sock.valid()) flush_remote(p);
+    } catch (const std::exception& e) {
+      STRATA_LOG(ERROR) << "tcp transport: final flush: " << e.what();
+    }
+    MPI_Barrier(comm_);  // nobody sends us requests after this
+  }
+  stop_.store(true);
+  char c = 1;
+  if (::write(wake_[1], &c, 1) < 0) {
+  }
+  if (server_.joinable()) server_.join();
+  ::close(wake_[0]);
+  ::close(wake_[1]);
+  peers_.clear();
+  local_.reset();
+  if (collective) {
+    MPI_Comm_free(&node_comm_);
+    MPI_Comm_free(&comm_);
+  }
+}
+
+std::string TcpTransport::describe() const {
+  return std::to_string(num_nodes_) + " node(s): intra-node shared memory (MPI shared window), inter-node TCP " +
+         "served by each rank's thread via " + address_why_;
+}
+
+std::unique_ptr<Region> TcpTransport::allocate_region(std::size_t local_bytes) {
+  return std::make_unique<TcpRegion>(*this, local_bytes);
+}
+
+// ---- client side ----------------------------------------------------------------------------
+
+TcpTransport::Peer& TcpTransport::connect(int peer) {
+  Peer& p = peers_[peer];
+  if (!p.sock.valid()) {
+    p.sock = connect_to(endpoints_[peer], Deadline::in(timeout_s_), rank_str(peer));
+    const std::uint32_t hello[2] = {kHello, static_cast<std::uint32_t>(rank_)};
+    send_all(p.sock.fd(), hello, sizeof hello, Deadline::in(timeout_s_), peer, "tcp hello");
+  }
+  return p;
+}
+
+void TcpTransport::drain(int peer) {
+  Peer& p = peers_[peer];
+  if (p.gets.empty()) return;
+  const Deadline deadline = Deadline::in(timeout_s_);
+  for (const Pending& g : p.gets) recv_all(p.sock.fd(), g.dst, g.bytes, deadline, peer, "get reply");
+  p.gets.clear();
+  p.writes_unacked = false;  // the server answered after everything we sent before
+}
+
+void TcpTransport::send_request(int peer, const Request& req, std::vector<iovec> payload, const char* what) {
+  if (req.op != kGet)
+    for (int q = 0; q < size_; ++q) drain(q);
+  Peer& p = connect(peer);
+  payload.insert(payload.begin(), iovec{const_cast<Request*>(&req), sizeof req});
+  sendv_all(p.sock.fd(), std::move(payload), Deadline::in(timeout_s_), peer, what);
+}
+
+std::uint64_t TcpTransport::round_trip(int peer, const Request& req, const char* what) {
+  send_request(peer, req, {}, what);
+  std::uint64_t reply = 0;
+  recv_all(peers_[peer].sock.fd(), &reply, sizeof reply, Deadline::in(timeout_s_), peer, what);
+  peers_[peer].writes_unacked = false;
+  return reply;
+}
+
+void TcpTransport::flush_remote(int peer) {
+  drain(peer);
+  if (!peers_[peer].writes_unacked) return;
+  Request req;
+  req.op = kFlush;
+  round_trip(peer, req, "flush");
+}
+
+void TcpTransport::get(Region& region, int peer, std::uint64_t offset, void* dst, std::size_t bytes) {
+  auto& r = as_tcp(region);
+  r.check_range(peer, offset, bytes, "get");
+  if (same_node(peer)) return local_->get(r.inner(), node_rank_[peer], offset, dst, bytes);
+  if (bytes == 0) return;
+  Request req;
+  req.op = kGet;
+  req.region = r.id();
+  req.offset = offset;
+  req.a = bytes;
+  send_request(peer, req, {}, "get");
+  peers_[peer].gets.push_back({dst, bytes});
+}
+
+void TcpTransport::put(Region& region, int peer, std::uint64_t offset, const void* src, std::size_t bytes) {
+  auto& r = as_tcp(region);
+  r.check_range(peer, offset, bytes, "put");
+  if (same_node(peer)) return local_->put(r.inner(), node_rank_[peer], offset, src, bytes);
+  if (bytes == 0) return;
+  Request req;
+  req.op = kPut;
+  req.region = r.id();
+  req.offset = offset;
+  req.a = bytes;
+  send_request(peer, req, {iovec{const_cast<void*>(src), bytes}}, "put");
+  peers_[peer].writes_unacked = true;
+}
+
+void TcpTransport::accumulate(Region& region, int peer, std::uint64_t offset, const void* src, std::size_t count,
+                              ElemType type) {
+  auto& r = as_tcp(region);
+  const std::size_t bytes = count * elem_size(type);
+  r.check_range(peer, offset, bytes, "accumulate");
+  if (same_node(peer)) return local_->accumulate(r.inner(), node_rank_[peer], offset, src, count, type);
+  if (count == 0) return;
+  if (offset % elem_size(type) != 0)
+    throw Error("accumulate: offset " + std::to_string(offset) + " is not aligned to " + to_string(type));
+  Request req;
+  req.op = kAcc;
+  req.region = r.id();
+  req.offset = offset;
+  req.a = bytes;
+  req.b = static_cast<std::uint64_t>(type);
+  send_request(peer, req, {iovec{const_cast<void*>(src), bytes}}, "accumulate");
+  peers_[peer].writes_unacked = true;
+}
+
+void TcpTransport::get_rows(Region& region, int peer, std::uint64_t offset, std::size_t row_bytes,
+                            const std::vector<std::int64_t>& rows, void* dst) {
+  if (rows.empty()) return;
+  auto& r = as_tcp(region);
+  const auto [lo, hi] = std::minmax_element(rows.begin(), rows.end());
+  if (*lo < 0) throw Error("get_rows: row index " + std::to_string(*lo) + " is negative");
+  r.check_range(peer, offset, static_cast<std::uint64_t>(*hi + 1) * row_bytes, "get_rows");
+  if (same_node(peer)) return local_->get_rows(r.inner(), node_rank_[peer], offset, row_bytes, rows, dst);
+  Request req;
+  req.op = kGetRows;
+  req.region = r.id();
+  req.offset = offset;
+  req.a = row_bytes;
+  req.b = rows.size();
+  send_request(peer, req, {iovec{const_cast<std::int64_t*>(rows.data()), rows.size() * 8}}, "get_rows");
+  peers_[peer].gets.push_back({dst, rows.size() * row_bytes});
+}
+
+void TcpTransport::accumulate_rows(Region& region, int peer, std::uint64_t offset, std::size_t row_elems,
+                                   ElemType type, const std::vector<std::int64_t>& rows, const void* src) {
+  if (rows.empty()) return;
+  auto& r = as_tcp(region);
+  const std::size_t row_bytes = row_elems * elem_size(type);
+  const auto [lo, hi] = std::minmax_element(rows.begin(), rows.end());
+  if (*lo < 0) throw Error("accumulate_rows: row index " + std::to_string(*lo) + " is negative");
+  r.check_range(peer, offset, static_cast<std::uint64_t>(*hi + 1) * row_bytes, "accumulate_rows");
+  if (same_node(peer)) return local_->accumulate_rows(r.inner(), node_rank_[peer], offset, row_elems, type, rows, src);
+  Request req;
+  req.op = kAccRows;
+  req.region = r.id();
+  req.offset = offset;
+  req.a = row_elems;
+  req.b = rows.size() | (static_cast<std::uint64_t>(type) << 56);
+  send_request(peer, req,
+               {iovec{const_cast<std::int64_t*>(rows.data()), rows.size() * 8},
+                iovec{const_cast<void*>(src), rows.size() * row_bytes}},
+               "accumulate_rows");
+  peers_[peer].writes_unacked = true;
+}
+
+std::int64_t TcpTransport::fetch_add(Region& region, int peer, std::uint64_t offset, std::int64_t value) {
+  auto& r = as_tcp(region);
+  r.check_range(peer, offset, 8, "fetch_add");
+  if (same_node(peer)) return local_->fetch_add(r.inner(), node_rank_[peer], offset, value);
+  Request req;
+  req.op = kFetchAdd;
+  req.region = r.id();
+  req.offset = offset;
+  req.a = static_cast<std::uint64_t>(value);
+  return static_cast<std::int64_t>(round_trip(peer, req, "fetch_add"));
+}
+
+std::int64_t TcpTransport::atomic_read(Region& region, int peer, std::uint64_t offset) {
+  auto& r = as_tcp(region);
+  r.check_range(peer, offset, 8, "atomic_read");
+  if (same_node(peer)) return local_->atomic_read(r.inner(), node_rank_[peer], offset);
+  Request req;
+  req.op = kRead;
+  req.region = r.id();
+  req.offset = offset;
+  return static_cast<std::int64_t>(round_trip(peer, req, "atomic_read"));
+}
+
+void TcpTransport::flush(Region& region, int peer) {
+  auto& r = as_tcp(region);
+  if (same_node(peer)) return local_->flush(r.inner(), node_rank_[peer]);
+  flush_remote(peer);
+}
+
+void TcpTransport::flush_all(Region& region) {
+  local_->flush_all(as_tcp(region).inner());
+  for (int p = 0; p < size_; ++p)
+    if (!same_node(p) && peers_[p].sock.valid()) flush_remote(p);
+}
+
+void TcpTransport::sync_local(Region& region) {
+  local_->sync_local(as_tcp(region).inner());
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // the server thread's stores
+}
+
+void TcpTransport::progress() {
+  // Remote requests are served by the server thread; only the node window may want progress.
+  local_->progress();
+}
+
+// ---- server thread ----------------------------------------------------------------------------
+
+TcpRegion* TcpTransport::region_by_id(std::uint32_t id) {
+  std::lock_guard<std::mutex> lock(regions_mu_);
+  return id < regions_.size() ? regions_[id] : nullptr;
+}
+
+bool TcpTransport::handle(int fd, int from) {
+  Request req;
+  if (!recv_all_or_eof(fd, &req, sizeof req, Deadline::in(timeout_s_), from, "request")) return false;
+  const Deadline deadline = Deadline::in(timeout_s_);
+  if (req.op == kFlush) {
+    const std::uint64_t ok = 0;
+    send_all(fd, &ok, sizeof ok, deadline, from, "flush reply");
+    return true;
+  }
+  TcpRegion* r = region_by_id(req.region);
+  if (!r) throw Error("request " + std::to_string(req.op) + " from " + rank_str(from) + " for region " +
+                      std::to_string(req.region) + ", which does not exist here");
+  char* base = static_cast<char*>(r->local_base());
+  const int self = node_rank_[rank_];
+  static thread_local std::vector<char> staging;
+  switch (req.op) {
+    case kGet:
+      r->check_local(req.offset, req.a, "get (served)");
+      send_all(fd, base + req.offset, req.a, deadline, from, "get reply");
+      break;
+    case kPut:
+      r->check_local(req.offset, req.a, "put (served)");
+      recv_all(fd, base + req.offset, req.a, deadline, from, "put payload");
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      break;
+    case kAcc: {
+      r->check_local(req.offset, req.a, "accumulate (served)");
+      staging.resize(req.a);
+      recv_all(fd, staging.data(), req.a, deadline, from, "accumulate payload");
+      const auto type = static_cast<ElemType>(req.b);
+      local_->accumulate(r->inner(), self, req.offset, staging.data(), req.a / elem_size(type), type);
+      local_->flush(r->inner(), self);
+      break;
+    }
+    case kGetRows: {
+      std::vector<std::int64_t> rows(req.b);
+      recv_all(fd, rows.data(), rows.size() * 8, deadline, from, "get_rows indices");
+      std::vector<iovec> iov;
+      iov.reserve(rows.size());
+      for (auto row : rows) {
+        r->check_local(req.offset + static_cast<std::uint64_t>(row) * req.a, req.a, "get_rows (served)");
+        iov.push_back({base + req.offset + static_cast<std::uint64_t>(row) * req.a, req.a});
+      }
+      sendv_all(fd, std::move(iov), deadline, from, "get_rows reply");
+      break;
+    }
+    case kAccRows: {
+      const std::uint64_t n = req.b & ((std::uint64_t{1} << 56) - 1);
+      const auto type = static_cast<ElemType>(req.b >> 56);
+      std::vector<std::int64_t> rows(n);
+      recv_all(fd, rows.data(), n * 8, deadline, from, "accumulate_rows indices");
+      staging.resize(n * req.a * elem_size(type));
+      recv_all(fd, staging.data(), staging.size(), deadline, from, "accumulate_rows payload");
+      local_->accumulate_rows(r->inner(), self, req.offset, req.a, type, rows, staging.data());
+      local_->flush(r->inner(), self);
+      break;
+    }
+    case kFetchAdd: {
+      const std::int64_t old = local_->fetch_add(r->inner(), self, req.offset, static_cast<std::int64_t>(req.a));
+      send_all(fd, &old, sizeof old, deadline, from, "fetch_add reply");
+      break;
+    }
+    case kRead: {
+      const std::int64_t v = local_->atomic_read(r->inner(), self, req.offset);
+      send_all(fd, &v, sizeof v, deadline, from, "atomic_read reply");
+      break;
+    }
+    default:
+      throw Error("unknown request " + std::to_string(req.op) + " from " + rank_str(from));
+  }
+  return true;
+}
+
+void TcpTransport::serve() {
+  struct Conn {
+    Socket sock;
+    int from;
+  };
+  std::vector<Conn> conns;
+  std::vector<pollfd> fds;
+  try {
+    while (!stop_.load()) {
+      fds.clear();
+      fds.push_back({wake_[0], POLLIN, 0});
+      fds.push_back({listener_.fd(), POLLIN, 0});
+      for (const auto& c : conns) fds.push_back({c.sock.fd(), POLLIN, 0});
+      // Sleeps in the kernel until a request arrives: no core spent while idle.
+      if (::poll(fds.data(), fds.size(), -1) < 0) {
+        if (errno == EINTR) continue;
+        throw Error("poll failed");
+      }
+      if (fds[0].revents) break;
+      if (fds[1].revents & POLLIN) {
+        Socket s = accept_from(listener_);
+        std::uint32_t hello[2] = {0, 0};
+        recv_all(s.fd(), hello, sizeof hello, Deadline::in(timeout_s_), -1, "tcp hello");
+        if (hello[0] != kHello) throw Error("a connection to the tcp transport's port did not speak its protocol");
+        conns.push_back({std::move(s), static_cast<int>(hello[1])});
+      }
+      std::vector<std::size_t> gone;
+      for (std::size_t i = 2; i < fds.size(); ++i) {
+        if (!fds[i].revents) continue;
+        Conn& c = conns[i - 2];
+        bool open = true;
+        try {
+          open = handle(c.sock.fd(), c.from);
+        } catch (const PeerFailure&) {
+          open = false;  // the client died mid-request: its own job failure reports it
+        }
+        if (!open) gone.push_back(i - 2);
+      }
+      for (auto it = gone.rbegin(); it != gone.rend(); ++it) conns.erase(conns.begin() + static_cast<long>(*it));
+    }
+  } catch (const std::exception& e) {
+    // A served request failed on our side: a bug or memory corruption; the job cannot go on
+    // consistently, so it ends here with the reason (fail-stop, DESIGN.md section 9).
+    std::cerr << "strata: [rank " << rank_ << "] tcp transport server: " << e.what() << std::endl;
+    MPI_Abort(comm_, 1);
+  }
+}
+
+}  // namespace strata::comm::tcp
