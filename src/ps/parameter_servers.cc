@@ -78,6 +78,8 @@ struct ShardLayout {
   std::uint64_t payload = 0;      // offset of the payload inside an inbox
   std::uint64_t doorbells = 0;    // i64 per worker: pushes sent
   std::uint64_t acks = 0;         // i64 per worker: pushes applied
+  std::uint64_t chunks = 0;       // i64 per worker: chunks of streamed pushes delivered (0: not streamed)
+  std::uint64_t chunk_bytes = 0;  // a streamed push's chunk (the last one may be shorter)
 };
 
 comm::ElemType elem_type(DType dtype) {
@@ -176,6 +178,9 @@ struct ParameterServers::Impl {
   bool preemption_reported = false;
   // PS state.
   std::vector<std::vector<std::int64_t>> consumed;  // per local shard, per worker: pushes applied
+  std::vector<std::vector<std::int64_t>> bells_seen;   // per local shard, per worker: doorbell pushes applied
+  std::vector<std::vector<std::int64_t>> chunks_seen;  // per local shard, per worker: streamed chunks applied
+  std::vector<std::vector<std::int64_t>> stream_step;  // per local shard, per worker: step of its streamed push
   std::vector<std::int64_t> rounds;                 // per shard: applications in this job (sync rounds)
   std::vector<std::int64_t> step_base;              // per shard: optimizer steps restored from a checkpoint
   std::int64_t applied = 0;
@@ -211,6 +216,19 @@ struct ParameterServers::Impl {
     const Shard& sh = shard(s);
     std::int64_t rows = std::max<std::int64_t>(1, sh.row_end - sh.row_begin);
     return sh.bytes / static_cast<std::size_t>(rows);
+  }
+
+  // Streamed pushes (async inbox pushes of large dense shards): the worker delivers the gradient
+  // in chunks, each announced by a counter, and the PS applies every chunk as it arrives, so
+  // the transfer of chunk k+1 overlaps the optimizer on chunk k: a push costs about
+  // max(transfer, apply) instead of their sum (between nodes both are milliseconds per MiB).
+  // Bits are unchanged: the update is element-wise with one optimizer step for all the chunks
+  // of a push. Chunks of different workers' pushes may interleave on the PS, as whole updates
+  // may under async (TF's unlocked applies interleave element by element).
+  static constexpr std::uint64_t kStreamChunkBytes = std::uint64_t{1} << 20;
+  bool streams(std::size_t s) const {
+    return uses_inbox && options.consistency.mode != Consistency::kSync && trainable_shard(s) &&
+           shard(s).bytes >= 2 * kStreamChunkBytes;
   }
 
   [[noreturn]] void timeout(const std::string& what, std::vector<int> ranks) const {
@@ -254,6 +272,11 @@ struct ParameterServers::Impl {
       top = align_up(top + 8ull * num_workers);
       l.acks = top;
       top = align_up(top + 8ull * num_workers);
+      if (streams(s)) {
+        l.chunk_bytes = kStreamChunkBytes;
+        l.chunks = top;
+        top = align_up(top + 8ull * num_workers);
+      }
     }
   }
 
@@ -413,6 +436,33 @@ struct ParameterServers::Impl {
     publish_stats();
   }
 
+  // One chunk of a streamed push: elements [begin, begin + count) of shard s with `step`. The
+  // push counts as one application once its last chunk is in (`last`).
+  template <typename T>
+  void apply_chunk(std::size_t s, std::int64_t step, std::size_t begin, std::size_t count, const T* grad, bool last) {
+    const Shard& sh = shard(s);
+    const int nslots = ps::num_slots(options.optimizer.kind);
+    T* var = reinterpret_cast<T*>(base() + layout[s].values) + begin;
+    T* slots[8] = {};
+    STRATA_CHECK(nslots <= 8, "optimizer with ", nslots, " slots");
+    for (int k = 0; k < nslots; ++k)
+      slots[k] = reinterpret_cast<T*>(base() + layout[s].slots + static_cast<std::uint64_t>(k) * sh.bytes) + begin;
+    const auto t0 = Clock::now();
+    double progress_s = 0;
+    const int parts = apply_dense_team<T>(team.get(), options.optimizer, step, var, slots, nslots, grad + begin, count,
+                                          [this, &progress_s] {
+                                            const auto p0 = Clock::now();
+                                            transport->progress();
+                                            progress_s += std::chrono::duration<double>(Clock::now() - p0).count();
+                                          });
+    if (parts > 1 && last) ++split_updates;
+    max_parts = std::max<std::int64_t>(max_parts, parts);
+    applied_elements += static_cast<std::int64_t>(count);
+    busy_s += std::chrono::duration<double>(Clock::now() - t0).count() - progress_s;
+    if (last) ++applied;
+    publish_stats();
+  }
+
   // Reads one inbox: dense (header -1: *dense = true, rows empty, returns the gradient) or sparse
   // (fills rows, returns the packed row gradients).
   template <typename T>
@@ -433,17 +483,39 @@ struct ParameterServers::Impl {
   bool serve_shard_async(std::size_t ls, std::size_t s) {
     bool worked = false;
     for (int w = 0; w < num_workers; ++w) {
+      // A worker has at most one push in flight per shard (it waits for the previous ack), so a
+      // doorbell push and a streamed push of the same worker never overlap.
       const std::int64_t bell = load_i64(base() + layout[s].doorbells + 8ull * w);
-      if (bell <= consumed[ls][w]) continue;
-      std::vector<std::int64_t> rows;
-      bool dense = false;
-      const T* payload = read_inbox<T>(s, w, rows, &dense);
-      if (dense)
-        apply<T>(s, payload, rows, nullptr);
-      else
-        apply<T>(s, nullptr, rows, payload);
-      consumed[ls][w] = bell;
-      store_i64(base() + layout[s].acks + 8ull * w, bell);
+      if (bell > bells_seen[ls][w]) {
+        std::vector<std::int64_t> rows;
+        bool dense = false;
+        const T* payload = read_inbox<T>(s, w, rows, &dense);
+        if (dense)
+          apply<T>(s, payload, rows, nullptr);
+        else
+          apply<T>(s, nullptr, rows, payload);
+        bells_seen[ls][w] = bell;
+        store_i64(base() + layout[s].acks + 8ull * w, ++consumed[ls][w]);
+        worked = true;
+      }
+      if (layout[s].chunks == 0) continue;
+      const std::int64_t arrived = load_i64(base() + layout[s].chunks + 8ull * w);
+      if (arrived <= chunks_seen[ls][w]) continue;
+      const std::size_t n = shard(s).bytes / sizeof(T);
+      const std::size_t per = layout[s].chunk_bytes / sizeof(T);
+      const auto per_push = static_cast<std::int64_t>((n + per - 1) / per);
+      const T* grad = reinterpret_cast<const T*>(base() + layout[s].inboxes +
+                                                 static_cast<std::uint64_t>(w) * layout[s].inbox_bytes +
+                                                 layout[s].payload);
+      for (std::int64_t c = chunks_seen[ls][w]; c < arrived; ++c) {
+        const std::int64_t k = c % per_push;
+        if (k == 0) stream_step[ls][w] = ++rounds[s] + step_base[s];
+        const std::size_t begin = static_cast<std::size_t>(k) * per;
+        const bool last = k == per_push - 1;
+        apply_chunk<T>(s, stream_step[ls][w], begin, std::min(per, n - begin), grad, last);
+        if (last) store_i64(base() + layout[s].acks + 8ull * w, ++consumed[ls][w]);
+      }
+      chunks_seen[ls][w] = arrived;
       worked = true;
     }
     return worked;
@@ -562,10 +634,30 @@ struct ParameterServers::Impl {
     if (options.consistency.mode == Consistency::kSync) wait_ack(s, "sync push");
   }
 
+  // A streamed push (see streams()): the chunks go out one after another, each remotely complete
+  // before its count is added (so the PS never reads a chunk before its bytes), the count by a
+  // one-way int64 accumulate (no round trip per chunk beyond the flush).
+  void send_streamed(std::size_t s, const void* payload) {
+    wait_ack(s, "push");
+    const int peer = ps_rank[shard(s).ps];
+    const std::uint64_t inbox = layout[s].inboxes + static_cast<std::uint64_t>(worker) * layout[s].inbox_bytes;
+    const auto* bytes = static_cast<const char*>(payload);
+    const std::int64_t one = 1;
+    for (std::uint64_t off = 0; off < shard(s).bytes; off += layout[s].chunk_bytes) {
+      const std::uint64_t len = std::min<std::uint64_t>(layout[s].chunk_bytes, shard(s).bytes - off);
+      transport->put(*region, peer, inbox + layout[s].payload + off, bytes + off, len);
+      transport->flush(*region, peer);
+      transport->accumulate(*region, peer, layout[s].chunks + 8ull * worker, &one, 1, comm::ElemType::kI64);
+    }
+    transport->flush(*region, peer);
+    ++pushes[s];
+  }
+
   template <typename T>
   void push_dense_shard(std::size_t s, const T* grad) {
     const Shard& sh = shard(s);
     const std::size_t n = sh.bytes / sizeof(T);
+    if (layout[s].chunks != 0) return send_streamed(s, grad);
     if (!uses_inbox) {
       // Async SGD: the update is an atomic element-wise sum of -lr * g on the PS.
       std::vector<T> delta(n);
@@ -767,6 +859,9 @@ bool ParameterServers::serve() {
   for (std::size_t s = 0; s < m.map.shards().size(); ++s)
     if (m.shard(s).ps == m.ps_index && m.uses_inbox && m.trainable_shard(s)) local.push_back(s);
   m.consumed.assign(local.size(), std::vector<std::int64_t>(m.num_workers, 0));
+  m.bells_seen = m.consumed;
+  m.chunks_seen = m.consumed;
+  m.stream_step = m.consumed;
   if (m.options.apply_threads > 1) m.team = std::make_unique<ApplyTeam>(m.options.apply_threads);
   Backoff backoff;
   while (true) {

@@ -230,6 +230,46 @@ TEST(ParameterServers, AsyncStatefulOptimizerAppliesEveryPush) {
   STRATA_EXPECT_ALL(comm.get(), total == static_cast<long long>(job.workers) * K * 2);
 }
 
+// Async stateful pushes of a shard of 2 MiB or more are streamed in 1 MiB chunks that the PS applies
+// as they arrive (parameter_servers.cc, streams()): the result must be the bits of applying each
+// whole gradient in order, including the last, shorter chunk, a split over the apply team, and the
+// optimizer step shared by every chunk of a push. Only worker 0 pushes, so the order is defined.
+TEST_P(PsTransport, StreamedPushesMatchTheReferenceBitForBit) {
+  TestComm comm;
+  SKIP_WITHOUT_WORKERS(comm);
+  Job job = start(comm);
+  PsOptions options;
+  options.optimizer = OptimizerConfig::parse("adam:lr=0.01");
+  options.transport = GetParam();
+  options.apply_threads = 2;
+  const Shape shape = {1000, 700};  // 2.8 MB: chunks of 262144, 262144 and 175712 floats
+  const Initializer init = Initializer::uniform(-1.0, 1.0, 11);
+  auto ps = ParameterServers::materialize(*job.runtime, options, {var("big", shape, Partitioner::none(), init)});
+  const int steps = 4;
+  bool ok = true;
+  if (ps->is_ps()) {
+    ps->serve();
+  } else {
+    if (ps->worker_index() == 0) {
+      const std::size_t n = static_cast<std::size_t>(num_elements(shape));
+      std::vector<float> g(n), got(n);
+      for (int t = 0; t < steps; ++t) {
+        for (std::size_t i = 0; i < n; ++i) g[i] = grad_of(0, t, i);
+        ps->push("big", g.data(), n * 4);
+      }
+      ps->wait_applied();
+      ps->pull("big", got.data(), n * 4);
+      std::vector<float> want = reference(options.optimizer, init, shape, 1, steps);
+      ok = std::memcmp(got.data(), want.data(), n * 4) == 0;
+      std::int64_t updates = 0;
+      for (const auto& st : ps->ps_stats()) updates += st.updates;
+      ok = ok && updates == steps;
+    }
+    ps->done();
+  }
+  STRATA_EXPECT_ALL(comm.get(), ok);
+}
+
 TEST_P(PsTransport, SparseRowsWithRepeatsAndPartitionedPulls) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
