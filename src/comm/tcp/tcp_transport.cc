@@ -24,6 +24,7 @@ namespace {
 
 enum Op : std::uint32_t { kGet = 1, kPut, kAcc, kGetRows, kAccRows, kFetchAdd, kRead, kFlush };
 constexpr std::uint32_t kHello = 0x53545443;  // "STTC"
+constexpr std::uint64_t kAccPieceBytes = 256 << 10;  // a served accumulate is summed in pieces of this
 static_assert(sizeof(TcpTransport::Request) == 32, "wire format");
 
 std::string rank_str(int r) { return "rank " + std::to_string(r); }
@@ -396,11 +397,18 @@ bool TcpTransport::handle(int fd, int from) {
       std::atomic_thread_fence(std::memory_order_seq_cst);
       break;
     case kAcc: {
+      // Piece by piece: while one piece is summed into the region the kernel keeps receiving the
+      // next into the socket buffer, so the sum overlaps the transfer instead of following it.
       r->check_local(req.offset, req.a, "accumulate (served)");
-      staging.resize(req.a);
-      recv_all(fd, staging.data(), req.a, deadline, from, "accumulate payload");
       const auto type = static_cast<ElemType>(req.b);
-      local_->accumulate(r->inner(), self, req.offset, staging.data(), req.a / elem_size(type), type);
+      const std::uint64_t esize = elem_size(type);
+      const std::uint64_t piece = kAccPieceBytes / esize * esize;
+      staging.resize(std::min<std::uint64_t>(req.a, piece));
+      for (std::uint64_t done = 0; done < req.a; done += piece) {
+        const std::uint64_t len = std::min(piece, req.a - done);
+        recv_all(fd, staging.data(), len, deadline, from, "accumulate payload");
+        local_->accumulate(r->inner(), self, req.offset + done, staging.data(), len / esize, type);
+      }
       local_->flush(r->inner(), self);
       break;
     }
