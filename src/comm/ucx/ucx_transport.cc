@@ -337,6 +337,17 @@ UcxTransport::UcxTransport(MPI_Comm comm) {
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
     ep.address = reinterpret_cast<const ucp_address_t*>(all.data() + displs[p]);
     st = ucp_ep_create(worker_, &ep, &eps_[p]);
+    if (st == UCS_ERR_UNREACHABLE) {
+      // Every rank meets this at the same point (each connects to every peer), so it is reported
+      // as a configuration error with the usual causes and fixes.
+      const char* tls = std::getenv("UCX_TLS");
+      throw ConfigError("--transport ucx: UCX cannot reach " + to_peer(p) + " (Destination is unreachable) with UCX_TLS=" +
+                        (tls && *tls ? tls : "(unset)") +
+                        ": no transport in it connects these ranks' nodes; include a network transport "
+                        "(e.g. UCX_TLS=self,sm,tcp or rc); under srun --export a comma inside a value starts a "
+                        "new variable (UCX_TLS=self,tcp becomes UCX_TLS=self), so export UCX_TLS before srun; or "
+                        "use --transport auto");
+    }
     if (st != UCS_OK) fail_ucs(st, "ucp_ep_create(" + to_peer(p) + ")", __FILE__, __LINE__);
   }
   // Wire-up completes once every endpoint is flushed while both sides progress; the progressing
