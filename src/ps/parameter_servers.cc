@@ -218,14 +218,14 @@ struct ParameterServers::Impl {
     return sh.bytes / static_cast<std::size_t>(rows);
   }
 
-  // Streamed pushes (async inbox pushes of large dense shards): the worker delivers the gradient
-  // in chunks, each announced by a counter, and the PS applies every chunk as it arrives, so
-  // the transfer of chunk k+1 overlaps the optimizer on chunk k: a push costs about
-  // max(transfer, apply) instead of their sum (between nodes both are milliseconds per MiB).
-  // Bits are unchanged: the update is element-wise with one optimizer step for all the chunks
-  // of a push. Chunks of different workers' pushes may interleave on the PS, as whole updates
-  // may under async (TF's unlocked applies interleave element by element).
-  static constexpr std::uint64_t kStreamChunkBytes = std::uint64_t{1} << 20;
+  // Streamed pushes (async inbox pushes of dense shards of 512 KiB or more): the worker delivers
+  // the gradient in 256 KiB chunks, each announced by a counter, and the PS applies every chunk
+  // as it arrives, so the transfer of chunk k+1 overlaps the optimizer on chunk k: a push costs
+  // about max(transfer, apply) instead of their sum (between nodes both are about a millisecond
+  // per MiB). Bits are unchanged: the update is element-wise with one optimizer step for all the
+  // chunks of a push. Chunks of different workers' pushes may interleave on the PS, as whole
+  // updates may under async (TF's unlocked applies interleave element by element).
+  static constexpr std::uint64_t kStreamChunkBytes = std::uint64_t{256} << 10;
   bool streams(std::size_t s) const {
     return uses_inbox && options.consistency.mode != Consistency::kSync && trainable_shard(s) &&
            shard(s).bytes >= 2 * kStreamChunkBytes;
@@ -643,10 +643,11 @@ struct ParameterServers::Impl {
     const std::uint64_t inbox = layout[s].inboxes + static_cast<std::uint64_t>(worker) * layout[s].inbox_bytes;
     const auto* bytes = static_cast<const char*>(payload);
     const std::int64_t one = 1;
+    const bool ordered = transport->ordered_to(peer);  // else a flush orders each chunk before its count
     for (std::uint64_t off = 0; off < shard(s).bytes; off += layout[s].chunk_bytes) {
       const std::uint64_t len = std::min<std::uint64_t>(layout[s].chunk_bytes, shard(s).bytes - off);
       transport->put(*region, peer, inbox + layout[s].payload + off, bytes + off, len);
-      transport->flush(*region, peer);
+      if (!ordered) transport->flush(*region, peer);
       transport->accumulate(*region, peer, layout[s].chunks + 8ull * worker, &one, 1, comm::ElemType::kI64);
     }
     transport->flush(*region, peer);

@@ -99,6 +99,13 @@ class Transport {
   // (a PS keeps answering peers from a helper thread during a blocking collective such as a
   // checkpoint save); never concurrently with other calls on the same transport.
   virtual void progress() = 0;
+  // True when operations this rank issues to `peer` take effect there in issue order (a put is
+  // applied before an accumulate issued after it), so a caller may skip the flush that would
+  // otherwise order them. False unless the transport guarantees it (MPI and UCX do not).
+  virtual bool ordered_to(int peer) const {
+    (void)peer;
+    return false;
+  }
 
  protected:
   Transport() = default;

@@ -24,7 +24,8 @@ namespace {
 
 enum Op : std::uint32_t { kGet = 1, kPut, kAcc, kGetRows, kAccRows, kFetchAdd, kRead, kFlush };
 constexpr std::uint32_t kHello = 0x53545443;  // "STTC"
-constexpr std::uint64_t kAccPieceBytes = 256 << 10;  // a served accumulate is summed in pieces of this
+constexpr std::uint64_t kAccPieceBytes = 256 << 10;     // a served accumulate is summed in pieces of this
+constexpr std::uint64_t kGatherPieceBytes = 64 << 10;   // served rows are gathered and sent in pieces of this
 static_assert(sizeof(TcpTransport::Request) == 32, "wire format");
 
 std::string rank_str(int r) { return "rank " + std::to_string(r); }
@@ -415,13 +416,29 @@ bool TcpTransport::handle(int fd, int from) {
     case kGetRows: {
       std::vector<std::int64_t> rows(req.b);
       recv_all(fd, rows.data(), rows.size() * 8, deadline, from, "get_rows indices");
-      std::vector<iovec> iov;
-      iov.reserve(rows.size());
-      for (auto row : rows) {
-        r->check_local(req.offset + static_cast<std::uint64_t>(row) * req.a, req.a, "get_rows (served)");
-        iov.push_back({base + req.offset + static_cast<std::uint64_t>(row) * req.a, req.a});
+      const std::uint64_t row_bytes = req.a;
+      for (auto row : rows) r->check_local(req.offset + static_cast<std::uint64_t>(row) * row_bytes, row_bytes, "get_rows (served)");
+      // Random rows of a large table are bound by memory latency (a cache and TLB miss each):
+      // gathered with prefetching a few rows ahead, piece by piece, each piece sent while the
+      // kernel still moves the previous one.
+      const char* table = base + req.offset;
+      const std::size_t per_piece = std::max<std::size_t>(1, kGatherPieceBytes / std::max<std::uint64_t>(1, row_bytes));
+      staging.resize(std::min(rows.size(), per_piece) * row_bytes);
+      constexpr std::size_t kAhead = 16;
+      auto prefetch = [&](std::size_t i) {
+        const char* p = table + static_cast<std::uint64_t>(rows[i]) * row_bytes;
+        for (std::uint64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(p + b, 0, 0);
+      };
+      for (std::size_t i = 0; i < std::min(kAhead, rows.size()); ++i) prefetch(i);
+      for (std::size_t first = 0; first < rows.size(); first += per_piece) {
+        const std::size_t n = std::min(per_piece, rows.size() - first);
+        for (std::size_t i = 0; i < n; ++i) {
+          if (first + i + kAhead < rows.size()) prefetch(first + i + kAhead);
+          std::memcpy(staging.data() + i * row_bytes, table + static_cast<std::uint64_t>(rows[first + i]) * row_bytes,
+                      row_bytes);
+        }
+        send_all(fd, staging.data(), n * row_bytes, deadline, from, "get_rows reply");
       }
-      sendv_all(fd, std::move(iov), deadline, from, "get_rows reply");
       break;
     }
     case kAccRows: {

@@ -77,6 +77,10 @@ class TcpTransport final : public Transport {
   void flush_all(Region& region) override;
   void sync_local(Region& region) override;
   void progress() override;
+  // Peers on other nodes: one connection per ordered pair of ranks, served in arrival order.
+  // Co-located peers go through the node's MPI window, which does not order a put before an
+  // accumulate.
+  bool ordered_to(int peer) const override { return !same_node(peer); }
 
   int num_nodes() const { return num_nodes_; }
   bool same_node(int peer) const { return node_rank_[peer] >= 0; }
