@@ -85,7 +85,36 @@ expect_rc 2; expect_one_stderr_line; expect_stderr_has "runs in one process"
 run "$STRATA_BIN" bench --op apply -e 1000G
 expect_rc 2; expect_one_stderr_line; expect_stderr_has "MiB of memory for --op apply"
 run "$STRATA_BIN" bench --op pull --ps-threads 2
-expect_rc 2; expect_one_stderr_line; expect_stderr_has "apply to --op apply only"
+expect_rc 2; expect_one_stderr_line; expect_stderr_has "apply to --op apply and --op update only"
+
+case_begin "link: the raw TCP baseline between PS 0 and worker 0"
+mpi 2 "$STRATA_BIN" bench --op link -b 4K -e 64K -f 16 -n 5 --json "$TEST_TMP/link.json"
+expect_rc 0
+expect_stdout_has "# strata bench: op link (raw TCP request/response, blocking sockets, TCP_NODELAY), rank 0 serves rank 1 on the same node"
+grep -qE 'size +pull_us +pull_GBps +push_us +push_GBps' "$OUT" || fail "link header"
+python3 - "$TEST_TMP/link.json" <<'PY' || fail "link JSON"
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+assert [r["bytes"] for r in rows] == [4096, 65536], rows
+assert all(r["pull_us"] > 0 and r["push_us"] > 0 and r["remote"] is False for r in rows), rows
+PY
+mpi 1 "$STRATA_BIN" bench --op link
+expect_rc 2; expect_stderr_has "leaves no worker"
+
+case_begin "update: optimizer updates through the PS, each applied exactly once, tcp network path"
+mpi 3 env STRATA_TCP_FORCE_REMOTE=1 "$STRATA_BIN" bench --op update --transport tcp -b 1M -e 4M -f 4 -w 1 -n 3 --json "$TEST_TMP/update.json"
+expect_rc 0
+expect_stdout_has "# strata bench: op update (push + optimizer applied on the PS + ack), optimizer adam, 1 PS + 2 worker(s)"
+expect_stdout_has "# transport: tcp (3 node(s)"
+expect_stdout_has "# every update applied exactly once"
+python3 - "$TEST_TMP/update.json" <<'PY' || fail "update JSON"
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+assert [r["bytes"] for r in rows] == [1 << 20, 4 << 20], rows
+assert all(r["wrong"] == 0 and r["time_us"] > 0 and r["optimizer"] == "adam" for r in rows), rows
+PY
+mpi 2 "$STRATA_BIN" bench --op update --optimizer nesterov
+expect_rc 2; expect_stderr_has "--optimizer: 'nesterov' is not one of"
 
 case_begin "bad flags"
 run "$STRATA_BIN" bench --op scatter
