@@ -166,6 +166,7 @@ struct ParameterServers::Impl {
 
   // Worker state.
   std::vector<std::int64_t> pushes;  // per shard: pushes this worker sent
+  std::vector<std::int64_t> acked;   // per shard: the last ack of this worker's pushes read from its PS
   std::int64_t clock = 0;
   std::int64_t max_staleness = 0;
   std::int64_t known_low = 0;  // worker: a lower bound of the slowest worker's clock (clocks only grow)
@@ -603,17 +604,38 @@ struct ParameterServers::Impl {
     if (worker < 0) throw Error(std::string(op) + " is a worker operation; this rank is not a worker");
   }
 
-  // Waits until the PS applied this worker's previous push to shard s.
+  // Waits until the PS applied this worker's previous push to shard s. The first wait of a step
+  // reads the acks of every shard with a push outstanding in one pipelined batch (one round trip
+  // per PS instead of one per shard, which between nodes is most of a push), and later waits of
+  // the same step find theirs already read.
   void wait_ack(std::size_t s, const char* why) {
     const std::int64_t sent = pushes[s];
-    if (sent == 0) return;
+    if (sent == 0 || acked[s] >= sent) return;
+    refresh_acks();
+    if (acked[s] >= sent) return;
     const int peer = ps_rank[shard(s).ps];
     const std::uint64_t ack = layout[s].acks + 8ull * worker;
-    wait_for([&] { return transport->atomic_read(*region, peer, ack) >= sent; },
+    wait_for([&] { return (acked[s] = transport->atomic_read(*region, peer, ack)) >= sent; },
              std::string(why) + ": push " + std::to_string(sent) + " of '" + shard(s).name + "' to ps:" +
                  std::to_string(shard(s).ps) + " (rank " + std::to_string(peer) + ") was not applied",
              {peer});
   }
+
+  // Reads this worker's ack word of every shard with a push not yet seen acknowledged: gets to
+  // every PS first, then one flush. An 8-byte aligned word the PS stores atomically reads whole.
+  void refresh_acks() {
+    std::vector<std::size_t> pending;
+    for (std::size_t t = 0; t < pushes.size(); ++t)
+      if (pushes[t] > acked[t]) pending.push_back(t);
+    std::vector<std::int64_t> words(pending.size(), 0);
+    for (std::size_t i = 0; i < pending.size(); ++i) {
+      const std::size_t t = pending[i];
+      transport->get(*region, ps_rank[shard(t).ps], layout[t].acks + 8ull * worker, &words[i], 8);
+    }
+    transport->flush_all(*region);
+    for (std::size_t i = 0; i < pending.size(); ++i) acked[pending[i]] = std::max(acked[pending[i]], words[i]);
+  }
+
 
   // Sends one inbox message (rows empty and dense = true for a dense gradient).
   void send_inbox(std::size_t s, bool dense, const std::vector<std::int64_t>& rows, const void* payload,
@@ -627,9 +649,17 @@ struct ParameterServers::Impl {
     if (!rows.empty()) std::memcpy(head.data() + 8, rows.data(), 8 * rows.size());
     transport->put(*region, peer, inbox, head.data(), head.size());
     transport->put(*region, peer, inbox + layout[s].payload, payload, payload_bytes);
-    // The payload must be remotely complete before the doorbell rings.
-    transport->flush(*region, peer);
-    transport->fetch_add(*region, peer, layout[s].doorbells + 8ull * worker, 1);
+    if (transport->ordered_to(peer)) {
+      // The transport applies our operations to this peer in order: the doorbell cannot overtake
+      // the payload, so it goes as a one-way int64 accumulate, with no round trip at all (between
+      // nodes a flush and a fetch-and-add cost two network round trips per shard and step).
+      const std::int64_t one = 1;
+      transport->accumulate(*region, peer, layout[s].doorbells + 8ull * worker, &one, 1, comm::ElemType::kI64);
+    } else {
+      // The payload must be remotely complete before the doorbell rings.
+      transport->flush(*region, peer);
+      transport->fetch_add(*region, peer, layout[s].doorbells + 8ull * worker, 1);
+    }
     ++pushes[s];
     if (options.consistency.mode == Consistency::kSync) wait_ack(s, "sync push");
   }
@@ -812,6 +842,7 @@ std::unique_ptr<ParameterServers> ParameterServers::materialize(const Runtime& r
   impl->transport = comm::create_transport(options.transport, comm);
   impl->region = impl->transport->allocate_region(impl->is_ps ? impl->arena_bytes[impl->ps_index] : 0);
   impl->pushes.assign(impl->map.shards().size(), 0);
+  impl->acked.assign(impl->map.shards().size(), 0);
   impl->rounds.assign(impl->map.shards().size(), 0);
   impl->step_base.assign(impl->map.shards().size(), 0);
   if (impl->is_ps) impl->initialise_local_shards();
