@@ -85,8 +85,27 @@ LinkTimes measure_link(MPI_Comm comm, int server, int client, std::uint64_t byte
     }
     STRATA_CHECK_MPI(MPI_Send(nullptr, 0, MPI_BYTE, server, tag + 1, comm));
   }
-  STRATA_CHECK_MPI(MPI_Bcast(times, 2, MPI_DOUBLE, client, comm));
-  return {times[0], times[1]};
+  // The same pull shape through MPI point-to-point between the same two ranks.
+  double mpi_us = 0;
+  if (rank == server || rank == client) {
+    std::vector<char> data(bytes, 3);
+    std::uint64_t word = 7;
+    const int peer = rank == server ? client : server;
+    for (int i = 0; i < warmup + iters; ++i) {
+      if (i == warmup && rank == client) mpi_us = -MPI_Wtime();
+      if (rank == client) {
+        STRATA_CHECK_MPI(MPI_Send(&word, 1, MPI_UINT64_T, peer, tag + 2, comm));
+        STRATA_CHECK_MPI(MPI_Recv(data.data(), static_cast<int>(bytes), MPI_BYTE, peer, tag + 3, comm, MPI_STATUS_IGNORE));
+      } else {
+        STRATA_CHECK_MPI(MPI_Recv(&word, 1, MPI_UINT64_T, peer, tag + 2, comm, MPI_STATUS_IGNORE));
+        STRATA_CHECK_MPI(MPI_Send(data.data(), static_cast<int>(bytes), MPI_BYTE, peer, tag + 3, comm));
+      }
+    }
+    if (rank == client) mpi_us = (mpi_us + MPI_Wtime()) * 1e6 / iters;
+  }
+  double all[3] = {times[0], times[1], mpi_us};
+  STRATA_CHECK_MPI(MPI_Bcast(all, 3, MPI_DOUBLE, client, comm));
+  return {all[0], all[1], all[2]};
 }
 
 }  // namespace strata::cli

@@ -148,17 +148,21 @@ int run_link_table(const BenchConfig& cfg, const Runtime& rt) {
   os << "# strata bench: op link (raw TCP request/response, blocking sockets, TCP_NODELAY), rank 0 serves rank "
      << client << (remote ? " on another node" : " on the same node (loopback)") << ", warmup " << cfg.warmup
      << ", iters " << cfg.iters << "\n";
-  os << "# pull: 8-byte request, size-byte reply; push: size-byte message, 8-byte ack\n";
+  os << "# pull: 8-byte request, size-byte reply; push: size-byte message, 8-byte ack; mpi: the pull shape with "
+        "MPI_Send/MPI_Recv between the same ranks\n";
   os << std::setw(12) << "size" << std::setw(12) << "pull_us" << std::setw(11) << "pull_GBps" << std::setw(12)
-     << "push_us" << std::setw(11) << "push_GBps" << "\n";
+     << "push_us" << std::setw(11) << "push_GBps" << std::setw(12) << "mpi_us" << std::setw(10) << "mpi_GBps" << "\n";
   nlohmann::json json_rows = nlohmann::json::array();
   for (std::uint64_t bytes : sweep(cfg)) {
     const LinkTimes t = measure_link(comm, 0, client, bytes, cfg.warmup, cfg.iters, cfg.timeout_s);
     const double pull = static_cast<double>(bytes) / (t.pull_us * 1e3), push = static_cast<double>(bytes) / (t.push_us * 1e3);
+    const double mpi = static_cast<double>(bytes) / (t.mpi_pull_us * 1e3);
     os << std::setw(12) << bytes << std::fixed << std::setprecision(2) << std::setw(12) << t.pull_us << std::setw(11)
-       << pull << std::setw(12) << t.push_us << std::setw(11) << push << "\n";
+       << pull << std::setw(12) << t.push_us << std::setw(11) << push << std::setw(12) << t.mpi_pull_us << std::setw(10)
+       << mpi << "\n";
     json_rows.push_back({{"op", "link"}, {"bytes", bytes}, {"remote", remote}, {"pull_us", t.pull_us},
-                         {"pull_GBps", pull}, {"push_us", t.push_us}, {"push_GBps", push}});
+                         {"pull_GBps", pull}, {"push_us", t.push_us}, {"push_GBps", push},
+                         {"mpi_pull_us", t.mpi_pull_us}, {"mpi_pull_GBps", mpi}});
   }
   int status = kExitOk;
   if (rt.rank() == 0) {
