@@ -3,6 +3,7 @@
 
 #include "strata/cluster/cluster_spec.h"
 #include "strata/cluster/hostlist.h"
+#include "strata/cluster/liveness.h"
 #include "strata/cluster/resolve.h"
 #include "strata/cluster/runtime.h"
 #include "strata/common/env.h"

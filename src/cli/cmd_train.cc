@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "strata/cluster/liveness.h"
 #include "strata/cluster/runtime.h"
 #include "strata/common/env.h"
 #include "strata/common/error.h"
@@ -68,6 +69,8 @@ struct TrainConfig {
   std::string trace_path;
   bool profile = false;
   double timeout_s = 120;
+  double stall_timeout_s = 10;      // liveness: a rank silent this long has stopped
+  double progress_timeout_s = 120;  // liveness: a training worker frozen while others move (0: off)
   CheckpointOptions checkpoint;
   std::string restore;  // "" none, "latest" = the checkpoint dir's newest valid one, else a path
   bool expect_partial = false;
@@ -207,6 +210,13 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
     if (world_rank == 0) std::fprintf(stderr, "strata train: error: %s\n", e.message().c_str());
     return kExitUsage;
   }
+  // Heartbeats from here on: a stopped or frozen rank ends the job within seconds, named
+  // (strata/cluster/liveness.h). Declared after the runtime, so it stops before the runtime goes.
+  LivenessOptions live_opt;
+  live_opt.stop_timeout_s = cfg.stall_timeout_s;
+  live_opt.stall_timeout_s = cfg.progress_timeout_s;
+  LivenessMonitor live(*rt, live_opt);
+  liveness::set_phase(liveness::Phase::kRestore);
 
   // Every rank validates the configuration the same way, so a bad flag ends every rank cleanly.
   StrategyOptions sopt;
@@ -282,6 +292,7 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
     trace = std::make_unique<TraceWriter>(path, rt->rank(), rt->task().str());
   }
   if (strategy.is_ps()) {
+    liveness::set_phase(liveness::Phase::kServe);
     return strategy.serve() ? kExitPreempted : kExitOk;
   }
 
@@ -377,6 +388,8 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
   // Per-replica parameter and gradient buffers, reused every step (each replica touches its own).
   std::vector<model::Params> replica_params(replicas);
   std::vector<model::Grads> replica_grads(replicas);
+  liveness::set_step(step);
+  liveness::set_phase(liveness::Phase::kTrain);
   for (int epoch = static_cast<int>(resume.epoch); epoch < epochs && !stop; ++epoch) {
     const std::int64_t skip = epoch == resume.epoch ? resume.offset : 0;
     dist.start_epoch(epoch, skip);
@@ -474,6 +487,7 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
         push_s[r] = std::chrono::duration<double>(d - c).count();
       });
       ++step;
+      liveness::set_step(step);
       position = {epoch, (b + 1) * static_cast<std::int64_t>(cfg.global_batch), step};
       if (b + 1 == epoch_batches) position = {epoch + 1, 0, step};
       const StepOutcome outcome = strategy.end_step(position);
@@ -534,6 +548,7 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
     }
   }
   const double train_s = since(t_train);
+  liveness::set_phase(liveness::Phase::kFinal);
   // The remaining saves and the final one, before any other wait on the workers: a worker waiting
   // elsewhere would never arrive at a save the chief requested.
   strategy.finish_training(position);
@@ -677,6 +692,9 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& f) {
   cmd->add_option("--restore", f.restore, "latest (the --checkpoint-dir's newest valid checkpoint) | FILE.h5 | DIR");
   cmd->add_flag("--expect-partial", f.expect_partial, "do not report checkpoint variables the model does not use");
   cmd->add_option("--timeout", f.timeout, "seconds any wait may take before naming who is late (default 120)");
+  cmd->add_option("--stall-timeout", f.stall_timeout,
+                  "seconds without a heartbeat after which a rank counts as stopped and the job ends naming it "
+                  "(default STRATA_STALL_TIMEOUT_S or 10)");
   return cmd;
 }
 
@@ -726,6 +744,11 @@ int run_train_command(const TrainFlags& f, int* argc, char*** argv) {
   cfg.trace_path = f.trace;
   cfg.profile = f.profile;
   if (!f.timeout.empty()) cfg.timeout_s = parse_double(f.timeout, "--timeout");
+  cfg.stall_timeout_s = f.stall_timeout.empty() ? env.get_double("STRATA_STALL_TIMEOUT_S", 10.0)
+                                                : parse_double(f.stall_timeout, "--stall-timeout");
+  if (cfg.stall_timeout_s <= 0) throw ConfigError("--stall-timeout must be positive");
+  cfg.progress_timeout_s = env.get_double("STRATA_PROGRESS_TIMEOUT_S", 120.0);
+  if (cfg.progress_timeout_s < 0) throw ConfigError("STRATA_PROGRESS_TIMEOUT_S must not be negative");
   if (cfg.timeout_s <= 0) throw ConfigError("--timeout must be positive");
   cfg.checkpoint.directory = f.checkpoint_dir;
   if (!f.save_every_steps.empty())

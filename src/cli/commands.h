@@ -43,7 +43,8 @@ int run_bench_command(const BenchFlags& flags, int* argc, char*** argv);
 
 struct TrainFlags {
   std::string model, data, hidden, epochs, steps, global_batch, optimizer, lr, consistency, transport, placement,
-      shard, cpu_replicas, num_ps, jobs, seed, log_every, log_every_secs, metrics, trace, timeout, ps_threads;
+      shard, cpu_replicas, num_ps, jobs, seed, log_every, log_every_secs, metrics, trace, timeout, ps_threads,
+      stall_timeout;
   std::string checkpoint_dir, save_every_steps, save_every_secs, max_to_keep, keep_every_n_hours, restore;
   std::string devices;  // --devices auto|cpu|gpu
   bool profile = false;

@@ -68,6 +68,8 @@ const std::vector<EnvVarDoc>& env_table() {
       {"STRATA_CLUSTER", "file|json", "", "explicit cluster (TF_CONFIG-shaped JSON or a job map); beats TF_CONFIG"},
       {"STRATA_NUM_PS", "int", "0", "mpi/slurm resolvers without --jobs: the first N ranks are PS (strata-mpirun sets it)"},
       {"STRATA_TIMEOUT_S", "seconds", "60", "deadline of every bootstrap wait; a stall names the missing ranks"},
+      {"STRATA_STALL_TIMEOUT_S", "seconds", "10", "strata train: a rank without a heartbeat this long has stopped; the job ends naming it (--stall-timeout)"},
+      {"STRATA_PROGRESS_TIMEOUT_S", "seconds", "120", "strata train: a training worker whose step is frozen this long while the others move ends the job (0: off)"},
       {"STRATA_TRANSPORT", "enum", "auto", "data-plane transport: auto (shared memory in a node; MPI RMA between nodes where probed one-sided, else tcp), mpi, tcp or ucx"},
       {"STRATA_TCP_IF", "list", "", "tcp transport: interfaces or CIDR subnets to serve peers on (default: OMPI_MCA_btl_tcp_if_include, else the host name's address)"},
       {"STRATA_TCP_FORCE_REMOTE", "bool", "0", "tcp transport: serve co-located ranks over TCP too (tests; the network path on one host)"},

@@ -1,0 +1,63 @@
+// Liveness: every rank shows it is alive (a heartbeat) and where it is (its step and phase), and
+// the job watches both, so a rank that is stopped (SIGSTOP, a hung node, a process frozen in the
+// kernel) or that no longer makes progress while its peers do ends the job within seconds, with
+// one line naming the rank, its role and host, its last step and phase.
+//
+// Protocol: on a communicator of its own, each rank's monitor thread sends rank 0 a small
+// heartbeat {step, phase} every 250 ms and rank 0 sends every rank one back. Rank 0 watches every
+// rank; rank 1 watches rank 0. Heartbeats come from a thread, not from the training loop, so a
+// rank busy computing or blocked in a collective is still alive; only a stopped or dead process
+// (or one whose MPI library no longer makes progress) falls silent.
+//   stopped   no heartbeat for `stop_timeout_s` (default 10 s, --stall-timeout / STRATA_STALL_TIMEOUT_S)
+//   stalled   a worker in the training phase whose step has not moved for `stall_timeout_s`
+//             (default 120 s, STRATA_PROGRESS_TIMEOUT_S; 0 turns it off) while the steps of the
+//             other workers did move
+// A verdict prints one line on stderr ("strata: liveness: rank 2 (worker:1 on cn3) stopped: no
+// heartbeat for 10.3 s; last step 200, phase train") and ends the job (MPI_Abort): fail-stop,
+// DESIGN.md section 9. A rank killed outright is reported by the launcher (mpirun/srun) at once.
+//
+// Thread-safety: set_step / set_phase are lock-free and may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <thread>
+
+namespace strata {
+
+class Runtime;
+
+namespace liveness {
+
+enum class Phase : std::int64_t { kStart = 0, kRestore, kTrain, kSave, kFinal, kServe, kEvaluate, kDone };
+const char* to_string(Phase phase);
+// This process's progress marks, read by the monitor thread.
+void set_phase(Phase phase);
+void set_step(std::int64_t step);
+
+}  // namespace liveness
+
+struct LivenessOptions {
+  double stop_timeout_s = 10;    // silence after which a rank is declared stopped
+  double stall_timeout_s = 120;  // a training worker's step frozen while others move; 0: off
+  double interval_s = 0.25;      // heartbeat period
+};
+
+class LivenessMonitor {
+ public:
+  // Collective over the runtime's communicator (it dups it): starts the monitor thread.
+  LivenessMonitor(const Runtime& runtime, const LivenessOptions& options);
+  // Collective (every rank stops its monitor at the end of the job, after its last collective
+  // wait): stops the thread, cancels what it has pending, frees the communicator.
+  ~LivenessMonitor();
+  LivenessMonitor(const LivenessMonitor&) = delete;
+  LivenessMonitor& operator=(const LivenessMonitor&) = delete;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata

@@ -1,0 +1,237 @@
+// Liveness monitor (see strata/cluster/liveness.h for the contract).
+//
+// Why point-to-point heartbeats on a communicator of their own, driven by a thread: the training
+// loop can sit in a long computation or in a collective for minutes and is still healthy; what
+// must be noticed is a process that no longer runs at all. A thread that wakes every 250 ms is
+// cheap (it sleeps in a condition variable, never spins) and keeps beating whatever the loop does.
+// MPI_THREAD_MULTIPLE (checked by the runtime) makes its MPI calls legal beside the loop's.
+#include "strata/cluster/liveness.h"
+
+#include <mpi.h>
+
+#include <array>
+#include <chrono>
+#include <cstdlib>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "strata/cluster/runtime.h"
+#include "strata/common/error.h"
+
+namespace strata {
+namespace liveness {
+namespace {
+std::atomic<std::int64_t> g_phase{static_cast<std::int64_t>(Phase::kStart)};
+std::atomic<std::int64_t> g_step{0};
+}  // namespace
+
+const char* to_string(Phase phase) {
+  switch (phase) {
+    case Phase::kStart: return "start";
+    case Phase::kRestore: return "restore";
+    case Phase::kTrain: return "train";
+    case Phase::kSave: return "checkpoint save";
+    case Phase::kFinal: return "final barrier";
+    case Phase::kServe: return "serve";
+    case Phase::kEvaluate: return "evaluate";
+    case Phase::kDone: return "done";
+  }
+  return "?";
+}
+void set_phase(Phase phase) { g_phase.store(static_cast<std::int64_t>(phase), std::memory_order_relaxed); }
+void set_step(std::int64_t step) { g_step.store(step, std::memory_order_relaxed); }
+
+}  // namespace liveness
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kTagBeat = 1;  // rank r -> rank 0
+constexpr int kTagBack = 2;  // rank 0 -> rank r
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+struct Seen {
+  Clock::time_point last;        // last heartbeat
+  std::int64_t step = 0;
+  std::int64_t phase = 0;
+  Clock::time_point step_moved;  // when `step` last changed
+};
+
+}  // namespace
+
+struct LivenessMonitor::Impl {
+  LivenessOptions options;
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0, size = 1;
+  std::vector<std::string> names;  // "worker:1 on cn3" per rank
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;
+  std::thread thread;
+
+  // In-flight requests and their buffers (owned by the thread).
+  std::vector<MPI_Request> recv_req, send_req;
+  std::vector<std::array<std::int64_t, 2>> recv_buf, send_buf;
+  std::vector<Seen> seen;
+
+  void post_recv(int from, int tag) {
+    MPI_Irecv(recv_buf[from].data(), 2, MPI_INT64_T, from, tag, comm, &recv_req[from]);
+  }
+
+  void beat(int to, int tag) {
+    if (send_req[to] != MPI_REQUEST_NULL) {
+      int done = 0;
+      MPI_Test(&send_req[to], &done, MPI_STATUS_IGNORE);
+      if (!done) return;  // the peer has not taken the last one yet: do not pile up
+    }
+    send_buf[to] = {liveness::g_step.load(std::memory_order_relaxed),
+                    liveness::g_phase.load(std::memory_order_relaxed)};
+    MPI_Isend(send_buf[to].data(), 2, MPI_INT64_T, to, tag, comm, &send_req[to]);
+  }
+
+  void take(int from, int tag, Clock::time_point now) {
+    if (recv_req[from] == MPI_REQUEST_NULL) return;
+    int done = 0;
+    MPI_Test(&recv_req[from], &done, MPI_STATUS_IGNORE);
+    while (done) {
+      Seen& s = seen[from];
+      s.last = now;
+      if (recv_buf[from][0] != s.step) s.step_moved = now;
+      s.step = recv_buf[from][0];
+      s.phase = recv_buf[from][1];
+      post_recv(from, tag);
+      MPI_Test(&recv_req[from], &done, MPI_STATUS_IGNORE);
+    }
+  }
+
+  [[noreturn]] void verdict(int r, const std::string& what) {
+    const Seen& s = seen[r];
+    std::fprintf(stderr, "strata: liveness: rank %d (%s) %s; last step %lld, phase %s\n", r, names[r].c_str(),
+                 what.c_str(), static_cast<long long>(s.step),
+                 liveness::to_string(static_cast<liveness::Phase>(s.phase)));
+    std::fflush(stderr);
+    MPI_Abort(comm, 1);
+    std::abort();
+  }
+
+  void check(Clock::time_point now) {
+    auto done = [&](int r) { return seen[r].phase == static_cast<std::int64_t>(liveness::Phase::kDone); };
+    // Rank 0 watches everyone; rank 1 watches rank 0.
+    for (int r = 0; r < size; ++r) {
+      if (r == rank || done(r)) continue;
+      if (rank != 0 && !(rank == 1 && r == 0)) continue;
+      const double silent = seconds(now - seen[r].last);
+      if (silent > options.stop_timeout_s) {
+        std::ostringstream os;
+        os.precision(3);
+        os << "stopped: no heartbeat for " << silent << " s (--stall-timeout " << options.stop_timeout_s << " s)";
+        verdict(r, os.str());
+      }
+    }
+    if (rank != 0 || options.stall_timeout_s <= 0) return;
+    const auto train = static_cast<std::int64_t>(liveness::Phase::kTrain);
+    for (int r = 0; r < size; ++r) {
+      if (seen[r].phase != train) continue;
+      const double frozen = seconds(now - seen[r].step_moved);
+      if (frozen <= options.stall_timeout_s) continue;
+      // Only a stall while others move: in lockstep (sync) everybody waits for everybody.
+      for (int q = 0; q < size; ++q) {
+        if (q == r || seen[q].phase != train) continue;
+        if (seen[q].step_moved > seen[r].step_moved + std::chrono::seconds(1)) {
+          std::ostringstream os;
+          os.precision(3);
+          os << "makes no progress: its step has not moved for " << frozen << " s while rank " << q << " ("
+             << names[q] << ") reached step " << seen[q].step << " (STRATA_PROGRESS_TIMEOUT_S "
+             << options.stall_timeout_s << " s)";
+          verdict(r, os.str());
+        }
+      }
+    }
+  }
+
+  void run() {
+    const auto start = Clock::now();
+    for (auto& s : seen) s.last = s.step_moved = start;
+    if (rank == 0) {
+      for (int r = 1; r < size; ++r) post_recv(r, kTagBeat);
+    } else {
+      post_recv(0, kTagBack);
+    }
+    std::unique_lock<std::mutex> lock(mu);
+    while (!stop) {
+      lock.unlock();
+      const auto now = Clock::now();
+      if (rank == 0) {
+        for (int r = 1; r < size; ++r) take(r, kTagBeat, now);
+        for (int r = 1; r < size; ++r) beat(r, kTagBack);
+      } else {
+        take(0, kTagBack, now);
+        beat(0, kTagBeat);
+      }
+      check(now);
+      lock.lock();
+      cv.wait_for(lock, std::chrono::duration<double>(options.interval_s), [this] { return stop; });
+    }
+    lock.unlock();
+    // A last beat that says "done", so no watcher mistakes the end of this rank for a stop.
+    liveness::set_phase(liveness::Phase::kDone);
+    if (rank == 0) {
+      for (int r = 1; r < size; ++r) beat(r, kTagBack);
+    } else {
+      beat(0, kTagBeat);
+    }
+    for (auto& req : recv_req)
+      if (req != MPI_REQUEST_NULL) {
+        MPI_Cancel(&req);
+        MPI_Wait(&req, MPI_STATUS_IGNORE);
+      }
+    // Small messages are sent eagerly: these complete without the peer; bounded anyway.
+    const auto deadline = Clock::now() + std::chrono::seconds(2);
+    for (auto& req : send_req) {
+      int done = req == MPI_REQUEST_NULL;
+      while (!done && Clock::now() < deadline) {
+        MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+        if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      if (!done) {
+        MPI_Cancel(&req);
+        MPI_Request_free(&req);
+      }
+    }
+  }
+};
+
+LivenessMonitor::LivenessMonitor(const Runtime& runtime, const LivenessOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.options = options;
+  STRATA_CHECK_MPI(MPI_Comm_dup(runtime.comms().runtime(), &m.comm));
+  m.rank = runtime.rank();
+  m.size = runtime.size();
+  for (const auto& info : runtime.ranks()) m.names.push_back(info.task.str() + " on " + info.host);
+  m.recv_req.assign(m.size, MPI_REQUEST_NULL);
+  m.send_req.assign(m.size, MPI_REQUEST_NULL);
+  m.recv_buf.assign(m.size, {0, 0});
+  m.send_buf.assign(m.size, {0, 0});
+  m.seen.resize(m.size);
+  if (m.size > 1) m.thread = std::thread([&m] { m.run(); });
+}
+
+LivenessMonitor::~LivenessMonitor() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stop = true;
+  }
+  impl_->cv.notify_all();
+  if (impl_->thread.joinable()) impl_->thread.join();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && impl_->comm != MPI_COMM_NULL) MPI_Comm_free(&impl_->comm);
+}
+
+}  // namespace strata

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Liveness (strata/cluster/liveness.h): a stopped rank ends the job within the stall timeout,
+# named with its role and host, its last step and phase, whatever its role and whatever the
+# consistency mode; a healthy run is never ended by it.
+#   - SIGSTOP of worker:1 in async training (the case that used to hang past 150 s)
+#   - SIGSTOP of worker:1 under sync
+#   - SIGSTOP of the PS (rank 0: rank 1 watches it)
+#   - --stall-timeout 4: the job ends within that bound instead of the default 10 s
+#   - bad --stall-timeout values: one line, exit 2
+# The bounds asserted are the timeout plus 8 s of slack for the abort on a loaded 2-core machine.
+source "$(dirname "$0")/lib.sh"
+
+# stop_case NAME RANK TIMEOUT ARGS...: starts 1 PS + 2 workers training, waits for the job to
+# run, SIGSTOPs world rank RANK, and records how long the job took to end (ELAPSED, RC).
+stop_case() {
+  local rank=$1 limit=$2
+  shift 2
+  "$MPIEXEC" "${MPIEXEC_FLAGS[@]}" -x STRATA_NUM_PS=1 -np 3 env STRATA_NUM_PS=1 "$STRATA_BIN" train --epochs 20 \
+    "$@" >"$OUT" 2>"$ERR" &
+  local mp=$! t=0
+  # Wait until training has started (the chief printed its transport line) and a bit more.
+  while ! grep -q '^strata train: transport' "$OUT" 2>/dev/null && [ $t -lt 300 ]; do sleep 0.1; t=$((t + 1)); done
+  sleep 1
+  # The ranks are mpirun's children, in rank order of their start; pick the one with RANK in its
+  # environment (OMPI_COMM_WORLD_RANK).
+  local victim=""
+  for p in $(pgrep -P "$mp"); do
+    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank"; then victim=$p; fi
+  done
+  if [ -z "$victim" ]; then
+    fail "could not find world rank $rank among mpirun's children"
+    kill -KILL "$mp" 2>/dev/null
+    wait "$mp" 2>/dev/null
+    return
+  fi
+  local t0=$SECONDS
+  kill -STOP "$victim"
+  t=0
+  while kill -0 "$mp" 2>/dev/null && [ $t -lt $(((limit + 8) * 10)) ]; do sleep 0.1; t=$((t + 1)); done
+  ELAPSED=$((SECONDS - t0))
+  if kill -0 "$mp" 2>/dev/null; then
+    fail "the job was still running $((limit + 8)) s after SIGSTOP of rank $rank"
+    kill -KILL "$mp" 2>/dev/null
+  fi
+  kill -CONT "$victim" 2>/dev/null
+  wait "$mp"
+  RC=$?
+  echo "  ended $ELAPSED s after SIGSTOP of rank $rank (status $RC)"
+}
+
+case_begin "SIGSTOP of worker:1, async: the job ends within 10 s + slack naming it"
+stop_case 2 10
+expect_rc_nonzero
+expect_stderr_has "strata: liveness: rank 2 (worker:1 on $(hostname -s)) stopped: no heartbeat for"
+expect_stderr_has "phase train"
+
+case_begin "SIGSTOP of worker:1, sync"
+stop_case 2 10 --consistency sync
+expect_rc_nonzero
+expect_stderr_has "strata: liveness: rank 2 (worker:1 on $(hostname -s)) stopped"
+
+case_begin "SIGSTOP of the PS (rank 0), watched by rank 1"
+stop_case 0 10
+expect_rc_nonzero
+expect_stderr_has "strata: liveness: rank 0 (ps:0 on $(hostname -s)) stopped"
+expect_stderr_has "phase serve"
+
+case_begin "--stall-timeout 4 bounds the detection"
+stop_case 1 4 --stall-timeout 4
+expect_rc_nonzero
+expect_stderr_has "strata: liveness: rank 1 (worker:0 on $(hostname -s)) stopped"
+expect_stderr_has "(--stall-timeout 4 s)"
+
+case_begin "a healthy run is not ended by the monitor (1 epoch, a short stall timeout)"
+mpi 3 env STRATA_NUM_PS=1 "$STRATA_BIN" train --epochs 1 --stall-timeout 3
+expect_rc 0
+grep -q "liveness" "$ERR" && fail "the monitor spoke in a healthy run: $(grep liveness "$ERR")"
+
+case_begin "bad values"
+run "$STRATA_BIN" train --stall-timeout 0
+expect_rc 2; expect_one_stderr_line; expect_stderr_has "--stall-timeout must be positive"
+run env STRATA_STALL_TIMEOUT_S=soon "$STRATA_BIN" train
+expect_rc 2; expect_one_stderr_line; expect_stderr_has "STRATA_STALL_TIMEOUT_S"
+
+finish
