@@ -444,17 +444,24 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
         model::Params& params = replica_params[r];
         {
           TraceWriter::Span span(trace.get(), "pull", r);
+          // The dense variables in one batch (one completion wait for all of them), then the
+          // rows each replica needs.
+          std::vector<Variable> dense;
+          std::vector<std::vector<float>*> dense_out;
           for (const auto& v : vars) {
-            if (is_sparse(v.name())) {
-              model::SparseParam& sp = params.sparse[v.name()];
-              sp.rows = net->rows_needed(v.name(), in);
-              sp.width = static_cast<int>(v.shape().size() > 1 ? v.shape()[1] : 1);
-              ctx.read_rows(v, sp.rows, sp.values);
-            } else {
-              model::DenseParam& p = params.dense[v.name()];
-              ctx.read(v, p.value);
-              p.shape = v.shape();
-            }
+            if (is_sparse(v.name())) continue;
+            model::DenseParam& p = params.dense[v.name()];
+            p.shape = v.shape();
+            dense.push_back(v);
+            dense_out.push_back(&p.value);
+          }
+          ctx.read_many(dense, dense_out);
+          for (const auto& v : vars) {
+            if (!is_sparse(v.name())) continue;
+            model::SparseParam& sp = params.sparse[v.name()];
+            sp.rows = net->rows_needed(v.name(), in);
+            sp.width = static_cast<int>(v.shape().size() > 1 ? v.shape()[1] : 1);
+            ctx.read_rows(v, sp.rows, sp.values);
           }
         }
         auto b = Clock::now();

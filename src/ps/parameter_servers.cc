@@ -916,15 +916,20 @@ bool ParameterServers::serve() {
 }
 
 void ParameterServers::pull(std::string_view variable, void* dst, std::size_t bytes) {
+  pull_many({PullTarget{variable, dst, bytes}});
+}
+
+void ParameterServers::pull_many(const std::vector<PullTarget>& targets) {
   Impl& m = *impl_;
-  const VariableSpec& spec = m.spec_of(variable, "pull");
-  m.check_bytes(spec, bytes, "pull");
-  auto shards = m.map.shards_of(spec.name);
-  const std::size_t row_bytes = bytes / static_cast<std::size_t>(std::max<std::int64_t>(1, num_rows(spec.shape)));
-  for (const Shard& sh : shards) {
-    const std::size_t s = static_cast<std::size_t>(&sh - m.map.shards().data());
-    m.transport->get(*m.region, m.ps_rank[sh.ps], m.layout[s].values,
-                     static_cast<char*>(dst) + static_cast<std::size_t>(sh.row_begin) * row_bytes, sh.bytes);
+  for (const PullTarget& t : targets) {
+    const VariableSpec& spec = m.spec_of(t.variable, "pull");
+    m.check_bytes(spec, t.bytes, "pull");
+    const std::size_t row_bytes = t.bytes / static_cast<std::size_t>(std::max<std::int64_t>(1, num_rows(spec.shape)));
+    for (const Shard& sh : m.map.shards_of(spec.name)) {
+      const std::size_t s = static_cast<std::size_t>(&sh - m.map.shards().data());
+      m.transport->get(*m.region, m.ps_rank[sh.ps], m.layout[s].values,
+                       static_cast<char*>(t.dst) + static_cast<std::size_t>(sh.row_begin) * row_bytes, sh.bytes);
+    }
   }
   m.flush_all_peers();
 }

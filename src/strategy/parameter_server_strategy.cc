@@ -39,15 +39,41 @@ const float* ReplicaContext::read_all(const std::vector<Variable>& vars) {
   if (replica_ == 0) {
     strategy_.shared_.resize(total);
     std::lock_guard<std::mutex> lock(strategy_.ps_mutex_);
+    std::vector<ps::ParameterServers::PullTarget> targets;
     std::size_t offset = 0;
     for (const Variable& v : vars) {
       const std::size_t n = static_cast<std::size_t>(v.num_elements());
-      strategy_.parameter_servers().pull(v.name(), strategy_.shared_.data() + offset, n * sizeof(float));
+      targets.push_back({v.name(), strategy_.shared_.data() + offset, n * sizeof(float)});
       offset += n;
     }
+    strategy_.parameter_servers().pull_many(targets);
   }
   group.barrier(replica_);
   return strategy_.shared_.data();
+}
+
+void ReplicaContext::read_many(const std::vector<Variable>& vars, const std::vector<std::vector<float>*>& out) {
+  if (out.size() != vars.size())
+    throw Error("read_many: " + std::to_string(out.size()) + " outputs for " + std::to_string(vars.size()) +
+                " variables");
+  if (strategy_.replicas_->size() == 1) {
+    // One replica: the pulls land in the outputs directly.
+    std::vector<ps::ParameterServers::PullTarget> targets;
+    for (std::size_t i = 0; i < vars.size(); ++i) {
+      const std::size_t n = static_cast<std::size_t>(vars[i].num_elements());
+      out[i]->resize(n);
+      targets.push_back({vars[i].name(), out[i]->data(), n * sizeof(float)});
+    }
+    std::lock_guard<std::mutex> lock(strategy_.ps_mutex_);
+    strategy_.parameter_servers().pull_many(targets);
+    return;
+  }
+  const float* all = read_all(vars);
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    const std::size_t n = static_cast<std::size_t>(vars[i].num_elements());
+    out[i]->assign(all, all + n);
+    all += n;
+  }
 }
 
 void ReplicaContext::read(const Variable& var, std::vector<float>& out) {

@@ -177,6 +177,14 @@ class ParameterServers {
   // ---- worker side ----
   // Dense pull of the whole (logical, reassembled) variable into `dst` (its full byte size).
   void pull(std::string_view variable, void* dst, std::size_t bytes);
+  // Dense pulls of several variables with one completion wait for all of them (between nodes,
+  // one network round trip for the lot instead of one per variable).
+  struct PullTarget {
+    std::string_view variable;
+    void* dst = nullptr;
+    std::size_t bytes = 0;
+  };
+  void pull_many(const std::vector<PullTarget>& targets);
   // Dense push of a gradient of the variable's full shape and dtype.
   void push(std::string_view variable, const void* grad, std::size_t bytes);
   // Rows along axis 0: pull rows (in the order given, duplicates allowed) into dst, packed.

@@ -207,6 +207,9 @@ class ReplicaContext {
   // pointer is read-only and valid until this replica's next read() or read_all(). For models whose
   // parameters live in one flat buffer (GPU replicas upload it with one copy).
   const float* read_all(const std::vector<Variable>& vars);
+  // Collective: read() of several variables at once, out[i] getting vars[i]; the pulls share one
+  // completion wait (between nodes one round trip for all of them instead of one per variable).
+  void read_many(const std::vector<Variable>& vars, const std::vector<std::vector<float>*>& out);
   // Rows of a (sparse) variable; each replica asks for its own rows. Not collective; thread-safe
   // (the replicas' requests to the PS are serialised).
   void read_rows(const Variable& var, const std::vector<std::int64_t>& rows, std::vector<float>& out);
