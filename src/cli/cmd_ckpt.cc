@@ -189,11 +189,21 @@ std::optional<ck::LatestCheckpoint> latest_valid(const std::string& dir, bool qu
   }
 }
 
-// PATH as `show` and `diff` take it: a file is itself; a directory means the checkpoint that
-// `--restore latest` would use (the newest entry that verifies; newer invalid ones are skipped
-// with a WARN line each, from the library).
+// PATH as `show` and `diff` take it: a file is itself, verified first (one read of it), so a
+// damaged file is reported rather than parsed by HDF5; one whose damage is confined to dataset
+// values is still read, after a warning on stderr, so that `diff` can show what changed. A
+// directory means the checkpoint that `--restore latest` would use (the newest entry that
+// verifies; newer invalid ones are skipped with a WARN line each, from the library).
 std::string resolve_checkpoint(const std::string& path) {
-  if (!is_directory_arg(path)) return path;
+  if (!is_directory_arg(path)) {
+    const ck::Verification v = ck::verify_checkpoint(path);
+    if (!v.ok && !v.structure_intact) throw Failure("cannot read checkpoint '" + path + "': " + v.summary());
+    if (!v.ok) {
+      const std::string line = "strata ckpt: warning: '" + path + "' fails verification: " + v.summary() + "\n";
+      std::fwrite(line.data(), 1, line.size(), stderr);
+    }
+    return path;
+  }
   auto entries = list_entries(path);
   if (entries.empty()) throw Failure(no_checkpoints(path));
   auto latest = latest_valid(path, /*quiet=*/false);

@@ -183,6 +183,9 @@ struct Verification {
   std::uint64_t file_bytes = 0;
   bool file_checksum = false;      // the whole-file CRC-32 was checked (format >= 2)
   std::uint32_t file_crc = 0;      // its value, when checked
+  // Every byte outside the datasets' data is as written (format 1: not known, taken as true), so
+  // HDF5 may open the file to inspect it even when a dataset's data changed.
+  bool structure_intact = true;
   std::string error;               // a problem of the file as a whole ("" when none)
   std::vector<BadDataset> bad;     // datasets that failed
   // "ok", or the error / the first bad dataset with its reason (one line).

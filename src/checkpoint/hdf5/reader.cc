@@ -434,6 +434,7 @@ Verification verify_checkpoint(const std::string& path) {
     std::error_code ec;
     if (!std::filesystem::exists(path, ec)) {
       v.error = "file is missing";
+      v.structure_intact = false;
       return v;
     }
     Fd fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
@@ -472,14 +473,22 @@ Verification verify_checkpoint(const std::string& path) {
         }
       }
       if (v.file_crc != head.block->file_crc) {
+        // Would the file checksum match with every dataset's data as the table says? Then the
+        // damage is confined to that data and everything else is as written.
+        std::vector<std::uint32_t> as_written = crcs;
+        for (std::size_t s = 0; s < segments.size(); ++s)
+          if (segments[s].region >= 0) as_written[s] = block.regions[static_cast<std::size_t>(segments[s].region)].crc;
+        v.structure_intact = table_ok && detail::whole_file_crc(raw, segments, as_written) == head.block->file_crc;
         v.error = "file checksum mismatch: stored " + hex32(head.block->file_crc) + ", computed " + hex32(v.file_crc) +
                   " over " + std::to_string(v.file_bytes) + " bytes; ";
         if (!table_ok)
           v.error += "the integrity block itself is damaged";
-        else if (!changed.empty())
-          v.error += "the data of " + changed.front() + (changed.size() > 1 ? " and others" : "") + " changed";
+        else if (v.structure_intact)
+          v.error += "the data of " + changed.front() + (changed.size() > 1 ? " and others" : "") +
+                     " changed, everything else is intact";
         else
-          v.error += "the damage is outside the datasets' data (integrity block, HDF5 superblock, object headers, "
+          v.error += std::string(changed.empty() ? "" : "the data of " + changed.front() + " changed and ") +
+                     "the damage is outside the datasets' data (integrity block, HDF5 superblock, object headers, "
                      "attributes, B-trees or heaps)";
         return v;  // never hand a damaged file to HDF5
       }
@@ -499,6 +508,7 @@ Verification verify_checkpoint(const std::string& path) {
   } catch (const std::exception& e) {
     const auto* se = dynamic_cast<const Error*>(&e);
     v.error = strip(se ? se->message() : std::string(e.what()));
+    v.structure_intact = false;
     return v;
   }
   v.ok = v.error.empty() && v.bad.empty();
