@@ -189,11 +189,21 @@ std::optional<ck::LatestCheckpoint> latest_valid(const std::string& dir, bool qu
   }
 }
 
-// PATH as `show` and `diff` take it: a file is itself; a directory means the checkpoint that
-// `--restore latest` would use (the newest entry that verifies; newer invalid ones are skipped
-// with a WARN line each, from the library).
+// PATH as `show` and `diff` take it: a file is itself, verified first (one read of it), so a
+// damaged file is reported rather than parsed by HDF5; one whose damage is confined to dataset
+// values is still read, after a warning on stderr, so that `diff` can show what changed. A
+// directory means the checkpoint that `--restore latest` would use (the newest entry that
+// verifies; newer invalid ones are skipped with a WARN line each, from the library).
 std::string resolve_checkpoint(const std::string& path) {
-  if (!is_directory_arg(path)) return path;
+  if (!is_directory_arg(path)) {
+    const ck::Verification v = ck::verify_checkpoint(path);
+    if (!v.ok && !v.structure_intact) throw Failure("cannot read checkpoint '" + path + "': " + v.summary());
+    if (!v.ok) {
+      const std::string line = "strata ckpt: warning: '" + path + "' fails verification: " + v.summary() + "\n";
+      std::fwrite(line.data(), 1, line.size(), stderr);
+    }
+    return path;
+  }
   auto entries = list_entries(path);
   if (entries.empty()) throw Failure(no_checkpoints(path));
   auto latest = latest_valid(path, /*quiet=*/false);
@@ -205,41 +215,20 @@ std::string resolve_checkpoint(const std::string& path) {
 
 // ---- verification ------------------------------------------------------------------------------
 
-struct FileVerdict {
-  std::string path;
-  bool ok = false;
-  std::string open_error;            // set when the file is missing or cannot be opened
-  std::vector<ck::BadDataset> bad;   // datasets that failed, when it opened
-  std::size_t datasets = 0;          // datasets checked
-  std::int64_t global_step = 0;
+using FileVerdict = ck::Verification;
 
-  std::string summary() const {
-    if (!open_error.empty()) return open_error;
-    if (!bad.empty())
-      return std::to_string(bad.size()) + " of " + std::to_string(datasets) + " dataset(s) bad, first " +
-             bad.front().path + ": " + bad.front().reason;
-    return "ok";
-  }
-};
+// verify_checkpoint() never throws: any problem is in the verdict.
+FileVerdict verify_file(const std::string& path) { return ck::verify_checkpoint(path); }
 
-FileVerdict verify_file(const std::string& path) {
-  FileVerdict v;
-  v.path = path;
-  std::error_code ec;
-  if (!fs::exists(path, ec)) {
-    v.open_error = "file is missing";
-    return v;
+// A committed entry: its file must verify and hold the step checkpoint.json names (the rule of
+// latest_checkpoint(), so `ls --verify` and `verify DIR` agree with --restore latest).
+FileVerdict verify_entry(const std::string& dir, const ck::CheckpointEntry& entry) {
+  FileVerdict v = verify_file((fs::path(dir) / entry.file).string());
+  if (v.ok && v.global_step != entry.global_step) {
+    v.ok = false;
+    v.error = "holds global step " + std::to_string(v.global_step) + ", checkpoint.json says " +
+              std::to_string(entry.global_step);
   }
-  try {
-    ck::CheckpointReader reader(path);
-    v.global_step = reader.global_step();
-    for (const auto& var : reader.variables()) v.datasets += 1 + var.slots.size();
-    v.bad = reader.verify();
-  } catch (const std::exception& e) {
-    v.open_error = "cannot read: " + message_of(e);
-    return v;
-  }
-  v.ok = v.bad.empty();
   return v;
 }
 
@@ -267,7 +256,7 @@ int run_ls(const CkptFlags& f) {
     row.exists = !ec;
     if (row.exists) row.bytes = size;
     if (f.verify) {
-      row.verdict = verify_file(path);
+      row.verdict = verify_entry(f.path, e);
       any_bad = any_bad || !row.verdict->ok;
     }
     rows.push_back(std::move(row));
@@ -288,7 +277,7 @@ int run_ls(const CkptFlags& f) {
   std::sort(stray.begin(), stray.end());
 
   // With --verify, the entry `--restore latest` would use: the newest one that verified, the same
-  // rule as latest_checkpoint() (FORMAT.md section 4), from results already computed.
+  // rule as latest_checkpoint() (FORMAT.md section 6), from results already computed.
   const Row* restore = nullptr;
   if (f.verify)
     for (auto it = rows.rbegin(); it != rows.rend() && restore == nullptr; ++it)
@@ -312,6 +301,7 @@ int run_ls(const CkptFlags& f) {
       if (r.verdict) {
         j["verified"] = r.verdict->ok;
         if (!r.verdict->ok) j["problem"] = r.verdict->summary();
+        if (r.verdict->file_checksum) j["file_crc32"] = r.verdict->file_crc;
       }
       doc["checkpoints"].push_back(j);
     }
@@ -435,30 +425,33 @@ int run_show(const CkptFlags& f) {
 
 void print_verdict(std::ostream& out, const FileVerdict& v) {
   if (v.ok) {
-    out << v.path << ": OK (step " << v.global_step << ", " << v.datasets << " dataset(s) verified)\n";
+    out << v.path << ": OK (step " << v.global_step << ", " << v.datasets << " dataset(s) verified, ";
+    if (v.file_checksum) {
+      char crc[16];
+      std::snprintf(crc, sizeof crc, "0x%08x", v.file_crc);
+      out << "file checksum " << crc << " over " << v.file_bytes << " bytes)\n";
+    } else {
+      out << "format " << v.format_version << ": no file checksum)\n";
+    }
     return;
   }
-  if (!v.open_error.empty()) {
-    out << v.path << ": FAILED: " << v.open_error << "\n";
-    return;
+  if (!v.error.empty()) {
+    out << v.path << ": FAILED: " << v.error << "\n";
+  } else {
+    out << v.path << ": FAILED: " << v.bad.size() << " of " << v.datasets << " dataset(s) bad\n";
   }
-  out << v.path << ": FAILED: " << v.bad.size() << " of " << v.datasets << " dataset(s) bad\n";
   for (const auto& b : v.bad) out << "  " << b.path << ": " << b.reason << "\n";
 }
 
-int run_verify(const CkptFlags& f) {
-  if (!is_directory_arg(f.path)) {
-    FileVerdict v = verify_file(f.path);
-    print_verdict(std::cout, v);
-    std::cout << std::flush;
-    return v.ok ? kExitOk : kExitFailure;
-  }
-  auto entries = list_entries(f.path);
-  if (entries.empty()) throw Failure(no_checkpoints(f.path) + ", nothing to verify");
+// One directory: every committed entry, a count, and what --restore latest would use when the
+// latest fails. Returns the number of entries that failed.
+std::size_t verify_directory(const std::string& dir) {
+  auto entries = list_entries(dir);
+  if (entries.empty()) throw Failure(no_checkpoints(dir) + ", nothing to verify");
   std::size_t failed = 0;
   bool latest_ok = true;
   for (std::size_t i = 0; i < entries.size(); ++i) {
-    FileVerdict v = verify_file((fs::path(f.path) / entries[i].file).string());
+    FileVerdict v = verify_entry(dir, entries[i]);
     print_verdict(std::cout, v);
     std::cout << std::flush;  // a long verification shows progress file by file
     if (!v.ok) ++failed;
@@ -468,12 +461,41 @@ int run_verify(const CkptFlags& f) {
   if (!latest_ok) {
     // Ask the restore path itself, so this line can never disagree with what `--restore latest`
     // does. It re-reads the older files; only paid when the latest is bad.
-    auto latest = latest_valid(f.path, /*quiet=*/true);
+    auto latest = latest_valid(dir, /*quiet=*/true);
     std::cout << "latest checkpoint " << entries.back().file << " failed verification; --restore latest would use "
               << (latest ? latest->path + " (step " + std::to_string(latest->global_step) + ")"
                          : std::string("nothing (no valid checkpoint)"))
               << "\n";
   }
+  std::cout << std::flush;
+  return failed;
+}
+
+int run_verify(const CkptFlags& f) {
+  // Every PATH must exist before anything is verified (a typo is a usage error).
+  std::vector<bool> is_dir;
+  for (const auto& p : f.paths) is_dir.push_back(is_directory_arg(p));
+  std::size_t failed = 0, files = 0;
+  for (std::size_t i = 0; i < f.paths.size(); ++i) {
+    if (is_dir[i]) {
+      if (f.paths.size() > 1) std::cout << "directory " << f.paths[i] << ":\n";
+      try {
+        failed += verify_directory(f.paths[i]) > 0 ? 1 : 0;
+      } catch (const Failure& e) {
+        if (f.paths.size() == 1) throw;
+        std::cout << f.paths[i] << ": FAILED: " << e.message() << "\n";
+        ++failed;
+      }
+    } else {
+      FileVerdict v = verify_file(f.paths[i]);
+      print_verdict(std::cout, v);
+      std::cout << std::flush;
+      ++files;
+      if (!v.ok) ++failed;
+    }
+  }
+  if (f.paths.size() > 1)
+    std::cout << f.paths.size() << " path(s): " << f.paths.size() - failed << " OK, " << failed << " FAILED\n";
   std::cout << std::flush;
   return failed == 0 ? kExitOk : kExitFailure;
 }
@@ -718,8 +740,10 @@ CLI::App* add_ckpt_command(CLI::App& app, CkptFlags& f) {
   show->add_flag("--json", f.json, "print one JSON object");
   show->callback([&f] { f.action = "show"; });
 
-  CLI::App* verify = ckpt->add_subcommand("verify", "Verify checksums of a file or of every committed checkpoint");
-  verify->add_option("PATH", f.path, "checkpoint file or directory")->required();
+  CLI::App* verify = ckpt->add_subcommand(
+      "verify", "Verify every byte of checkpoint files (whole-file, metadata and dataset checksums); exit 1 if any fails");
+  verify->add_option("PATH", f.paths, "checkpoint files or directories (a directory: every committed checkpoint)")
+      ->required();
   verify->callback([&f] { f.action = "verify"; });
 
   CLI::App* diff = ckpt->add_subcommand("diff", "Compare two checkpoints value by value (exit 0 when identical)");

@@ -293,7 +293,9 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
   }
   if (strategy.is_ps()) {
     liveness::set_phase(liveness::Phase::kServe);
-    return strategy.serve() ? kExitPreempted : kExitOk;
+    const bool preempted = strategy.serve();
+    if (strategy.save_error_stopped()) return kExitFailure;
+    return preempted ? kExitPreempted : kExitOk;
   }
 
   // ---- worker ----
@@ -498,7 +500,12 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
       position = {epoch, (b + 1) * static_cast<std::int64_t>(cfg.global_batch), step};
       if (b + 1 == epoch_batches) position = {epoch + 1, 0, step};
       const StepOutcome outcome = strategy.end_step(position);
-      if (outcome.stop) {
+      if (outcome.stop && outcome.save_failed) {
+        stop = true;  // PS 0 reported the failed save (--on-save-error stop)
+        if (strategy.is_chief())
+          std::cout << "checkpoint save failed at step " << step << ": stopping with status " << kExitFailure
+                    << " (--on-save-error stop)" << std::endl;
+      } else if (outcome.stop) {
         stop = preempted = true;
         if (strategy.is_chief())
           std::cout << "preempted (SIGTERM or SIGUSR1 reached " << (preemption_signal() ? "the chief" : "a rank")
@@ -646,6 +653,10 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
     if (!cfg.checkpoint.directory.empty()) {
       summary["checkpoint_dir"] = cfg.checkpoint.directory;
       summary["checkpoints_saved"] = strategy.parameter_servers().saves_completed();
+      if (strategy.parameter_servers().save_failures() > 0)
+        summary["checkpoint_save_failures"] = strategy.parameter_servers().save_failures();
+      if (!strategy.final_checkpoint().empty()) summary["final_checkpoint"] = strategy.final_checkpoint();
+      if (strategy.save_error_stopped()) summary["stopped_on_save_error"] = true;
     }
     if (strategy.restore_report()) summary["restored_from"] = strategy.restore_report()->path;
     if (preempted) summary["preempted"] = true;
@@ -656,6 +667,7 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
     std::cout << summary.dump() << std::endl;
   }
   strategy.finish(position);
+  if (strategy.save_error_stopped()) return kExitFailure;
   return strategy.stopped() ? kExitPreempted : kExitOk;
 }
 
@@ -696,6 +708,9 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& f) {
   cmd->add_option("--save-every-secs", f.save_every_secs, "also save every T seconds (default 0 = off)");
   cmd->add_option("--max-to-keep", f.max_to_keep, "keep the newest K checkpoints (default 5; 0 = all)");
   cmd->add_option("--keep-every-n-hours", f.keep_every_n_hours, "also keep one checkpoint per N hours (default 0 = off)");
+  cmd->add_option("--on-save-error", f.on_save_error,
+                  "stop|continue: after a failed checkpoint save (e.g. disk full) stop with status 1, or warn and "
+                  "keep training (default STRATA_ON_SAVE_ERROR or stop); the previous checkpoint stays committed");
   cmd->add_option("--restore", f.restore, "latest (the --checkpoint-dir's newest valid checkpoint) | FILE.h5 | DIR");
   cmd->add_flag("--expect-partial", f.expect_partial, "do not report checkpoint variables the model does not use");
   cmd->add_option("--timeout", f.timeout, "seconds any wait may take before naming who is late (default 120)");
@@ -768,9 +783,18 @@ int run_train_command(const TrainFlags& f, int* argc, char*** argv) {
     cfg.checkpoint.keep_every_n_hours = parse_double(f.keep_every_n_hours, "--keep-every-n-hours");
   if (cfg.checkpoint.keep_every_n_hours < 0) throw ConfigError("--keep-every-n-hours must not be negative");
   const bool saving_flags = !f.save_every_steps.empty() || !f.save_every_secs.empty() || !f.max_to_keep.empty() ||
-                            !f.keep_every_n_hours.empty();
+                            !f.keep_every_n_hours.empty() || !f.on_save_error.empty();
   if (saving_flags && cfg.checkpoint.directory.empty())
-    throw ConfigError("--save-every-steps/--save-every-secs/--max-to-keep/--keep-every-n-hours need --checkpoint-dir");
+    throw ConfigError(
+        "--save-every-steps/--save-every-secs/--max-to-keep/--keep-every-n-hours/--on-save-error need --checkpoint-dir");
+  {
+    const std::string policy =
+        f.on_save_error.empty() ? env.get_string("STRATA_ON_SAVE_ERROR", "stop") : f.on_save_error;
+    const std::string what = f.on_save_error.empty() ? "STRATA_ON_SAVE_ERROR" : "--on-save-error";
+    if (policy != "stop" && policy != "continue")
+      throw ConfigError(what + ": '" + policy + "' is not stop or continue");
+    cfg.checkpoint.stop_on_save_error = policy == "stop";
+  }
   cfg.restore = f.restore;
   cfg.expect_partial = f.expect_partial;
   if (cfg.restore == "latest" && cfg.checkpoint.directory.empty())

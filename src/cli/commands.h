@@ -46,6 +46,7 @@ struct TrainFlags {
       shard, cpu_replicas, num_ps, jobs, seed, log_every, log_every_secs, metrics, trace, timeout, ps_threads,
       stall_timeout;
   std::string checkpoint_dir, save_every_steps, save_every_secs, max_to_keep, keep_every_n_hours, restore;
+  std::string on_save_error;  // --on-save-error stop|continue
   std::string devices;  // --devices auto|cpu|gpu
   bool profile = false;
   bool expect_partial = false;
@@ -54,9 +55,11 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& flags);
 int run_train_command(const TrainFlags& flags, int* argc, char*** argv);
 
 // `strata ckpt ls|show|verify|diff`: no MPI (the checkpoint reader is independent). `action` is
-// the subcommand that was parsed; `path` is DIR/PATH/A, `path_b` is B of diff.
+// the subcommand that was parsed; `path` is DIR/PATH/A, `path_b` is B of diff, `paths` the PATHs
+// of verify.
 struct CkptFlags {
   std::string action, path, path_b, atol, block_bytes;
+  std::vector<std::string> paths;
   bool json = false;
   bool verify = false;
 };

@@ -80,7 +80,9 @@ const std::vector<EnvVarDoc>& env_table() {
       {"STRATA_BENCH_MIN_BW", "GB/s", "0", "strata bench exits 1 when a size's algbw falls below this (CI gating)"},
       {"STRATA_TEST_DELAY_RANK", "RANK:SECONDS", "", "test hook: that rank sleeps before the bootstrap exchange"},
       {"STRATA_UCX_DIRECT", "bool", "1", "ucx transport: plain loads/stores through ucp_rkey_ptr mappings for co-located ranks"},
+      {"STRATA_ON_SAVE_ERROR", "enum", "stop", "strata train: after a failed checkpoint save, stop (exit 1) or continue (--on-save-error)"},
       {"STRATA_TEST_SAVE_DELAY_S", "seconds", "", "test hook: every PS rank holds each checkpoint save open this long before closing it"},
+      {"STRATA_TEST_SKIP_SPACE_CHECK", "bool", "", "test hook: checkpoint saves skip the free-space check, so a full disk fails inside HDF5's writes"},
       {"STRATA_TEST_TIMEOUT_S", "seconds", "120", "mpi test tier: a test running longer aborts the job, naming it"},
       // TensorFlow
       {"TF_CONFIG", "json", "", "TensorFlow cluster/task description (cluster, task, rpc_layer, environment)"},

@@ -37,7 +37,8 @@ constexpr std::uint64_t kSaveFlagsOffset = 32;    // kSaveFinal | kSaveStop
 constexpr std::uint64_t kSaveArrivalsOffset = 40; // workers arrived, over all saves (n saves: n*W)
 constexpr std::uint64_t kSaveDoneOffset = 48;     // id of the latest committed save
 constexpr std::uint64_t kPreemptOffset = 56;      // ranks that got a preemption signal
-constexpr std::uint64_t kClocksOffset = 64;
+constexpr std::uint64_t kSaveStatusOffset = 64;   // SaveStatus of the latest committed save id
+constexpr std::uint64_t kClocksOffset = 128;
 constexpr std::int64_t kSaveFinal = 1;
 constexpr std::int64_t kSaveStop = 2;
 
@@ -176,6 +177,9 @@ struct ParameterServers::Impl {
   std::int64_t posted_flags = 0;      // chief: value of the flags word it last wrote
   bool last_save_stopped = false;
   std::int64_t last_flags = 0;        // flags of the last save joined
+  std::int64_t saves_committed = 0;   // worker: saves joined that committed a checkpoint
+  std::int64_t saves_failed = 0;      // worker: saves joined that failed; PS: saves that failed here
+  bool save_error_stop = false;       // a failed save stopped the job (stop_on_save_error)
   bool preemption_reported = false;
   // PS state.
   std::vector<std::vector<std::int64_t>> consumed;  // per local shard, per worker: pushes applied
@@ -339,17 +343,25 @@ struct ParameterServers::Impl {
     for (std::size_t s = 0; s < map.shards().size(); ++s)
       if (shard(s).ps == ps_index) ctx.shards.push_back(shard_buffers(s));
     STRATA_LOG(DEBUG) << "saving checkpoint " << n << " at global step " << ctx.global_step;
+    SaveStatus status = SaveStatus::kFailed;
     {
       // The save is a blocking collective (parallel HDF5) during which this thread makes no
       // transport call. Transports whose one-sided operations need the target's progress (UCX over
       // TCP) would otherwise stall every peer reading this PS: another PS still reading the save
       // counters here before joining the collective (a deadlock), and workers polling for the commit.
       BackgroundProgress keep_answering(*transport);
-      options.checkpoint.save(ctx);
+      status = options.checkpoint.save(ctx);
     }
     saves_done = n;
     if (ctx.stop) stopped = true;
+    if (status == SaveStatus::kFailed) {
+      ++saves_failed;
+      if (options.checkpoint.stop_on_save_error) save_error_stop = true;
+    }
     if (ps_index == 0) {
+      // The status first: a worker that reads done >= n then reads n's status (it cannot change
+      // before that worker arrives at save n + 1).
+      store_i64(base() + kSaveStatusOffset, static_cast<std::int64_t>(status));
       store_i64(base() + kSaveDoneOffset, n);
       transport->sync_local(*region);
     }
@@ -383,9 +395,17 @@ struct ParameterServers::Impl {
       backoff.pause();
     }
     saves_joined = n;
-    last_save_stopped = (last_flags & kSaveStop) != 0;
+    const auto status = static_cast<SaveStatus>(read_ps0(kSaveStatusOffset));
     ParameterServers::Boundary b;
     b.saved = true;
+    b.failed = status == SaveStatus::kFailed;
+    b.skipped = status == SaveStatus::kSkipped;
+    if (status == SaveStatus::kSaved) ++saves_committed;
+    if (b.failed) {
+      ++saves_failed;
+      if (options.checkpoint.stop_on_save_error) save_error_stop = true;
+    }
+    last_save_stopped = (last_flags & kSaveStop) != 0 || (b.failed && options.checkpoint.stop_on_save_error);
     b.stop = last_save_stopped;
     return b;
   }
@@ -1149,7 +1169,7 @@ ParameterServers::Boundary ParameterServers::finish_checkpoints(const WorkerPosi
     const std::int64_t n = m.read_ps0(kSaveRequestOffset);
     if (n > m.saves_joined) {
       last = m.join_save(n, position);
-      if ((m.last_flags & (kSaveFinal | kSaveStop)) != 0) return last;
+      if (last.stop || (m.last_flags & (kSaveFinal | kSaveStop)) != 0) return last;
       backoff.reset();
       deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
       continue;
@@ -1191,6 +1211,8 @@ void ParameterServers::report_preemption() {
 
 std::int64_t ParameterServers::preemption_reports() { return impl_->read_ps0(kPreemptOffset); }
 
-std::int64_t ParameterServers::saves_completed() const { return impl_->saves_joined; }
+std::int64_t ParameterServers::saves_completed() const { return impl_->saves_committed; }
+std::int64_t ParameterServers::save_failures() const { return impl_->saves_failed; }
+bool ParameterServers::save_error_stopped() const { return impl_->save_error_stop; }
 
 }  // namespace strata::ps

@@ -11,7 +11,10 @@
 //   4. PS 0 builds the report (restored / initialised / unused variables, positions) and every rank
 //      receives it; the chief prints it.
 // Save: the PS ranks call checkpoint::save collectively over Communicators::ps() from the service
-// loop once every worker stopped at the agreed boundary (ParameterServers::at_step_boundary).
+// loop once every worker stopped at the agreed boundary (ParameterServers::at_step_boundary). A
+// checkpoint::SaveError (identical on every PS rank) is reported by PS 0 in one line and becomes
+// SaveStatus::kFailed; the final save is skipped when this job already saved its global step.
+// At start-up PS 0 removes what interrupted saves left in the checkpoint directory (*.tmp).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -118,7 +121,23 @@ struct ParameterServerStrategy::CheckpointState {
   std::shared_ptr<checkpoint::CheckpointReader> reader;  // PS ranks with a restore
   std::string open_error;                             // this PS could not open the file
   ps::OptimizerConfig optimizer;
+  std::int64_t last_saved_step = -1;                  // PS ranks: global step of this job's last committed save
+  std::string last_saved_path;
 };
+
+namespace {
+
+// The newest checkpoint checkpoint.json lists, for messages ("none" when there is none).
+std::string latest_committed(const std::string& dir) {
+  try {
+    auto entries = checkpoint::list_checkpoints(dir);
+    if (!entries.empty()) return (std::filesystem::path(dir) / entries.back().file).string();
+  } catch (const Error&) {
+  }
+  return "none";
+}
+
+}  // namespace
 
 void ParameterServerStrategy::set_checkpoint_options(const CheckpointOptions& options) {
   if (ps_) throw Error("set_checkpoint_options(): variables are already materialised");
@@ -161,10 +180,9 @@ void ParameterServerStrategy::prepare_checkpoint_hooks() {
             j["skipped"] = latest->skipped;
           }
         } else {
-          checkpoint::CheckpointReader reader(p);
-          auto bad = reader.verify();
-          if (!bad.empty())
-            j["error"] = "restore: " + p + " fails verification: " + bad.front().path + ": " + bad.front().reason;
+          const checkpoint::Verification v = checkpoint::verify_checkpoint(p);
+          if (!v.ok)
+            j["error"] = "restore: '" + p + "' fails verification: " + v.summary();
           else
             j["path"] = p;
         }
@@ -225,12 +243,30 @@ void ParameterServerStrategy::prepare_checkpoint_hooks() {
 
   if (!checkpoint_.directory.empty()) {
     hooks.enabled = true;
+    hooks.stop_on_save_error = checkpoint_.stop_on_save_error;
     if (checkpoint_.handle_signals) install_preemption_handlers();
+    if (ps0) {
+      // Leftovers of interrupted saves (a killed job, a full disk): nothing reads them, and one
+      // can be as large as a checkpoint.
+      const auto removed = checkpoint::remove_orphaned_files(checkpoint_.directory);
+      if (!removed.empty())
+        std::cout << "checkpoint: removed " << join(removed) << " from " << checkpoint_.directory
+                  << " (left by an interrupted save)" << std::endl;
+    }
     if (runtime_.role() == Role::kPs) {
       const CheckpointOptions copts = checkpoint_;
       const Runtime* rt = &runtime_;
       // Called from serve(), i.e. after materialisation: ps_ is set by then.
-      hooks.save = [this, st, copts, rt](const ps::SaveContext& ctx) {
+      hooks.save = [this, st, copts, rt](const ps::SaveContext& ctx) -> ps::SaveStatus {
+        const bool reporter = rt->task().index == 0;
+        if (ctx.final && st->last_saved_step == ctx.global_step) {
+          // Nothing changed since this job's last save (it was at the final boundary): the file
+          // is committed already, and rewriting it would only cost time.
+          if (reporter)
+            std::cout << "checkpoint: final save skipped: global step " << ctx.global_step << " is already saved in "
+                      << st->last_saved_path << std::endl;
+          return ps::SaveStatus::kSkipped;
+        }
         const ps::ShardMap& map = ps_->shard_map();
         MPI_Comm comm = rt->comms().ps();
         const auto slot_names = ps::slot_names(st->optimizer.kind);
@@ -274,11 +310,30 @@ void ParameterServerStrategy::prepare_checkpoint_hooks() {
         sopts.max_to_keep = copts.max_to_keep;
         sopts.keep_every_n_hours = copts.keep_every_n_hours;
         const double t0 = now_s();
-        const std::string path = checkpoint::save(comm, copts.directory, ctx.global_step, req, attrs, sopts);
+        std::string path;
+        try {
+          path = checkpoint::save(comm, copts.directory, ctx.global_step, req, attrs, sopts);
+        } catch (const checkpoint::SaveError& e) {
+          // Raised identically on every PS rank; nothing committed changed.
+          if (reporter) {
+            const std::string latest = latest_committed(copts.directory);
+            std::string why = e.message();
+            if (why.rfind("checkpoint: ", 0) == 0) why = why.substr(12);
+            if (copts.stop_on_save_error)
+              std::cerr << "checkpoint: ERROR: " << why << "; stopping (on-save-error stop); latest checkpoint: "
+                        << latest << std::endl;
+            else
+              std::cout << "checkpoint: WARNING: " << why
+                        << "; training continues (on-save-error continue); latest checkpoint: " << latest << std::endl;
+          }
+          return ps::SaveStatus::kFailed;
+        }
         const double dt = now_s() - t0;
+        st->last_saved_step = ctx.global_step;
+        st->last_saved_path = path;
         unsigned long long total = 0, mine = bytes;
         STRATA_CHECK_MPI(MPI_Reduce(&mine, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, comm));
-        if (rt->task().index == 0) {
+        if (reporter) {
           char line[512];
           std::snprintf(line, sizeof line, "checkpoint: saved %s (global step %lld, %.1f MiB in %.2f s, %.0f MB/s%s)",
                         path.c_str(), static_cast<long long>(ctx.global_step), static_cast<double>(total) / (1 << 20),
@@ -286,6 +341,7 @@ void ParameterServerStrategy::prepare_checkpoint_hooks() {
                         ctx.stop ? ", preemption: stopping" : ctx.final ? ", final" : "");
           std::cout << line << std::endl;
         }
+        return ps::SaveStatus::kSaved;
       };
     }
   }
@@ -386,11 +442,13 @@ StepOutcome ParameterServerStrategy::end_step(const ps::WorkerPosition& position
   }
   auto b = p.at_step_boundary(position);
   if (b.saved) {
+    // A failed save also restarts the interval: retrying at every step would stall training.
     last_save_global_step_ = p.global_step();
     last_save_time_ = now_s();
   }
   out.saved = b.saved;
   out.stop = b.stop;
+  out.save_failed = b.failed;
   if (b.stop) stopped_ = true;
   return out;
 }

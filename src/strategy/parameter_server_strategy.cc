@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <filesystem>
 #include <thread>
 
 #include "strata/cluster/runtime.h"
@@ -379,8 +380,14 @@ void ParameterServerStrategy::finish_training(const ps::WorkerPosition& position
   if (!checkpoint_.directory.empty() && !stopped_) {
     auto b = p.finish_checkpoints(position);
     if (b.stop) stopped_ = true;
+    // The final save committed global step G, or found it committed by an earlier save of this job.
+    if (b.saved && !b.failed && !b.stop)
+      final_checkpoint_ = (std::filesystem::path(checkpoint_.directory) /
+                           ("ckpt-" + std::to_string(p.global_step()) + ".h5")).string();
   }
 }
+
+bool ParameterServerStrategy::save_error_stopped() const { return ps_ && ps_->save_error_stopped(); }
 
 void ParameterServerStrategy::finish(const ps::WorkerPosition& position) {
   finish_training(position);

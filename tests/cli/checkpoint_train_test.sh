@@ -94,6 +94,7 @@ STEPS_PER_EPOCH=$(summary_get 'j["steps"]')
 saved=$(summary_get 'j["checkpoints_saved"]')
 [[ "$saved" =~ ^[0-9]+$ ]] && [ "$saved" -ge 4 ] || fail "checkpoints_saved should be >= 4 (every 50 of $GSTEP global steps + final), got $saved"
 [ "$(summary_get 'j["checkpoint_dir"]')" = "$A" ] || fail "summary lacks checkpoint_dir $A"
+[ "$(summary_get 'j["final_checkpoint"]')" = "$A/ckpt-$GSTEP.h5" ] || fail "summary final_checkpoint is not $A/ckpt-$GSTEP.h5"
 [ "$(grep -c '^checkpoint: saved ' "$OUT")" = "$saved" ] || fail "expected $saved 'checkpoint: saved' lines"
 grep -qE "^checkpoint: saved $A/ckpt-$GSTEP\.h5 \(global step $GSTEP, [0-9.]+ MiB in [0-9.]+ s, [0-9]+ MB/s, final\)$" "$OUT" \
   || fail "no final save line for global step $GSTEP"
@@ -101,7 +102,7 @@ grep -qE "^checkpoint: saved $A/ckpt-$GSTEP\.h5 \(global step $GSTEP, [0-9.]+ Mi
 ls "$A" | grep -q '\.tmp$' && fail "a .tmp file was left behind: $(ls "$A" | tr '\n' ' ')"
 [ "$(pointer_get "$A" '" ".join(c["file"] for c in j["checkpoints"])')" = "$(cd "$A" && ls -1 ckpt-*.h5 | sort -t- -k2 -n | tr '\n' ' ' | sed 's/ $//')" ] \
   || fail "checkpoint.json lists $(pointer_get "$A" '[c["file"] for c in j["checkpoints"]]'), the directory has $(ls "$A" | tr '\n' ' ')"
-[ "$(pointer_get "$A" 'j["latest"], j["checkpoints"][-1]["global_step"], j["format_version"]')" = "ckpt-$GSTEP.h5 $GSTEP 1" ] \
+[ "$(pointer_get "$A" 'j["latest"], j["checkpoints"][-1]["global_step"], j["format_version"]')" = "ckpt-$GSTEP.h5 $GSTEP 2" ] \
   || fail "checkpoint.json latest: $(pointer_get "$A" 'j["latest"], j["checkpoints"][-1]')"
 PREV=$(pointer_get "$A" 'j["checkpoints"][0]["global_step"]')
 [[ "$PREV" =~ ^[0-9]+$ ]] && [ "$PREV" -lt "$GSTEP" ] || fail "older kept checkpoint step: $PREV"
@@ -116,10 +117,16 @@ h5dump -H "$LATEST" > "$TEST_TMP/h5dump" 2>&1 || fail "h5dump -H failed"
 grep -q 'DATASET "kernel"' "$TEST_TMP/h5dump" && grep -q 'ATTRIBUTE "checksum"' "$TEST_TMP/h5dump" \
   || fail "h5dump -H lacks the kernel datasets or checksum attributes"
 h5dump -a /global_step "$LATEST" | grep -q "(0): $GSTEP\$" || fail "h5dump: /global_step is not $GSTEP"
-"$PY_H5" - "$LATEST" "$GSTEP" > "$TEST_TMP/py" 2>&1 <<'PY' || fail "h5py check: $(tail -5 "$TEST_TMP/py")"
+# FORMAT.md's own Python recipes (file checksum, manifest), extracted from the document.
+sed -n '/# recipe: begin/,/# recipe: end/p' "$STRATA_SOURCE_DIR/checkpoint/FORMAT.md" > "$TEST_TMP/recipes.py"
+"$PY_H5" - "$LATEST" "$GSTEP" "$TEST_TMP/recipes.py" > "$TEST_TMP/py" 2>&1 <<'PY' || fail "h5py check: $(tail -5 "$TEST_TMP/py")"
 import h5py, json, sys, zlib
+exec(open(sys.argv[3]).read())
+assert file_checksum_ok(sys.argv[1])
 f = h5py.File(sys.argv[1], "r")
-assert int(f.attrs["format_version"]) == 1
+assert zlib.crc32(manifest(f)) == int(f.attrs["metadata_checksum"])
+assert f.userblock_size >= 512
+assert int(f.attrs["format_version"]) == 2
 assert int(f.attrs["global_step"]) == int(sys.argv[2]), f.attrs["global_step"]
 assert f.attrs["checksum_algorithm"] in ("crc32", b"crc32")
 names = []
@@ -205,6 +212,12 @@ else
   run "$STRATA_BIN" ckpt diff "$K/ckpt-$PRE.h5" "$F"
   expect_rc 0
   [ "$(tail -1 "$OUT")" = identical ] || fail "restored-and-saved differs from ckpt-$PRE.h5"
+  # A job that saves into K again removes the killed save's .tmp at start-up.
+  printf 'partial' > "$K/checkpoint.json.tmp"
+  mpi 3 "$STRATA_BIN" "${TRAIN[@]}" --steps 0 --checkpoint-dir "$K" --restore latest "${QUIET[@]}"
+  expect_rc 0
+  expect_stdout_has "checkpoint: removed checkpoint.json.tmp, $tmp from $K (left by an interrupted save)"
+  ls "$K" | grep -q '\.tmp$' && fail "a .tmp file survived the resume: $(ls "$K" | tr '\n' ' ')"
 fi
 
 # ---------------------------------------------------------------------------------------------
@@ -367,6 +380,6 @@ expect_stderr_has "strata train: error: restore: '/nonexistent' does not exist"
 mpi 3 "$STRATA_BIN" train --restore "$TEST_TMP/corrupt/ckpt-$GSTEP.h5" --steps 1 "${QUIET[@]}"
 expect_rc 2
 [ "$(grep -c 'strata train: error' "$ERR")" = 1 ] || fail "expected one error line"
-expect_stderr_has "fails verification"
+expect_stderr_has "restore: '$TEST_TMP/corrupt/ckpt-$GSTEP.h5' fails verification"
 
 finish

@@ -3,13 +3,17 @@
 # (tests/tools/make_checkpoint.cc under mpirun at 1-3 ranks): listings agree with the files and
 # with h5ls/h5dump, a save on 1 rank equals the same values saved on 3 ranks, perturbations,
 # corruption and truncation are reported with the right dataset and exit status, bad usage is one
-# line and exit 2. The ckpt commands themselves run as plain processes, never under mpirun.
+# line and exit 2; damage anywhere in a file (metadata included, h5py edits included) fails verify
+# and is never parsed, version 1 files are still read. The ckpt commands themselves run as plain
+# processes, never under mpirun.
 source "$(dirname "$0")/lib.sh"
 
 : "${STRATA_MAKE_CHECKPOINT:?STRATA_MAKE_CHECKPOINT must point at strata_test_make_checkpoint}"
 for tool in h5ls h5dump; do
   command -v "$tool" >/dev/null || { echo "SKIP: $tool not installed (hdf5-tools)"; exit 77; }
 done
+PY_H5=/usr/bin/python3   # Debian's interpreter, which has h5py (python3 on PATH may not)
+"$PY_H5" -c "import h5py" 2>/dev/null || { echo "SKIP: $PY_H5 lacks h5py (python3-h5py)"; exit 77; }
 
 # make NP ARGS...: writes one checkpoint with NP ranks; aborts the script if the writer fails,
 # since every later case depends on the fixtures.
@@ -61,7 +65,7 @@ run "$STRATA_BIN" ckpt show "$D"
 expect_rc 0
 grep -qE "^checkpoint +$D/ckpt-300.h5$" "$OUT" || fail "does not show ckpt-300.h5"
 grep -qE '^global_step +300$' "$OUT" || fail "global_step 300 missing"
-grep -qE '^format_version +1$' "$OUT" || fail "format_version missing"
+grep -qE '^format_version +2$' "$OUT" || fail "format_version missing"
 grep -qE '^optimizer +adam$' "$OUT" || fail "optimizer missing"
 grep -qE '^variable_sequence_hash +0x5eed0000c0ffee01 ' "$OUT" || fail "hash missing"
 expect_stdout_has '"offset": 9600'
@@ -74,7 +78,7 @@ expect_stdout_has "4 variable(s): 64192 bytes of values"
 case_begin "show --json agrees with h5ls and h5dump"
 run "$STRATA_BIN" ckpt show --json "$D/ckpt-200.h5"
 expect_rc 0
-expect_json "j['global_step'], j['format_version'], j['training_position']['workers'][0]['offset']" "200 1 6400"
+expect_json "j['global_step'], j['format_version'], j['training_position']['workers'][0]['offset']" "200 2 6400"
 h5dump -a /global_step "$D/ckpt-200.h5" | grep -q '(0): 200' || fail "h5dump global_step is not 200"
 json_get "'\n'.join(v['name'] + ' ' + ', '.join(map(str, v['shape'])) for v in j['variables'])" > "$TEST_TMP/shapes"
 [ "$(wc -l < "$TEST_TMP/shapes")" = 4 ] || fail "expected 4 variables in show --json"
@@ -86,7 +90,11 @@ expect_json "[v['slots'] for v in j['variables'] if v['name'] == 'dense/kernel']
 case_begin "verify a directory: all OK"
 run "$STRATA_BIN" ckpt verify "$D"
 expect_rc 0
-for step in 100 200 300; do expect_stdout_has "$D/ckpt-$step.h5: OK (step $step, 7 dataset(s) verified)"; done
+for step in 100 200 300; do
+  size=$(stat -c %s "$D/ckpt-$step.h5")
+  grep -qE "^$D/ckpt-$step\.h5: OK \(step $step, 7 dataset\(s\) verified, file checksum 0x[0-9a-f]{8} over $size bytes\)$" "$OUT" \
+    || fail "no OK line with the file checksum for step $step"
+done
 expect_stdout_has "3 checkpoint(s): 3 OK, 0 FAILED"
 
 # Same seed and step at 1 and 3 ranks: identical values, different files and creation times.
@@ -175,7 +183,8 @@ EOF
 case_begin "verify names the corrupt dataset and the fallback"
 run "$STRATA_BIN" ckpt verify "$D"
 expect_rc 1
-expect_stdout_has "$D/ckpt-300.h5: FAILED: 1 of 7 dataset(s) bad"
+expect_stdout_has "$D/ckpt-300.h5: FAILED: file checksum mismatch: stored 0x"
+expect_stdout_has "; the data of variables/embedding/table changed, everything else is intact"
 expect_stdout_has "  variables/embedding/table: checksum mismatch"
 expect_stdout_has "$D/ckpt-200.h5: OK"
 expect_stdout_has "3 checkpoint(s): 2 OK, 1 FAILED"
@@ -195,6 +204,80 @@ run "$STRATA_BIN" ckpt ls --verify "$D"
 expect_rc 1
 grep -qE '^300 .* CORRUPT +latest$' "$OUT" || fail "ckpt-300.h5 not CORRUPT latest"
 expect_stdout_has "latest ckpt-300.h5 is CORRUPT; --restore latest would use ckpt-200.h5 (step 200)"
+
+case_begin "verify several files at once: a verdict each, exit 1 when any fails"
+run "$STRATA_BIN" ckpt verify "$TEST_TMP/good-300.h5" "$D/ckpt-300.h5" "$D/ckpt-200.h5"
+expect_rc 1
+expect_stdout_has "good-300.h5: OK (step 300"
+expect_stdout_has "$D/ckpt-300.h5: FAILED: file checksum mismatch"
+expect_stdout_has "$D/ckpt-200.h5: OK (step 200"
+expect_stdout_has "3 path(s): 2 OK, 1 FAILED"
+run "$STRATA_BIN" ckpt verify "$TEST_TMP/good-300.h5" "$D/ckpt-200.h5"
+expect_rc 0
+expect_stdout_has "2 path(s): 2 OK, 0 FAILED"
+
+case_begin "16 bytes flipped at offset 1200 (HDF5 metadata): verify fails, show refuses to parse, restore falls back"
+M="$TEST_TMP/meta"
+make_ckpt 2 --dir "$M" --step 100 --seed 7
+make_ckpt 3 --dir "$M" --step 200 --seed 7
+first_data=$(h5dump -p -H "$M/ckpt-200.h5" | awk '$1 == "OFFSET" {print $2}' | sort -n | head -1)
+if [[ ! "$first_data" =~ ^[0-9]+$ ]] || [ "$first_data" -lt 1216 ]; then
+  fail "offset 1200 is not in the metadata (first data at '$first_data')"
+else
+  python3 - "$M/ckpt-200.h5" <<'EOF'
+import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(1200)
+    b = bytes(x ^ 0xFF for x in f.read(16))
+    f.seek(1200)
+    f.write(b)
+EOF
+  run "$STRATA_BIN" ckpt verify "$M"
+  expect_rc 1
+  expect_stdout_has "$M/ckpt-200.h5: FAILED: file checksum mismatch"
+  expect_stdout_has "the damage is outside the datasets' data"
+  expect_stdout_has "--restore latest would use $M/ckpt-100.h5 (step 100)"
+  run "$STRATA_BIN" ckpt show "$M/ckpt-200.h5"
+  expect_rc 1; expect_one_stderr_line; expect_stderr_has "cannot read checkpoint '$M/ckpt-200.h5': file checksum mismatch"
+  run "$STRATA_BIN" ckpt show "$M"
+  expect_rc 0
+  grep -qE '^global_step +100$' "$OUT" || fail "show of the directory did not fall back to step 100"
+  expect_stderr_has "skipping $M/ckpt-200.h5: file checksum mismatch"
+fi
+
+case_begin "an attribute edited with h5py (training_position): verify fails"
+cp "$TEST_TMP/good-300.h5" "$TEST_TMP/edited.h5"
+"$PY_H5" -c 'import h5py, sys; f = h5py.File(sys.argv[1], "r+"); f.attrs["training_position"] = "{\"epoch\": 7}"' \
+  "$TEST_TMP/edited.h5" || fail "h5py could not edit the attribute"
+run "$STRATA_BIN" ckpt verify "$TEST_TMP/edited.h5"
+expect_rc 1
+# (h5py stores the new string at the end of the file: the size check notices first.)
+grep -qE "edited\.h5: FAILED: (file checksum mismatch.*outside the datasets' data|the file has [0-9]+ bytes, its integrity block says [0-9]+ \(extended after it was written\))" "$OUT" \
+  || fail "the edit is not reported as damage outside the data or as a grown file"
+
+case_begin "a version 1 file (no integrity block) is still read and verified"
+V1="$TEST_TMP/v1.h5"
+"$PY_H5" - "$TEST_TMP/good-300.h5" "$V1" <<'EOF' || fail "could not write the version 1 file"
+# Version 1 = version 2 without the user block and without metadata_checksum (FORMAT.md section 8).
+import h5py, sys
+with h5py.File(sys.argv[1], "r") as a, h5py.File(sys.argv[2], "w") as b:
+    for k in a.attrs:
+        if k != "metadata_checksum":
+            b.attrs.create(k, a.attrs[k], dtype=a.attrs.get_id(k).dtype)
+    b.attrs.create("format_version", 1, dtype="<i4")
+    for group in ("variables", "slots"):
+        a.copy(a[group], b, name=group)
+EOF
+head -c 8 "$V1" | od -An -c | grep -q 'H   D   F' || fail "the version 1 file does not start with the HDF5 signature"
+run "$STRATA_BIN" ckpt verify "$V1"
+expect_rc 0
+expect_stdout_has "v1.h5: OK (step 300, 7 dataset(s) verified, format 1: no file checksum)"
+run "$STRATA_BIN" ckpt show "$V1"
+expect_rc 0
+grep -qE '^format_version +1$' "$OUT" || fail "show does not say format_version 1"
+run "$STRATA_BIN" ckpt diff "$V1" "$TEST_TMP/good-300.h5"
+expect_rc 0
+[ "$(tail -1 "$OUT")" = identical ] || fail "the version 1 copy differs from its version 2 original"
 
 case_begin "show/diff of the directory skip the corrupt latest"
 run "$STRATA_BIN" ckpt show "$D"
@@ -229,6 +312,9 @@ grep -qE '^100 +ckpt-100.h5 +- +MISSING' "$OUT" || fail "missing file not marked
 
 case_begin "not a checkpoint"
 echo "hello" > "$TEST_TMP/text.h5"
+run "$STRATA_BIN" ckpt verify "$TEST_TMP/text.h5"
+expect_rc 1
+expect_stdout_has "text.h5: FAILED: not a strata checkpoint: it starts with neither a strata integrity block nor an HDF5 signature"
 run "$STRATA_BIN" ckpt show "$TEST_TMP/text.h5"
 expect_rc 1; expect_one_stderr_line; expect_stderr_has "cannot read checkpoint"
 run "$STRATA_BIN" ckpt diff "$TEST_TMP/text.h5" "$TEST_TMP/np1"

@@ -1,14 +1,19 @@
 // Checkpoint layer under mpirun: collective parallel-HDF5 save from N ranks with uneven row
-// ownership, independent read-back with a different row split, external readers (h5dump, h5py),
-// checksums, corruption detection and the atomic commit. Every rank runs every collective.
+// ownership, independent read-back with a different row split, external readers (h5dump, h5py,
+// and FORMAT.md's own Python recipes for the file and metadata checksums), checksums, corruption
+// of any byte of a file detected (and never restored), metadata edits detected even in a file
+// whose file checksum was recomputed, files that are not checkpoints named by path, orphaned
+// .tmp files, and the atomic commit. Every rank runs every collective.
 #include <hdf5.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -16,6 +21,7 @@
 #include "mpi/mpi_test.h"
 #include "strata/checkpoint/checkpoint.h"
 #include "strata/common/error.h"
+#include "strata/common/logging.h"
 
 namespace strata::checkpoint {
 namespace {
@@ -71,6 +77,46 @@ std::string run_capture(const std::string& cmd) {
     pclose(p);
   }
   return out;
+}
+
+// The Python recipes of checkpoint/FORMAT.md section 4, verbatim (between the markers), so the
+// document's code is tested against real files.
+std::string format_md_recipes() {
+  std::ifstream in(std::string(STRATA_SOURCE_DIR) + "/checkpoint/FORMAT.md");
+  std::string line, code;
+  bool inside = false;
+  while (std::getline(in, line)) {
+    if (line.find("recipe: begin") != std::string::npos) inside = true;
+    else if (line.find("recipe: end") != std::string::npos) inside = false;
+    else if (inside && line.rfind("```", 0) != 0) code += line + "\n";
+  }
+  return code;
+}
+
+std::vector<char> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+void write_file(const std::string& path, const std::vector<char>& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+void write_byte(const std::string& path, std::size_t offset, char byte) {
+  std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+  io.seekp(static_cast<std::streamoff>(offset));
+  io.write(&byte, 1);
+}
+
+// What someone who knows the integrity block would do after editing a file: store the new size
+// and the new whole-file CRC-32 (FORMAT.md section 3), so only the metadata checksum can object.
+void resign(const std::string& path) {
+  std::vector<char> bytes = read_file(path);
+  const std::uint64_t size = bytes.size();
+  for (int i = 0; i < 8; ++i) bytes[16 + i] = static_cast<char>((size >> (8 * i)) & 0xff);
+  for (int i = 0; i < 4; ++i) bytes[12 + i] = 0;
+  const uLong crc = crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size()));
+  for (int i = 0; i < 4; ++i) bytes[12 + i] = static_cast<char>((crc >> (8 * i)) & 0xff);
+  write_file(path, bytes);
 }
 
 constexpr std::int64_t kEmbRows = 37, kEmbCols = 5;  // partitioned over all ranks
@@ -129,7 +175,7 @@ TEST(Checkpoint, SaveReadBackWithDifferentSplit) {
 
   CheckpointReader reader(path);
   STRATA_EXPECT_ALL(comm.get(), reader.global_step() == 100);
-  STRATA_EXPECT_ALL(comm.get(), reader.format_version() == 1);
+  STRATA_EXPECT_ALL(comm.get(), reader.format_version() == 2);
   STRATA_EXPECT_ALL(comm.get(), reader.variable_sequence_hash() == 0x1234abcd5678ef00ull);
   STRATA_EXPECT_ALL(comm.get(), reader.optimizer() == "adam");
   STRATA_EXPECT_ALL(comm.get(), reader.training_position_json().find("\"offset\":640") != std::string::npos);
@@ -217,10 +263,13 @@ TEST(Checkpoint, ExternalToolsAndPointer) {
           "assert t.dtype == np.float32 and t.shape == (37, 5), t.shape\n"
           "assert np.array_equal(f['slots/embedding/table/m'][()], want * np.float32(2))\n"
           "assert np.array_equal(f['variables/dense_bias'][()], 1.0 / (np.arange(6) + 3.0))\n"
-          "assert int(f.attrs['global_step']) == 7 and int(f.attrs['format_version']) == 1\n"
+          "assert int(f.attrs['global_step']) == 7 and int(f.attrs['format_version']) == 2\n"
           "for name in ['variables/embedding/table', 'variables/dense_bias', 'variables/ids', 'slots/embedding/table/v']:\n"
           "    d = f[name]\n"
           "    assert zlib.crc32(d[()].astype(d.dtype.newbyteorder('<')).tobytes()) == int(d.attrs['checksum']), name\n"
+          + format_md_recipes() +
+          "assert file_checksum_ok('" + path + "')\n"
+          "assert zlib.crc32(manifest(f)) == int(f.attrs['metadata_checksum'])\n"
           "print('H5PY_OK', float(abs(t - want).max()))\n";
       std::string script_path = dir + "/check.py";
       std::ofstream(script_path) << script;
@@ -265,11 +314,17 @@ TEST(Checkpoint, CorruptionIsDetectedAndLatestFallsBack) {
     };
     if (offset != HADDR_UNDEF) {
       flip(copy);
+      // The file checksum fails first, and the table of the integrity block names the dataset.
       auto bad = CheckpointReader(copy).verify();
-      copy_detected = bad.size() == 1 && bad[0].path == "variables/embedding/table";
+      copy_detected = bad.size() == 2 && bad[0].path == "(file)" &&
+                      bad[0].reason.find("file checksum mismatch") != std::string::npos &&
+                      bad[0].reason.find("the data of variables/embedding/table changed") != std::string::npos &&
+                      bad[1].path == "variables/embedding/table";
+      if (!copy_detected)
+        for (const auto& b : bad) std::fprintf(stderr, "verify: %s: %s\n", b.path.c_str(), b.reason.c_str());
       flip(latest);
       auto bad2 = CheckpointReader(latest).verify();
-      detected = bad2.size() == 1;
+      detected = bad2.size() == 2;
       auto chosen = latest_checkpoint(dir);
       fell_back = chosen && chosen->global_step == 1 && chosen->skipped.size() == 1;
     }
@@ -277,6 +332,185 @@ TEST(Checkpoint, CorruptionIsDetectedAndLatestFallsBack) {
   STRATA_EXPECT_ALL(comm.get(), broadcast_verdict(comm.get(), copy_detected));
   STRATA_EXPECT_ALL(comm.get(), broadcast_verdict(comm.get(), detected));
   STRATA_EXPECT_ALL(comm.get(), broadcast_verdict(comm.get(), fell_back));
+  remove_dir(comm.get(), dir);
+}
+
+// Every single-byte change anywhere in a file (integrity block, superblock, object headers,
+// attributes, B-trees, heaps, data, free space) fails verify_checkpoint() without HDF5 parsing the
+// damaged file, and latest_checkpoint() (the restore decision) then falls back to the previous
+// file. Exhaustive over the file's bytes, on rank 0.
+TEST(Checkpoint, EveryByteIsCovered) {
+  TestComm comm;
+  std::string dir = make_dir(comm.get(), "flip");
+  save_test_model(comm.get(), dir, 4);
+  std::string path = save_test_model(comm.get(), dir, 5);
+  std::size_t size = 0, undetected = 0, restored = 0, fallback_checks = 0;
+  bool clean_before = false, clean_after = false;
+  if (comm.rank() == 0) {
+    const std::vector<char> original = read_file(path);
+    size = original.size();
+    clean_before = verify_checkpoint(path).ok;
+    const LogLevel level = log_level();
+    set_log_level(LogLevel::kError);  // latest_checkpoint() warns about every skipped file
+    std::uint32_t x = 12345;  // deterministic xorshift: a different non-zero change per byte
+    for (std::size_t i = 0; i < size; ++i) {
+      x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+      const char changed = static_cast<char>(original[i] ^ static_cast<char>(1 + x % 255));
+      write_byte(path, i, changed);
+      const Verification v = verify_checkpoint(path);
+      if (v.ok || v.error.empty()) {
+        ++undetected;
+        std::fprintf(stderr, "byte %zu: verify ok=%d error='%s'\n", i, v.ok, v.error.c_str());
+      }
+      // The restore decision, for every 61st byte and every byte of the first 1 KiB.
+      if (i < 1024 || i % 61 == 0) {
+        ++fallback_checks;
+        auto chosen = latest_checkpoint(dir);
+        if (!chosen || chosen->global_step != 4 || chosen->skipped.size() != 1) ++restored;
+      }
+      write_byte(path, i, original[i]);
+    }
+    set_log_level(level);
+    clean_after = verify_checkpoint(path).ok && read_file(path) == original;
+    std::fprintf(stderr, "%zu bytes changed one at a time: %zu undetected; %zu restore decisions, %zu wrong\n", size,
+                 undetected, fallback_checks, restored);
+  }
+  STRATA_EXPECT_ALL(comm.get(), broadcast_verdict(comm.get(), clean_before && clean_after));
+  STRATA_EXPECT_ALL(comm.get(), broadcast_verdict(comm.get(), size > 4096 && undetected == 0));
+  STRATA_EXPECT_ALL(comm.get(), broadcast_verdict(comm.get(), restored == 0));
+  remove_dir(comm.get(), dir);
+}
+
+// Attribute edits in a file whose size and whole-file CRC were then recomputed: the metadata
+// checksum still refuses it, on open and in verify.
+TEST(Checkpoint, MetadataChecksumCatchesResignedEdits) {
+  TestComm comm;
+  std::string dir = make_dir(comm.get(), "resign");
+  std::string path = save_test_model(comm.get(), dir, 8);
+  bool position_caught = false, step_caught = false, resign_alone_ok = false;
+  if (comm.rank() == 0) {
+    auto edit = [&](const std::string& copy, const char* object, const char* attr, bool string_value) {
+      fs::copy_file(path, copy, fs::copy_options::overwrite_existing);
+      hid_t f = H5Fopen(copy.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+      hid_t o = H5Oopen(f, object, H5P_DEFAULT);
+      hid_t a = H5Aopen(o, attr, H5P_DEFAULT);
+      if (string_value) {
+        hid_t t = H5Aget_type(a);
+        const char* text = R"({"epoch":2,"workers":[{"worker":0,"epoch":2,"offset":999}]})";
+        H5Awrite(a, t, &text);
+        H5Tclose(t);
+      } else {
+        std::int64_t v = 4242;
+        H5Awrite(a, H5T_NATIVE_INT64, &v);
+      }
+      H5Aclose(a);
+      H5Oclose(o);
+      H5Fclose(f);
+      resign(copy);
+    };
+    auto caught = [&](const std::string& copy) {
+      const Verification v = verify_checkpoint(copy);
+      bool threw = false;
+      try {
+        CheckpointReader r(copy);
+      } catch (const Error& e) {
+        threw = std::string(e.what()).find("metadata checksum mismatch") != std::string::npos &&
+                std::string(e.what()).find(copy) != std::string::npos;
+      }
+      if (!threw || v.ok || v.error.find("metadata checksum mismatch") == std::string::npos)
+        std::fprintf(stderr, "%s: verify ok=%d error='%s', open threw=%d\n", copy.c_str(), v.ok, v.error.c_str(), threw);
+      return threw && !v.ok && v.error.find("metadata checksum mismatch") != std::string::npos;
+    };
+    edit(dir + "/position.h5", "/", "training_position", true);
+    position_caught = caught(dir + "/position.h5");
+    // optimizer_step is written only when non-zero; the test model has none, so edit global_step.
+    edit(dir + "/step.h5", "/", "global_step", false);
+    step_caught = caught(dir + "/step.h5");
+    // Re-signing an unedited copy changes nothing: the recipe itself is right.
+    fs::copy_file(path, dir + "/same.h5", fs::copy_options::overwrite_existing);
+    resign(dir + "/same.h5");
+    resign_alone_ok = verify_checkpoint(dir + "/same.h5").ok && read_file(dir + "/same.h5") == read_file(path);
+  }
+  STRATA_EXPECT_ALL(comm.get(), broadcast_verdict(comm.get(), position_caught));
+  STRATA_EXPECT_ALL(comm.get(), broadcast_verdict(comm.get(), step_caught));
+  STRATA_EXPECT_ALL(comm.get(), broadcast_verdict(comm.get(), resign_alone_ok));
+  remove_dir(comm.get(), dir);
+}
+
+// Files that are no checkpoint, or cut short: errors name the path; verify says why.
+TEST(Checkpoint, NonCheckpointFilesAreNamed) {
+  TestComm comm;
+  std::string dir = make_dir(comm.get(), "notckpt");
+  std::string path = save_test_model(comm.get(), dir, 9);
+  bool ok = true;
+  if (comm.rank() == 0) {
+    std::ofstream(dir + "/text.h5") << "hello, not HDF5\n";
+    std::ofstream(dir + "/empty.h5");
+    std::vector<char> bytes = read_file(path);
+    bytes.resize(bytes.size() / 2);
+    write_file(dir + "/half.h5", bytes);
+    const std::pair<const char*, const char*> cases[] = {
+        {"/text.h5", "neither a strata integrity block nor an HDF5 signature"},
+        {"/empty.h5", "the file is empty"},
+        {"/half.h5", "truncated after it was written"}};
+    for (const auto& [name, why] : cases) {
+      const std::string file = dir + name;
+      std::string message;
+      try {
+        CheckpointReader r(file);
+      } catch (const Error& e) {
+        message = e.what();
+      }
+      const Verification v = verify_checkpoint(file);
+      const bool good = message.find(file) != std::string::npos && message.find(why) != std::string::npos &&
+                        !v.ok && v.error.find(why) != std::string::npos;
+      if (!good) std::fprintf(stderr, "%s: open: '%s'; verify: '%s'\n", name, message.c_str(), v.error.c_str());
+      ok = ok && good;
+    }
+  }
+  STRATA_EXPECT_ALL(comm.get(), broadcast_verdict(comm.get(), ok));
+  remove_dir(comm.get(), dir);
+}
+
+TEST(Checkpoint, OrphanedFilesAreRemoved) {
+  TestComm comm;
+  std::string dir = make_dir(comm.get(), "orphans");
+  save_test_model(comm.get(), dir, 3);
+  bool ok = false;
+  if (comm.rank() == 0) {
+    for (const char* name : {"ckpt-7.h5.tmp", "checkpoint.json.tmp", "notes.tmp", "ckpt-x.txt"})
+      std::ofstream(dir + "/" + name) << "partial";
+    auto removed = remove_orphaned_files(dir);
+    ok = removed == std::vector<std::string>{"checkpoint.json.tmp", "ckpt-7.h5.tmp"} &&
+         fs::exists(dir + "/notes.tmp") && fs::exists(dir + "/ckpt-x.txt") && fs::exists(dir + "/ckpt-3.h5") &&
+         fs::exists(dir + "/checkpoint.json") && remove_orphaned_files(dir).empty() &&
+         remove_orphaned_files(dir + "/nope").empty();
+  }
+  STRATA_EXPECT_ALL(comm.get(), broadcast_verdict(comm.get(), ok));
+  remove_dir(comm.get(), dir);
+}
+
+// A variable with zero rows has no data in the file (no offset): it still round-trips, verifies
+// and is listed in the integrity block.
+TEST(Checkpoint, EmptyVariableVerifies) {
+  TestComm comm;
+  std::string dir = make_dir(comm.get(), "empty");
+  SaveRequest req;
+  req.variables = {{"empty/table", {0, 3}, DType::kF32, {"m"}}, {"w", {4}, DType::kF64, {}}};
+  std::vector<double> w{1.5, -2.0, 0.25, 8.0};
+  if (comm.rank() == 0) req.shards.push_back({"w", 0, 4, w.data(), {}});
+  std::string path = save(comm.get(), dir, 12, req, {});
+  bool ok = false;
+  if (comm.rank() == 0) {
+    const Verification v = verify_checkpoint(path);
+    CheckpointReader r(path);
+    std::vector<double> got(4);
+    r.read_rows("w", 0, 4, got.data());
+    ok = v.ok && v.datasets == 3 && r.variables().size() == 2 && r.find("empty/table")->shape[0] == 0 &&
+         r.find("empty/table")->slots == std::vector<std::string>{"m"} && got == w;
+    if (!ok) std::fprintf(stderr, "verify: ok=%d datasets=%zu error='%s'\n", v.ok, v.datasets, v.error.c_str());
+  }
+  STRATA_EXPECT_ALL(comm.get(), broadcast_verdict(comm.get(), ok));
   remove_dir(comm.get(), dir);
 }
 

@@ -1,4 +1,4 @@
-// Checkpoint files (format: checkpoint/FORMAT.md, version 1).
+// Checkpoint files (format: checkpoint/FORMAT.md, version 2; version 1 files are still read).
 //
 // Writing is COLLECTIVE over the PS ranks: every rank describes the rows it holds (SaveRequest) and
 // calls save() with the same directory, step, variable list and attributes; parallel HDF5 creates
@@ -9,6 +9,13 @@
 // Reading is INDEPENDENT: CheckpointReader opens a committed file read-only with HDF5's sec2
 // driver and makes no MPI calls, so each PS rank can read its own row range whenever it
 // materialises a shard (lazy restore), and tools can read files in processes without MPI.
+//
+// Integrity (FORMAT.md sections 3-4): every byte of a version-2 file is covered by the whole-file
+// CRC-32 in its integrity block (the HDF5 user block), checked with plain reads BEFORE HDF5 parses
+// anything, so a damaged superblock, object header or B-tree is a verification failure rather than
+// an HDF5 crash; every attribute a restore uses is covered again by the metadata checksum
+// (`metadata_checksum`, checked whenever a file is opened) and every dataset by its CRC-32 from
+// the writer's memory. verify_checkpoint() is the one verdict `strata ckpt verify` and restores use.
 //
 // Thread-safety: the Debian HDF5 build is not thread-safe; call everything here from one thread
 // per process (the PS service thread or the main thread), never concurrently.
@@ -24,9 +31,12 @@
 #include <string>
 #include <vector>
 
+#include "strata/common/error.h"
+
 namespace strata::checkpoint {
 
-inline constexpr int kFormatVersion = 1;
+inline constexpr int kFormatVersion = 2;        // written by save()
+inline constexpr int kOldestFormatVersion = 1;  // the oldest version CheckpointReader reads
 
 // Element types of checkpoint datasets, stored little-endian (H5T_IEEE_F32LE, H5T_IEEE_F64LE,
 // H5T_STD_I64LE). Mirrors strata::ps::DType enumerator for enumerator; this layer does not depend
@@ -83,19 +93,31 @@ struct SaveOptions {
   double keep_every_n_hours = 0;
 };
 
+// A save that failed on every rank of the save alike for a reason outside the request (no space
+// left, I/O error, an unwritable directory, data that read back differently): the message names
+// the file and the system's reason. The .tmp file is removed; checkpoint.json and every committed
+// file are as they were, so the caller may carry on (`strata train --on-save-error continue`).
+class SaveError : public Error {
+ public:
+  using Error::Error;
+};
+
 // COLLECTIVE over `comm` (all ranks, same arguments except request.shards). Writes
 // <dir>/ckpt-<global_step>.h5 and updates <dir>/checkpoint.json; creates `dir` if needed. Returns
 // the committed file's path on every rank, after the commit. Throws ConfigError (same on every
 // rank) for inconsistent requests: variable lists that differ between ranks, rows not covered or
-// covered twice, shard of an unknown variable, missing slot pointers. Throws Hdf5Error for HDF5
-// failures (with the HDF5 error stack's innermost message); after such a failure the previous
-// committed checkpoint and checkpoint.json are untouched.
+// covered twice, shard of an unknown variable, missing slot pointers. Throws SaveError (same on
+// every rank) when writing, reading back or committing the file fails; the previous committed
+// checkpoint and checkpoint.json are then untouched and no .tmp file is left behind. (A failure
+// inside one of HDF5's own collective metadata operations on some ranks only cannot be agreed
+// and still ends the job through the error model, STYLE.md section 4.)
 std::string save(MPI_Comm comm, const std::string& dir, std::int64_t global_step,
                  const SaveRequest& request, const Attributes& attributes,
                  const SaveOptions& options = {});
 
 // A dataset that failed verification: its path inside the file ("variables/dense/kernel",
-// "slots/dense/kernel/m") and why (checksum mismatch, unreadable, missing attribute).
+// "slots/dense/kernel/m") and why (checksum mismatch, unreadable, missing attribute). A problem
+// of the file as a whole (file checksum, metadata checksum) has the path "(file)".
 struct BadDataset {
   std::string path;
   std::string reason;
@@ -106,7 +128,11 @@ struct BadDataset {
 class CheckpointReader {
  public:
   // Throws ConfigError when the file does not exist or is not a strata checkpoint of a supported
-  // format_version; Hdf5Error when HDF5 cannot open it (e.g. truncated).
+  // format_version; Hdf5Error when HDF5 cannot open it (e.g. truncated). Every message names the
+  // path. A version-2 file's integrity block header (size) and metadata checksum are checked here,
+  // so every attribute and the variable table this object returns are the ones the writer wrote;
+  // the data and the HDF5 structure are checked by verify() / verify_checkpoint(), which a caller
+  // should run first when the file may be damaged (HDF5 parses the file here).
   explicit CheckpointReader(const std::string& path);
   ~CheckpointReader();
   CheckpointReader(CheckpointReader&&) noexcept;
@@ -138,14 +164,41 @@ class CheckpointReader {
   void read_slot_rows(const std::string& name, const std::string& slot, std::int64_t row_begin,
                       std::int64_t row_end, void* out) const;
 
-  // Recomputes every dataset's checksum (reads the whole file in bounded blocks); empty when all
-  // match.
+  // Verifies the file as verify_checkpoint() does (reads the whole file in bounded blocks); empty
+  // when everything matches.
   std::vector<BadDataset> verify() const;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// The verdict on one checkpoint file: every check a restore relies on.
+struct Verification {
+  std::string path;
+  bool ok = false;
+  int format_version = 0;          // 0 when the file could not be identified
+  std::int64_t global_step = -1;   // -1 when unknown
+  std::size_t datasets = 0;        // datasets verified
+  std::uint64_t file_bytes = 0;
+  bool file_checksum = false;      // the whole-file CRC-32 was checked (format >= 2)
+  std::uint32_t file_crc = 0;      // its value, when checked
+  // Every byte outside the datasets' data is as written (format 1: not known, taken as true), so
+  // HDF5 may open the file to inspect it even when a dataset's data changed.
+  bool structure_intact = true;
+  std::string error;               // a problem of the file as a whole ("" when none)
+  std::vector<BadDataset> bad;     // datasets that failed
+  // "ok", or the error / the first bad dataset with its reason (one line).
+  std::string summary() const;
+};
+
+// Verifies a checkpoint file without trusting any of it: for format 2, plain reads check the
+// integrity block, the file size and the whole-file CRC-32 (and, in the same pass, each dataset's
+// data against its CRC-32) before HDF5 opens the file; then the metadata checksum and the variable
+// table. A damaged file of any kind (HDF5 structure included) gives ok = false with the reason,
+// never an exception or a crash. Format 1 files: each dataset's CRC-32 through HDF5, as before.
+// Independent (no MPI); reads the whole file once.
+Verification verify_checkpoint(const std::string& path);
 
 // One entry of checkpoint.json.
 struct CheckpointEntry {
@@ -165,9 +218,15 @@ struct LatestCheckpoint {
   std::vector<std::string> skipped;  // newer entries that failed verification, with the reason
 };
 
-// The newest entry of checkpoint.json whose file opens and verifies; newer entries that fail are
-// skipped with a WARN log line each (and listed in `skipped`). nullopt when there is no valid
-// checkpoint. Independent (no MPI); reads every candidate file completely to verify it.
+// The newest entry of checkpoint.json whose file passes verify_checkpoint() and holds the global
+// step the entry names; newer entries that fail are skipped with a WARN log line each (and listed
+// in `skipped`, "<path>: <reason>"). nullopt when there is no valid checkpoint. Independent (no
+// MPI); reads every candidate file completely to verify it.
 std::optional<LatestCheckpoint> latest_checkpoint(const std::string& dir);
+
+// Removes what interrupted saves leave in `dir` (`ckpt-*.h5.tmp`, `checkpoint.json.tmp`; never a
+// committed file) and returns their names. Nothing when `dir` does not exist. Local, no MPI; call
+// it on one rank, when no save into `dir` is in progress (strata does at start-up, on PS 0).
+std::vector<std::string> remove_orphaned_files(const std::string& dir);
 
 }  // namespace strata::checkpoint

@@ -91,6 +91,13 @@ struct SaveContext {
   bool stop = false;                       // the job stops after it (preemption)
 };
 
+// What one save did (CheckpointHooks::save), the same on every PS rank.
+enum class SaveStatus {
+  kSaved,    // a new checkpoint is committed
+  kSkipped,  // nothing to write: the final save found this global step already saved in this job
+  kFailed,   // the save failed on every PS rank alike; the previous checkpoint stays committed
+};
+
 struct CheckpointHooks {
   // Set identically on every rank when the job saves checkpoints: workers then stop at the agreed
   // step boundaries and the PS ranks save there (see ParameterServers::at_step_boundary).
@@ -106,8 +113,14 @@ struct CheckpointHooks {
   // PS 0 only: the global step to start from; called once during materialisation.
   std::function<std::int64_t()> restore_global_step;
   // COLLECTIVE over the PS ranks (Communicators::ps()): writes one checkpoint from the shards of a
-  // quiesced job. Throwing is fatal for the job (the previous checkpoint stays committed).
-  std::function<void(const SaveContext& context)> save;
+  // quiesced job and returns the same status on every PS rank (a failure it can agree on, such as
+  // a full disk, is kFailed, reported by the hook itself). Throwing is fatal for the job (the
+  // previous checkpoint stays committed).
+  std::function<SaveStatus(const SaveContext& context)> save;
+  // Every rank, identically: after a kFailed save the workers stop training as after a preemption
+  // save (Boundary::stop), and every rank ends with save_error_stopped() true. false: training
+  // continues, the failure only counted (save_failures()).
+  bool stop_on_save_error = true;
 };
 
 struct PsOptions {
@@ -229,8 +242,10 @@ class ParameterServers {
   //   exactly at c+1; under async and staleness:N a worker joins at its first boundary with clock
   //   >= target, and workers behind the target keep training up to it (nobody waits on them).
   struct Boundary {
-    bool saved = false;  // this boundary took part in a save
-    bool stop = false;   // that save was a preemption save: stop training now
+    bool saved = false;    // this boundary took part in a save
+    bool stop = false;     // stop training now: a preemption save, or a failed save under stop_on_save_error
+    bool failed = false;   // that save failed (SaveStatus::kFailed)
+    bool skipped = false;  // that save had nothing to write (SaveStatus::kSkipped)
   };
   // Chief only: ask for a save at the next boundary (no-op if one is already pending). `stop`:
   // the workers stop after it and serve() returns true on the PS ranks.
@@ -244,8 +259,12 @@ class ParameterServers {
   // Preemption: record that this rank (any role) got a signal; the chief reads the job-wide count.
   void report_preemption();
   std::int64_t preemption_reports();
-  // Saves this job committed so far (as seen by this worker).
+  // Saves this job committed so far (as seen by this worker; skipped and failed saves not counted).
   std::int64_t saves_completed() const;
+  // Saves that failed (SaveStatus::kFailed), as seen by this rank (worker or PS).
+  std::int64_t save_failures() const;
+  // A failed save stopped the job (CheckpointHooks::stop_on_save_error): exit with status 1.
+  bool save_error_stopped() const;
 
   struct Impl;
 

@@ -89,6 +89,11 @@ struct CheckpointOptions {
   // SIGTERM / SIGUSR1: every rank notes it, the chief asks for a save at the next boundary, and
   // the job stops after it (StepOutcome::stop, serve() returning true): exit with kExitPreempted.
   bool handle_signals = true;
+  // A save that fails on every PS rank alike (checkpoint::SaveError: no space left, I/O error):
+  // PS 0 reports it in one line naming the file and the reason, the previous checkpoint stays
+  // committed, and then either the job stops (true: StepOutcome::stop, save_error_stopped(), exit
+  // with status 1) or training goes on (false: one WARNING line per failed save).
+  bool stop_on_save_error = true;
 };
 
 struct RestoreOptions {
@@ -111,7 +116,10 @@ struct RestoreReport {
 // Result of ParameterServerStrategy::end_step.
 struct StepOutcome {
   bool saved = false;  // this boundary took part in a checkpoint save
-  bool stop = false;   // a preemption save happened: stop training (then finish(), exit 75)
+  // Stop training (then finish()): a preemption save happened (exit 75), or a save failed under
+  // stop_on_save_error (save_failed; exit 1).
+  bool stop = false;
+  bool save_failed = false;  // that save failed (the previous checkpoint stays committed)
 };
 
 struct StrategyOptions {
@@ -303,6 +311,12 @@ class ParameterServerStrategy {
   // save (steps, seconds, preemption), and takes part in a save when it is this boundary's turn.
   StepOutcome end_step(const ps::WorkerPosition& position);
   bool stopped() const { return stopped_; }
+  // A failed save stopped the job (CheckpointOptions::stop_on_save_error): every rank exits with
+  // status 1. Valid after serve() (PS) or the step / finish_training() that stopped (workers).
+  bool save_error_stopped() const;
+  // Workers, after finish_training(): the file holding the final state, when the final save
+  // committed it or found it already saved (the chief reports it); "" otherwise.
+  const std::string& final_checkpoint() const { return final_checkpoint_; }
 
   // Runs `fn` once per replica, each on its own thread (inline when there is one replica), and
   // returns the per-replica results. An exception in any replica is rethrown here.
@@ -356,6 +370,7 @@ class ParameterServerStrategy {
   std::optional<RestoreReport> report_;
   std::shared_ptr<CheckpointState> ckpt_state_;
   bool stopped_ = false;
+  std::string final_checkpoint_;
   bool training_finished_ = false;
   std::int64_t last_save_global_step_ = 0;
   double last_save_time_ = 0;

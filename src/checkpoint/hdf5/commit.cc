@@ -4,7 +4,8 @@
 // and checkpoint.json only ever names files that were fsync'ed and renamed into place before it
 // was itself written, fsync'ed and renamed. rename(2) within one directory is atomic, so a crash
 // at any point leaves either the old pointer (naming old, intact files) or the new one (naming a
-// complete file); at worst an orphaned *.tmp remains, which the next save overwrites.
+// complete file); at worst an orphaned *.tmp remains, which remove_orphaned_files() deletes when
+// the next job opens the directory for saving.
 #include "checkpoint/hdf5/commit.h"
 
 #include <fcntl.h>
@@ -116,26 +117,41 @@ std::optional<LatestCheckpoint> latest_checkpoint(const std::string& dir) {
   std::vector<std::string> skipped;
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
     std::string path = (std::filesystem::path(dir) / it->file).string();
-    std::string reason;
-    try {
-      CheckpointReader reader(path);
-      auto bad = reader.verify();
-      if (bad.empty()) {
-        if (!skipped.empty()) {
-          STRATA_LOG(WARN) << "checkpoint: using " << path << " (step " << it->global_step
-                           << ") instead of the newer invalid checkpoint(s)";
-        }
-        return LatestCheckpoint{path, it->global_step, std::move(skipped)};
+    Verification v = verify_checkpoint(path);
+    std::string reason = v.ok ? "" : v.summary();
+    if (v.ok && v.global_step != it->global_step)
+      reason = "holds global step " + std::to_string(v.global_step) + ", checkpoint.json says " +
+               std::to_string(it->global_step);
+    if (reason.empty()) {
+      if (!skipped.empty()) {
+        STRATA_LOG(WARN) << "checkpoint: using " << path << " (step " << it->global_step
+                         << ") instead of the newer invalid checkpoint(s)";
       }
-      reason = std::to_string(bad.size()) + " dataset(s) failed verification, first " +
-               bad.front().path + ": " + bad.front().reason;
-    } catch (const Error& e) {
-      reason = e.message();
+      return LatestCheckpoint{path, it->global_step, std::move(skipped)};
     }
     STRATA_LOG(WARN) << "checkpoint: skipping " << path << ": " << reason;
     skipped.push_back(path + ": " + reason);
   }
   return std::nullopt;
+}
+
+std::vector<std::string> remove_orphaned_files(const std::string& dir) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return removed;
+  const std::string pointer_tmp = std::string(detail::kPointerFile) + ".tmp";
+  for (const auto& item : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = item.path().filename().string();
+    const bool save_tmp = name.size() > 12 && name.compare(0, 5, "ckpt-") == 0 &&
+                          name.compare(name.size() - 7, 7, ".h5.tmp") == 0;
+    if (!save_tmp && name != pointer_tmp) continue;
+    std::error_code type_ec;
+    if (!item.is_regular_file(type_ec)) continue;
+    std::error_code rm_ec;
+    if (std::filesystem::remove(item.path(), rm_ec)) removed.push_back(name);
+  }
+  std::sort(removed.begin(), removed.end());
+  return removed;
 }
 
 }  // namespace strata::checkpoint

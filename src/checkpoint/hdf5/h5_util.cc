@@ -35,10 +35,15 @@ herr_t collect_innermost(unsigned n, const H5E_error2_t* err, void* out) {
 
 }  // namespace
 
-void fail_h5(const char* expr, ::strata::detail::SourceLocation where) {
+std::string take_h5_error() {
   std::string innermost;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, collect_innermost, &innermost);
   H5Eclear2(H5E_DEFAULT);
+  return innermost;
+}
+
+void fail_h5(const char* expr, ::strata::detail::SourceLocation where) {
+  std::string innermost = take_h5_error();
   std::string message = std::string(expr) + " failed";
   if (!innermost.empty()) message += ": " + innermost;
   throw Hdf5Error(message + " (" + ::strata::detail::short_path(where.file) + ":" +

@@ -15,6 +15,9 @@ namespace strata::checkpoint::detail {
 
 // Throws Hdf5Error: "<expr> failed: <innermost HDF5 error message> (file:line)".
 [[noreturn]] void fail_h5(const char* expr, ::strata::detail::SourceLocation where);
+// The innermost message of the current HDF5 error stack ("file signature not found (in
+// H5F__super_read)"), and clears the stack.
+std::string take_h5_error();
 
 // Owns one HDF5 identifier; closing never throws (a failed close only leaks a handle). Files are
 // closed explicitly where the close result matters (save: the close flushes the data).

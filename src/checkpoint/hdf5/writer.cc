@@ -1,6 +1,7 @@
 // save(): the collective checkpoint write. The protocol, narrated once (all ranks of `comm` run
 // the same steps in the same order; every step marked [agree] ends with the same verdict on every
-// rank, so a bad request throws ConfigError everywhere instead of leaving peers in a collective):
+// rank, so a bad request throws ConfigError and a failed write SaveError everywhere instead of
+// leaving peers in a collective):
 //
 //  1. [agree] Local validation of the request: names, shapes, shards inside their variable,
 //     slot pointers present.
@@ -9,24 +10,40 @@
 //  3. [agree] Each rank CRC-32s every piece it holds (one piece = one shard of one dataset, a
 //     contiguous row range) and gathers (dataset, row_begin, row_end, crc) to rank 0. Rank 0 checks
 //     that the pieces of each dataset tile [0, rows) exactly, combines the CRCs in row order with
-//     crc32_combine into the CRC-32 of the full dataset, creates the directory, and broadcasts the
-//     checksums and the creation time. So checksums come from the in-memory values, not from a
-//     re-read, and no rank reads or gathers values of another rank.
-//  4. Parallel HDF5 (mpio driver, collective metadata): create <dir>/ckpt-<step>.h5.tmp, root
-//     attributes, and every dataset at its FULL shape with its `checksum` attribute; then each
-//     rank writes its pieces with collective transfers. Each dataset sees the same number of
-//     H5Dwrite calls on every rank (the max piece count over ranks); a rank with fewer pieces
-//     writes an empty selection. H5Fclose (collective) flushes everything.
-//  5. [agree] Rank 0 commits: fsync(tmp), rename to ckpt-<step>.h5, fsync(dir), then replaces
+//     crc32_combine into the CRC-32 of the full dataset, creates the directory, checks that the
+//     file system has room for at least the file's data (else SaveError: "No space left on
+//     device", before anything is written), and broadcasts the checksums and the creation time.
+//     So checksums come from the in-memory values, not from a re-read, and no rank reads or
+//     gathers values of another rank. Every rank then builds the same manifest (its CRC-32 is the
+//     root attribute metadata_checksum) and sizes the integrity block (the HDF5 user block).
+//  4. Parallel HDF5 (mpio driver, collective metadata): create <dir>/ckpt-<step>.h5.tmp with the
+//     user block, root attributes, and every dataset at its FULL shape with its `checksum`
+//     attribute, noting each dataset's data offset; [agree]. Then each rank writes its pieces with
+//     INDEPENDENT transfers (each piece is one contiguous byte range of the file, so collective
+//     buffering has nothing to merge, and a rank whose write fails, e.g. ENOSPC, is never left
+//     behind in a collective); every rank closes the file (collective; flushes all data and
+//     metadata) whatever its writes did; [agree] on the writes and the close.
+//  5. [agree] Read-back: the ranks split the file's bytes after the user block into equal ranges,
+//     CRC-32 every intersection of their range with a dataset's data or the gaps between, and
+//     gather the pieces to rank 0, which checks that every dataset's data reads back with the
+//     CRC-32 of the values in memory, computes the whole-file CRC-32 and writes the integrity
+//     block (FORMAT.md section 3) into the user block.
+//  6. [agree] Rank 0 commits: fsync(tmp), rename to ckpt-<step>.h5, fsync(dir), then replaces
 //     checkpoint.json the same way, then deletes files dropped by max_to_keep. The verdict is
 //     broadcast, so every rank returns after the commit (or throws the same error).
-// HDF5 failures inside step 4 are not agreed: a rank that throws there leaves its peers in a
-// collective; the error model (STYLE.md section 4) turns that into MPI_Abort of the job. Either way
-// nothing committed is touched before step 5.
+// After a SaveError in steps 3-6 rank 0 removes the .tmp (and a renamed file checkpoint.json does
+// not list); nothing committed is touched before step 6. HDF5 failures inside the collective
+// metadata operations of step 4 on some ranks only cannot be agreed: the error model (STYLE.md
+// section 4) turns them into MPI_Abort of the job.
+#include <fcntl.h>
 #include <mpi.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -37,6 +54,7 @@
 
 #include "checkpoint/hdf5/commit.h"
 #include "checkpoint/hdf5/h5_util.h"
+#include "checkpoint/hdf5/integrity.h"
 #include "strata/checkpoint/checkpoint.h"
 #include "strata/common/error.h"
 
@@ -45,22 +63,75 @@ namespace {
 
 using detail::H5Id;
 
-// Collective: throws ConfigError on every rank when `local_error` is non-empty on any rank, with
-// the message of the lowest such rank.
-void agree(MPI_Comm comm, const std::string& local_error) {
+// Collective: the message of the lowest rank whose `local_error` is non-empty, on every rank ("" when
+// there is none).
+std::string agreed_error(MPI_Comm comm, const std::string& local_error) {
   int rank = 0, size = 1;
   STRATA_CHECK_MPI(MPI_Comm_rank(comm, &rank));
   STRATA_CHECK_MPI(MPI_Comm_size(comm, &size));
   int mine = local_error.empty() ? size : rank;
   int first = size;
   STRATA_CHECK_MPI(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
-  if (first == size) return;
+  if (first == size) return {};
   std::string message = local_error;
   int len = static_cast<int>(message.size());
   STRATA_CHECK_MPI(MPI_Bcast(&len, 1, MPI_INT, first, comm));
   message.resize(len);
   STRATA_CHECK_MPI(MPI_Bcast(message.data(), len, MPI_CHAR, first, comm));
-  throw ConfigError(message + (first == rank ? "" : " (reported by rank " + std::to_string(first) + ")"));
+  return message + (first == rank ? "" : " (reported by rank " + std::to_string(first) + ")");
+}
+
+// Collective: throws E on every rank when `local_error` is non-empty on any rank, with the message
+// of the lowest such rank.
+template <typename E = ConfigError>
+void agree(MPI_Comm comm, const std::string& local_error) {
+  std::string message = agreed_error(comm, local_error);
+  if (!message.empty()) throw E(message);
+}
+
+// Collective: the rank-0 copy of every rank's `mine`, concatenated in rank order (empty elsewhere).
+std::vector<std::int64_t> gather_to_root(MPI_Comm comm, const std::vector<std::int64_t>& mine) {
+  int rank = 0, size = 1;
+  STRATA_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  STRATA_CHECK_MPI(MPI_Comm_size(comm, &size));
+  int count = static_cast<int>(mine.size());
+  std::vector<int> counts(size), displs(size);
+  STRATA_CHECK_MPI(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm));
+  std::vector<std::int64_t> all;
+  if (rank == 0) {
+    int total = 0;
+    for (int r = 0; r < size; ++r) {
+      displs[r] = total;
+      total += counts[r];
+    }
+    all.resize(total);
+  }
+  STRATA_CHECK_MPI(MPI_Gatherv(mine.data(), count, MPI_INT64_T, all.data(), counts.data(), displs.data(),
+                               MPI_INT64_T, 0, comm));
+  return all;
+}
+
+// Bytes the caller may still write on the file system of `dir` (root may use the reserved blocks);
+// max() when it cannot be determined.
+std::uint64_t available_bytes(const std::string& dir) {
+  struct statvfs st {};
+  if (::statvfs(dir.c_str(), &st) != 0) return std::numeric_limits<std::uint64_t>::max();
+  const auto blocks = ::geteuid() == 0 ? st.f_bfree : st.f_bavail;
+  return static_cast<std::uint64_t>(blocks) * static_cast<std::uint64_t>(st.f_frsize);
+}
+
+// The system's reason for a failed write: errno when it says something about I/O, else "No space
+// left on device" when the file system has less room than the file needs, else "".
+std::string write_failure_reason(int err, const std::string& dir, std::uint64_t file_bytes) {
+  const std::uint64_t avail = available_bytes(dir);
+  const std::string room = avail == std::numeric_limits<std::uint64_t>::max()
+                               ? ""
+                               : " (" + std::to_string(avail) + " bytes available in " + dir + ")";
+  if (err == ENOSPC || err == EDQUOT) return std::strerror(err) + room;
+  if (err == EIO || err == EROFS || err == EFBIG || err == EACCES || err == EPERM || err == ESTALE)
+    return std::strerror(err);
+  if (avail < file_bytes) return std::strerror(ENOSPC) + room;
+  return "";
 }
 
 std::uint64_t fnv1a(std::uint64_t h, const void* data, std::size_t n) {
@@ -200,6 +271,13 @@ std::string save(MPI_Comm comm, const std::string& dir, std::int64_t global_step
     datasets.push_back({i, "", detail::variable_path(vars[i].name)});
     for (const auto& s : vars[i].slots) datasets.push_back({i, s, detail::slot_path(vars[i].name, s)});
   }
+  std::vector<std::uint64_t> dataset_bytes(datasets.size());
+  std::uint64_t data_bytes = 0;
+  for (std::size_t d = 0; d < datasets.size(); ++d) {
+    const auto& v = vars[datasets[d].var];
+    dataset_bytes[d] = static_cast<std::uint64_t>(v.shape[0] * detail::row_bytes(v));
+    data_bytes += dataset_bytes[d];
+  }
 
   // ---- 3. per-piece CRCs, coverage check and combination on rank 0 -------------------------
   struct Piece {
@@ -209,11 +287,9 @@ std::string save(MPI_Comm comm, const std::string& dir, std::int64_t global_step
   };
   std::vector<Piece> pieces;
   std::vector<std::int64_t> packed;  // (dataset, row_begin, row_end, crc) per piece
-  std::vector<int> pieces_per_var(vars.size(), 0);
   for (const auto& s : request.shards) {
     if (s.row_end == s.row_begin) continue;
     std::size_t vi = index.at(s.variable);
-    ++pieces_per_var[vi];
     std::int64_t bytes = (s.row_end - s.row_begin) * detail::row_bytes(vars[vi]);
     for (std::size_t k = 0; k <= vars[vi].slots.size(); ++k) {
       std::size_t d = first_dataset[vi] + k;
@@ -224,26 +300,14 @@ std::string save(MPI_Comm comm, const std::string& dir, std::int64_t global_step
                                    static_cast<std::int64_t>(crc)});
     }
   }
-  int count = static_cast<int>(packed.size());
-  std::vector<int> counts(size), displs(size);
-  STRATA_CHECK_MPI(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm));
-  std::vector<std::int64_t> all;
-  if (rank == 0) {
-    int total = 0;
-    for (int r = 0; r < size; ++r) {
-      displs[r] = total;
-      total += counts[r];
-    }
-    all.resize(total);
-  }
-  STRATA_CHECK_MPI(MPI_Gatherv(packed.data(), count, MPI_INT64_T, all.data(), counts.data(),
-                               displs.data(), MPI_INT64_T, 0, comm));
+  std::vector<std::int64_t> all = gather_to_root(comm, packed);
 
   // payload: checksums per dataset, then created_unix.
   std::vector<std::uint64_t> checksums(datasets.size() + 1, 0);
   std::string error;
   const std::string final_path = (std::filesystem::path(dir) / detail::checkpoint_file_name(global_step)).string();
   const std::string tmp_path = final_path + ".tmp";
+  const std::string cannot = "checkpoint: cannot save " + final_path + ": ";
   if (rank == 0) {
     std::vector<std::vector<std::array<std::int64_t, 3>>> by_dataset(datasets.size());
     for (std::size_t i = 0; i + 3 < all.size(); i += 4)
@@ -272,118 +336,289 @@ std::string save(MPI_Comm comm, const std::string& dir, std::int64_t global_step
     }
     checksums.back() = static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count());
-    if (error.empty()) {
-      std::error_code ec;
-      std::filesystem::create_directories(dir, ec);
-      if (ec) error = "checkpoint: cannot create directory '" + dir + "': " + ec.message();
-    }
   }
   agree(comm, error);
+
+  std::vector<std::string> paths;  // "variables/..." as in the manifest and the integrity block
+  for (const auto& d : datasets) paths.push_back(d.path.substr(1));
+  const std::uint64_t block_bytes = detail::integrity_block_bytes(paths);
+  if (rank == 0) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) {
+      error = cannot + "cannot create directory '" + dir + "': " + ec.message();
+    } else if (std::getenv("STRATA_TEST_SKIP_SPACE_CHECK") == nullptr) {
+      // A lower bound of the file's size (its data, the integrity block and less HDF5 metadata than
+      // it ever takes): less room than that fails for certain, so say so before writing anything.
+      const std::uint64_t need = block_bytes + data_bytes + 4096 + 1024 * datasets.size();
+      const std::uint64_t avail = available_bytes(dir);
+      if (avail < need)
+        error = cannot + std::strerror(ENOSPC) + " (the file needs at least " + std::to_string(need) + " bytes, " +
+                std::to_string(avail) + " are available in " + dir + ")";
+    }
+  }
+  agree<SaveError>(comm, error);
   STRATA_CHECK_MPI(MPI_Bcast(checksums.data(), static_cast<int>(checksums.size()), MPI_UINT64_T, 0, comm));
   const auto created_unix = static_cast<std::int64_t>(checksums.back());
+  const std::string position_json =
+      attributes.training_position_json.empty() ? "{}" : attributes.training_position_json;
 
-  std::vector<int> max_pieces(vars.size(), 0);
-  if (!vars.empty())
-    STRATA_CHECK_MPI(MPI_Allreduce(pieces_per_var.data(), max_pieces.data(), static_cast<int>(vars.size()),
-                                   MPI_INT, MPI_MAX, comm));
+  detail::Manifest manifest;
+  manifest.format_version = kFormatVersion;
+  manifest.global_step = global_step;
+  manifest.variable_sequence_hash = attributes.variable_sequence_hash;
+  manifest.optimizer = attributes.optimizer;
+  manifest.training_position = position_json;
+  manifest.created_unix = created_unix;
+  manifest.checksum_algorithm = "crc32";
+  for (std::size_t d = 0; d < datasets.size(); ++d) {
+    const auto& v = vars[datasets[d].var];
+    detail::ManifestDataset md{paths[d], to_string(v.dtype), v.shape, checksums[d], std::nullopt};
+    if (datasets[d].slot.empty()) md.optimizer_step = v.optimizer_step;
+    manifest.datasets.push_back(std::move(md));
+  }
 
-  // ---- 4. parallel HDF5 write --------------------------------------------------------------
-  {
-    detail::QuietErrors quiet;
-    H5Id fapl(STRATA_CHECK_H5(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
-    STRATA_CHECK_H5(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL));
-    STRATA_CHECK_H5(H5Pset_all_coll_metadata_ops(fapl.get(), true));
-    STRATA_CHECK_H5(H5Pset_coll_metadata_write(fapl.get(), true));
-    H5Id file(STRATA_CHECK_H5(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get())), H5Fclose);
+  std::vector<std::uint64_t> offsets(datasets.size(), 0);
+  try {
+    // ---- 4. parallel HDF5 write --------------------------------------------------------------
+    {
+      detail::QuietErrors quiet;
+      H5Id fapl, fcpl, file, dxpl;
+      std::vector<H5Id> dsets(datasets.size());  // closed before `file` (declared after it)
+      std::string local;
+      try {
+        fapl = H5Id(STRATA_CHECK_H5(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
+        STRATA_CHECK_H5(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL));
+        STRATA_CHECK_H5(H5Pset_all_coll_metadata_ops(fapl.get(), true));
+        STRATA_CHECK_H5(H5Pset_coll_metadata_write(fapl.get(), true));
+        fcpl = H5Id(STRATA_CHECK_H5(H5Pcreate(H5P_FILE_CREATE)), H5Pclose);
+        STRATA_CHECK_H5(H5Pset_userblock(fcpl.get(), block_bytes));
+        file = H5Id(STRATA_CHECK_H5(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get())), H5Fclose);
 
-    detail::write_attr_i32(file.get(), "format_version", kFormatVersion);
-    detail::write_attr_i64(file.get(), "global_step", global_step);
-    detail::write_attr_u64(file.get(), "variable_sequence_hash", attributes.variable_sequence_hash);
-    detail::write_attr_string(file.get(), "optimizer", attributes.optimizer);
-    detail::write_attr_string(file.get(), "training_position",
-                              attributes.training_position_json.empty() ? "{}" : attributes.training_position_json);
-    detail::write_attr_i64(file.get(), "created_unix", created_unix);
-    detail::write_attr_string(file.get(), "checksum_algorithm", "crc32");
+        detail::write_attr_i32(file.get(), "format_version", kFormatVersion);
+        detail::write_attr_i64(file.get(), "global_step", global_step);
+        detail::write_attr_u64(file.get(), "variable_sequence_hash", attributes.variable_sequence_hash);
+        detail::write_attr_string(file.get(), "optimizer", attributes.optimizer);
+        detail::write_attr_string(file.get(), "training_position", position_json);
+        detail::write_attr_i64(file.get(), "created_unix", created_unix);
+        detail::write_attr_string(file.get(), "checksum_algorithm", "crc32");
+        detail::write_attr_u64(file.get(), "metadata_checksum", detail::manifest_checksum(manifest));
 
-    H5Id lcpl(STRATA_CHECK_H5(H5Pcreate(H5P_LINK_CREATE)), H5Pclose);
-    STRATA_CHECK_H5(H5Pset_create_intermediate_group(lcpl.get(), 1));
-    H5Id(STRATA_CHECK_H5(H5Gcreate2(file.get(), "/variables", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
-    H5Id(STRATA_CHECK_H5(H5Gcreate2(file.get(), "/slots", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
-    H5Id dcpl(STRATA_CHECK_H5(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
-    STRATA_CHECK_H5(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS));
-    STRATA_CHECK_H5(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER));
-    STRATA_CHECK_H5(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY));
-    H5Id dxpl(STRATA_CHECK_H5(H5Pcreate(H5P_DATASET_XFER)), H5Pclose);
-    STRATA_CHECK_H5(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE));
+        H5Id lcpl(STRATA_CHECK_H5(H5Pcreate(H5P_LINK_CREATE)), H5Pclose);
+        STRATA_CHECK_H5(H5Pset_create_intermediate_group(lcpl.get(), 1));
+        H5Id(STRATA_CHECK_H5(H5Gcreate2(file.get(), "/variables", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+        H5Id(STRATA_CHECK_H5(H5Gcreate2(file.get(), "/slots", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+        H5Id dcpl(STRATA_CHECK_H5(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
+        STRATA_CHECK_H5(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS));
+        STRATA_CHECK_H5(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER));
+        STRATA_CHECK_H5(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY));
+        dxpl = H5Id(STRATA_CHECK_H5(H5Pcreate(H5P_DATASET_XFER)), H5Pclose);
+        STRATA_CHECK_H5(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_INDEPENDENT));
+        for (std::size_t d = 0; d < datasets.size(); ++d) {
+          const auto& v = vars[datasets[d].var];
+          std::vector<hsize_t> dims(v.shape.begin(), v.shape.end());
+          H5Id space(STRATA_CHECK_H5(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
+          dsets[d] = H5Id(STRATA_CHECK_H5(H5Dcreate2(file.get(), datasets[d].path.c_str(), detail::file_type(v.dtype),
+                                                     space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT)),
+                          H5Dclose);
+          detail::write_attr_u64(dsets[d].get(), "checksum", checksums[d]);
+          if (datasets[d].slot.empty() && v.optimizer_step != 0)
+            detail::write_attr_i64(dsets[d].get(), "optimizer_step", v.optimizer_step);
+          const haddr_t at = H5Dget_offset(dsets[d].get());
+          if (dataset_bytes[d] > 0 && at == HADDR_UNDEF)
+            throw Error("dataset " + datasets[d].path + " has no file space after creation");
+          offsets[d] = dataset_bytes[d] > 0 ? static_cast<std::uint64_t>(at) : 0;
+        }
+        // Metadata on disk now, while the file system has room: if the data then fills it, the
+        // close below rewrites blocks that exist instead of needing new ones.
+        STRATA_CHECK_H5(H5Fflush(file.get(), H5F_SCOPE_GLOBAL));
+      } catch (const Error& e) {
+        local = cannot + "creating " + tmp_path + " failed: " + e.message();
+      }
+      agree<SaveError>(comm, local);
 
-    for (std::size_t d = 0; d < datasets.size(); ++d) {
-      const auto& v = vars[datasets[d].var];
-      std::vector<hsize_t> dims(v.shape.begin(), v.shape.end());
-      H5Id space(STRATA_CHECK_H5(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
-      H5Id dset(STRATA_CHECK_H5(H5Dcreate2(file.get(), datasets[d].path.c_str(), detail::file_type(v.dtype),
-                                           space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT)),
-                H5Dclose);
-      detail::write_attr_u64(dset.get(), "checksum", checksums[d]);
-      if (datasets[d].slot.empty() && v.optimizer_step != 0)
-        detail::write_attr_i64(dset.get(), "optimizer_step", v.optimizer_step);
-
-      // This rank's pieces of dataset d, padded with empty writes to the max count over ranks.
-      std::vector<const Piece*> mine;
-      for (const auto& p : pieces)
-        if (p.dataset == d) mine.push_back(&p);
-      for (int k = 0; k < max_pieces[datasets[d].var]; ++k) {
-        H5Id fspace(STRATA_CHECK_H5(H5Dget_space(dset.get())), H5Sclose);
-        static const char kDummy = 0;
-        if (k < static_cast<int>(mine.size())) {
-          const Piece& p = *mine[k];
-          std::vector<hsize_t> start(dims.size(), 0), count_dims = dims;
+      // This rank's pieces, independently: one contiguous byte range each.
+      try {
+        for (const Piece& p : pieces) {
+          const auto& v = vars[datasets[p.dataset].var];
+          std::vector<hsize_t> dims(v.shape.begin(), v.shape.end()), start(dims.size(), 0), count_dims = dims;
           start[0] = static_cast<hsize_t>(p.shard->row_begin);
           count_dims[0] = static_cast<hsize_t>(p.shard->row_end - p.shard->row_begin);
-          STRATA_CHECK_H5(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr,
-                                              count_dims.data(), nullptr));
+          const hid_t dset = dsets[p.dataset].get();
+          H5Id fspace(STRATA_CHECK_H5(H5Dget_space(dset)), H5Sclose);
+          STRATA_CHECK_H5(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count_dims.data(),
+                                              nullptr));
           H5Id mspace(STRATA_CHECK_H5(H5Screate_simple(static_cast<int>(dims.size()), count_dims.data(), nullptr)),
                       H5Sclose);
-          STRATA_CHECK_H5(H5Dwrite(dset.get(), detail::memory_type(v.dtype), mspace.get(), fspace.get(),
-                                   dxpl.get(), p.data));
-        } else {
-          STRATA_CHECK_H5(H5Sselect_none(fspace.get()));
-          hsize_t one = 1;
-          H5Id mspace(STRATA_CHECK_H5(H5Screate_simple(1, &one, nullptr)), H5Sclose);
-          STRATA_CHECK_H5(H5Sselect_none(mspace.get()));
-          STRATA_CHECK_H5(H5Dwrite(dset.get(), detail::memory_type(v.dtype), mspace.get(), fspace.get(),
-                                   dxpl.get(), &kDummy));
+          errno = 0;
+          const herr_t rc = H5Dwrite(dset, detail::memory_type(v.dtype), mspace.get(), fspace.get(), dxpl.get(), p.data);
+          const int err = errno;
+          if (rc < 0) {
+            std::string hdf5;
+            try {
+              detail::fail_h5("H5Dwrite", STRATA_HERE);
+            } catch (const Error& e) {
+              hdf5 = e.message();
+            }
+            const std::string reason = write_failure_reason(err, dir, block_bytes + data_bytes);
+            local = cannot + "writing " + datasets[p.dataset].path.substr(1) + " into " + tmp_path + " failed" +
+                    (reason.empty() ? "" : ": " + reason) + " [HDF5: " + hdf5 + "]";
+            break;
+          }
         }
+      } catch (const Error& e) {
+        local = cannot + "writing " + tmp_path + " failed: " + e.message();
       }
+      // Test hook (STRATA_TEST_SAVE_DELAY_S): hold the save open with its data written but the file
+      // not yet closed or committed, so a test can kill a rank in the middle of a save reliably.
+      if (const char* delay = std::getenv("STRATA_TEST_SAVE_DELAY_S"))
+        std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(delay)));
+      // Every rank closes (collective), whatever its writes did. After a failed write (a full disk,
+      // typically) rank 0 first gives the data's space back: HDF5's close still writes metadata,
+      // and a rank whose collective metadata write failed would leave the others waiting in it.
+      const std::string write_error = agreed_error(comm, local);
+      local.clear();
+      if (!write_error.empty()) {
+        if (rank == 0 && ::truncate(tmp_path.c_str(), 0) != 0) {
+          // Nothing more to do: the close may fail too, and the .tmp is removed below.
+        }
+        STRATA_CHECK_MPI(MPI_Barrier(comm));
+      }
+      dsets.clear();
+      errno = 0;
+      const herr_t closed = file.close();
+      const int close_err = errno;
+      if (!write_error.empty()) throw SaveError(write_error);
+      if (closed < 0) {
+        std::string hdf5;
+        try {
+          detail::fail_h5("H5Fclose", STRATA_HERE);
+        } catch (const Error& e) {
+          hdf5 = e.message();
+        }
+        const std::string reason = write_failure_reason(close_err, dir, block_bytes + data_bytes);
+        local = cannot + "closing " + tmp_path + " failed" + (reason.empty() ? "" : ": " + reason) + " [HDF5: " +
+                hdf5 + "]";
+      }
+      agree<SaveError>(comm, local);
     }
-    // Test hook (STRATA_TEST_SAVE_DELAY_S): hold the save open with its data written but the file
-    // not yet closed or committed, so a test can kill a rank in the middle of a save reliably.
-    if (const char* delay = std::getenv("STRATA_TEST_SAVE_DELAY_S"))
-      std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(delay)));
-    STRATA_CHECK_H5(file.close());
-  }
 
-  // ---- 5. commit on rank 0 -------------------------------------------------------------------
-  error.clear();
-  if (rank == 0) {
+    // ---- 5. read-back CRCs and the integrity block ------------------------------------------
+    std::uint64_t file_bytes = 0;
+    if (rank == 0) {
+      struct stat st {};
+      if (::stat(tmp_path.c_str(), &st) != 0)
+        error = cannot + "stat '" + tmp_path + "' failed: " + std::strerror(errno);
+      else
+        file_bytes = static_cast<std::uint64_t>(st.st_size);
+    }
+    agree<SaveError>(comm, error);
+    STRATA_CHECK_MPI(MPI_Bcast(&file_bytes, 1, MPI_UINT64_T, 0, comm));
+    detail::IntegrityBlock block;
+    block.file_bytes = file_bytes;
+    block.block_bytes = block_bytes;
+    block.global_step = global_step;
+    for (std::size_t d = 0; d < datasets.size(); ++d)
+      block.regions.push_back({paths[d], offsets[d], dataset_bytes[d], static_cast<std::uint32_t>(checksums[d])});
+    std::sort(block.regions.begin(), block.regions.end(),
+              [](const detail::DataRegion& a, const detail::DataRegion& b) { return a.path < b.path; });
+    std::vector<detail::Segment> segments;
+    std::vector<std::int64_t> mine;  // (segment, begin, end, crc) per piece
+    std::string local;
     try {
-      detail::durable_rename(tmp_path, final_path);
-      auto entries = detail::read_pointer(dir);
-      const std::string name = detail::checkpoint_file_name(global_step);
-      entries.erase(std::remove_if(entries.begin(), entries.end(),
-                                   [&](const CheckpointEntry& e) { return e.file == name; }),
-                    entries.end());
-      entries.push_back({name, global_step, created_unix});
-      std::vector<CheckpointEntry> dropped = apply_retention(entries, options);
-      detail::write_pointer(dir, entries);
-      for (const auto& e : dropped) {
-        std::error_code ec;
-        std::filesystem::remove(std::filesystem::path(dir) / e.file, ec);
+      segments = detail::file_segments(block);
+      const std::uint64_t span = file_bytes - block_bytes;
+      const std::uint64_t begin = block_bytes + span * static_cast<std::uint64_t>(rank) / static_cast<std::uint64_t>(size);
+      const std::uint64_t end = block_bytes + span * static_cast<std::uint64_t>(rank + 1) / static_cast<std::uint64_t>(size);
+      if (end > begin) {
+        const int fd = ::open(tmp_path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) throw Error("open for reading failed: " + std::string(std::strerror(errno)));
+        std::vector<detail::SegmentPiece> got;
+        try {
+          got = detail::scan_segments(fd, tmp_path, begin, end, segments);
+        } catch (...) {
+          ::close(fd);
+          throw;
+        }
+        ::close(fd);
+        for (const auto& p : got)
+          mine.insert(mine.end(), {static_cast<std::int64_t>(p.segment), static_cast<std::int64_t>(p.begin),
+                                   static_cast<std::int64_t>(p.end), static_cast<std::int64_t>(p.crc)});
       }
     } catch (const Error& e) {
-      error = e.message();
+      local = cannot + "reading back " + tmp_path + " failed: " + e.message();
     }
+    agree<SaveError>(comm, local);
+    std::vector<std::int64_t> got = gather_to_root(comm, mine);
+    if (rank == 0) {
+      try {
+        std::vector<detail::SegmentPiece> read_back;
+        for (std::size_t i = 0; i + 3 < got.size(); i += 4)
+          read_back.push_back({static_cast<std::uint64_t>(got[i]), static_cast<std::uint64_t>(got[i + 1]),
+                               static_cast<std::uint64_t>(got[i + 2]), static_cast<std::uint32_t>(got[i + 3])});
+        const std::vector<std::uint32_t> crcs = detail::combine_segment_pieces(std::move(read_back), segments);
+        for (std::size_t s = 0; s < segments.size() && error.empty(); ++s) {
+          if (segments[s].region < 0) continue;
+          const detail::DataRegion& r = block.regions[static_cast<std::size_t>(segments[s].region)];
+          if (crcs[s] != r.crc)
+            error = cannot + "read-back of " + tmp_path + ": " + r.path + " does not hold the values it was given (CRC-32 " +
+                    std::to_string(crcs[s]) + " on disk, " + std::to_string(r.crc) + " in memory)";
+        }
+        if (error.empty()) {
+          block.file_crc = detail::whole_file_crc(detail::encode_integrity_block(block), segments, crcs);
+          const std::string encoded = detail::encode_integrity_block(block);
+          const int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CLOEXEC);
+          if (fd < 0) throw Error("open for writing failed: " + std::string(std::strerror(errno)));
+          const ssize_t wrote = ::pwrite(fd, encoded.data(), encoded.size(), 0);
+          const int err = errno;
+          ::close(fd);
+          if (wrote != static_cast<ssize_t>(encoded.size()))
+            throw Error("writing the integrity block failed: " +
+                        std::string(wrote < 0 ? std::strerror(err) : "short write"));
+        }
+      } catch (const Error& e) {
+        error = cannot + tmp_path + ": " + e.message();
+      }
+    }
+    agree<SaveError>(comm, error);
+
+    // ---- 6. commit on rank 0 -----------------------------------------------------------------
+    if (rank == 0) {
+      const std::string name = detail::checkpoint_file_name(global_step);
+      bool pointer_read = false, listed = false;
+      try {
+        auto entries = detail::read_pointer(dir);
+        pointer_read = true;
+        for (const auto& e : entries) listed = listed || e.file == name;
+        detail::durable_rename(tmp_path, final_path);
+        entries.erase(std::remove_if(entries.begin(), entries.end(),
+                                     [&](const CheckpointEntry& e) { return e.file == name; }),
+                      entries.end());
+        entries.push_back({name, global_step, created_unix});
+        std::vector<CheckpointEntry> dropped = apply_retention(entries, options);
+        detail::write_pointer(dir, entries);
+        for (const auto& e : dropped) {
+          std::error_code ec;
+          std::filesystem::remove(std::filesystem::path(dir) / e.file, ec);
+        }
+      } catch (const Error& e) {
+        error = cannot + "commit failed: " + e.message();
+        std::error_code ec;
+        std::filesystem::remove(std::filesystem::path(dir) / (std::string(detail::kPointerFile) + ".tmp"), ec);
+        // A file of this name that checkpoint.json does not list is not committed (renamed just
+        // now, or left by an earlier crash): remove it. One it lists was at most replaced by the
+        // same step's new, complete file: keep it.
+        if (pointer_read && !listed) std::filesystem::remove(final_path, ec);
+      }
+    }
+    agree<SaveError>(comm, error);
+  } catch (const SaveError&) {
+    if (rank == 0) {
+      std::error_code ec;
+      std::filesystem::remove(tmp_path, ec);
+    }
+    throw;
   }
-  agree(comm, error);
   return final_path;
 }
 
