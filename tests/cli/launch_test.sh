@@ -37,4 +37,29 @@ run "$LAUNCH" --ps 1 --workers 2 -- "$STRATA_BIN" cluster --verify --timeout 30
 expect_rc 0
 expect_stdout_has "# ok: 3 ranks agree; ps 1, worker 2"
 
+case_begin "every STRATA_* variable is forwarded"
+run env STRATA_TIMEOUT_S=33 STRATA_TRANSPORT=tcp "$LAUNCH" --ps 1 --workers 1 --dry-run -- strata train
+expect_rc 0
+expect_stdout_has "-x STRATA_TIMEOUT_S"
+expect_stdout_has "-x STRATA_TRANSPORT"
+run env STRATA_TIMEOUT_S=33 "$LAUNCH" --ps 1 --workers 1 -- bash -c 'echo "rank $OMPI_COMM_WORLD_RANK timeout $STRATA_TIMEOUT_S"'
+expect_rc 0
+expect_stdout_has "rank 1 timeout 33"
+
+case_begin "a killed rank is named with its role; mpirun's status is kept"
+run "$LAUNCH" --ps 1 --workers 2 -- bash -c 'if [ "$OMPI_COMM_WORLD_RANK" = 2 ]; then sleep 1; kill -9 $$; fi; sleep 20'
+expect_rc 137
+expect_stderr_has "strata-mpirun: rank 2 (worker:1 on $(hostname -s)) was killed by signal 9 (KILL)"
+run "$LAUNCH" --ps 1 --workers 1 -- bash -c 'exit 3'
+expect_rc 3
+
+case_begin "SIGUSR1 to the launcher reaches the ranks (preemption)"
+"$LAUNCH" --ps 1 --workers 1 -- bash -c 'trap "exit 75" USR1; sleep 20 & wait' >"$OUT" 2>"$ERR" &
+pid=$!
+sleep 2
+kill -USR1 "$pid"
+wait "$pid"
+RC=$?
+expect_rc 75
+
 finish
