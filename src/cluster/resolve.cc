@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <numeric>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -102,6 +103,170 @@ ResolvedCluster resolve_tf_document(const std::string& text, const std::string& 
   out.num_gpus = visible_gpus(env, process.physical_gpus);
   if (auto cvd = env.get("CUDA_VISIBLE_DEVICES")) out.cuda_visible_devices = *cvd;
   return out;
+}
+
+// ---- where the tasks of a Slurm step run --------------------------------------------------------
+// Slurm numbers a step's tasks across its nodes according to the distribution (srun -m): block
+// (the default) fills each node before the next, cyclic deals one task per node in turn, plane=N
+// deals N at a time, arbitrary follows SLURM_HOSTFILE line by line, and a heterogeneous step puts
+// each component's tasks on that component's nodes. SLURM_STEP_TASKS_PER_NODE only counts the
+// tasks on each node; which task is where comes from, first that applies:
+//   1. SLURM_PMIX_MAPPING_SERV (srun --mpi=pmix, as strata runs under srun): Slurm's own map of
+//      the step, "(vector,(NODE,COUNT,DEPTH),...)": DEPTH consecutive tasks on each of the COUNT
+//      nodes from NODE on, for every distribution and for heterogeneous steps;
+//   2. SLURM_DISTRIBUTION (block, cyclic, plane with SLURM_DIST_PLANESIZE, arbitrary with a
+//      readable SLURM_HOSTFILE), laid out the way Slurm lays out tasks over the given counts.
+// TF: SlurmClusterResolver assumes block order, which gives a task another node's address under
+// any other distribution.
+struct StepLayout {
+  std::vector<int> node_of;   // node index (into the step's node list) of every task
+  std::vector<int> local_of;  // index of the task among the tasks of its node (SLURM_LOCALID)
+  std::string origin;         // what it was derived from, for messages
+};
+
+void fill_local_indices(StepLayout& layout, std::size_t num_nodes) {
+  std::vector<int> seen(num_nodes, 0);
+  layout.local_of.clear();
+  for (int node : layout.node_of) layout.local_of.push_back(seen[node]++);
+}
+
+// The PMIx process map, or nullopt when it is malformed or does not describe exactly these
+// counts (e.g. --tasks-per-node overrides them); anything else then decides the layout.
+std::optional<std::vector<int>> parse_pmix_map(const std::string& text, const std::vector<int>& per_node) {
+  std::string s;
+  for (char c : text)
+    if (!std::isspace(static_cast<unsigned char>(c))) s += c;
+  const std::string head = "(vector";
+  if (s.rfind(head, 0) != 0 || s.size() < head.size() + 1 || s.back() != ')') return std::nullopt;
+  std::vector<int> node_of;
+  std::vector<int> count(per_node.size(), 0);
+  std::size_t pos = head.size();
+  const std::size_t end = s.size() - 1;
+  while (pos < end) {
+    if (s.compare(pos, 2, ",(") != 0) return std::nullopt;
+    std::size_t close = s.find(')', pos);
+    if (close == std::string::npos || close >= end) return std::nullopt;
+    std::vector<std::string> fields = split(s.substr(pos + 2, close - pos - 2), ',');
+    if (fields.size() != 3) return std::nullopt;
+    long long v[3];
+    for (int i = 0; i < 3; ++i) {
+      const std::string& f = fields[i];
+      if (f.empty() || f.size() > 9 || !std::all_of(f.begin(), f.end(), ::isdigit)) return std::nullopt;
+      v[i] = std::stoll(f);
+    }
+    const long long start = v[0], nodes = v[1], depth = v[2];
+    if (nodes < 1 || depth < 1 || start + nodes > static_cast<long long>(per_node.size())) return std::nullopt;
+    for (long long n = start; n < start + nodes; ++n) {
+      for (long long d = 0; d < depth; ++d) {
+        if (++count[n] > per_node[n]) return std::nullopt;
+        node_of.push_back(static_cast<int>(n));
+      }
+    }
+    pos = close + 1;
+  }
+  if (count != per_node) return std::nullopt;
+  return node_of;
+}
+
+// Tasks dealt over the nodes in rounds, each node taking up to `chunk` per round until it holds
+// its count: chunk 1 is Slurm's cyclic layout, chunk N its plane=N layout (slurm_step_layout.c).
+// A block layout is the same with an unbounded chunk.
+std::vector<int> deal_tasks(const std::vector<int>& per_node, long long chunk) {
+  std::vector<int> node_of, left = per_node;
+  bool placed = true;
+  while (placed) {
+    placed = false;
+    for (std::size_t n = 0; n < left.size(); ++n) {
+      for (long long k = 0; k < chunk && left[n] > 0; ++k, --left[n]) {
+        node_of.push_back(static_cast<int>(n));
+        placed = true;
+      }
+    }
+  }
+  return node_of;
+}
+
+// SLURM_HOSTFILE as Slurm reads it for -m arbitrary: one host (or hostlist) a line, '#' starts a
+// comment; task i runs on the i-th name.
+std::vector<int> hostfile_layout(const std::string& path, const std::vector<std::string>& hosts,
+                                 const std::vector<int>& per_node, const std::string& counts_origin) {
+  std::ifstream in(path);
+  if (!in)
+    throw ConfigError("SLURM_DISTRIBUTION=arbitrary: the task layout is in SLURM_HOSTFILE=" + path +
+                      ", which cannot be read here (" + std::strerror(errno) +
+                      "); launch with srun --mpi=pmix (strata then reads Slurm's task map) or put the "
+                      "hostfile on a file system every node sees");
+  const int total = std::accumulate(per_node.begin(), per_node.end(), 0);
+  std::vector<int> node_of;
+  std::string line;
+  while (static_cast<int>(node_of.size()) < total && std::getline(in, line)) {
+    line = trim(line.substr(0, line.find('#')));
+    if (line.empty()) continue;
+    std::vector<std::string> names;
+    try {
+      names = expand_hostlist(line);
+    } catch (const ConfigError& e) {
+      throw ConfigError("SLURM_HOSTFILE=" + path + ": " + e.message());
+    }
+    for (const auto& name : names) {
+      if (static_cast<int>(node_of.size()) == total) break;
+      auto it = std::find(hosts.begin(), hosts.end(), name);
+      if (it == hosts.end())
+        throw ConfigError("SLURM_HOSTFILE=" + path + " names " + name + ", which is not a node of the step");
+      node_of.push_back(static_cast<int>(it - hosts.begin()));
+    }
+  }
+  std::vector<int> count(per_node.size(), 0);
+  for (int n : node_of) ++count[n];
+  if (static_cast<int>(node_of.size()) != total || count != per_node)
+    throw ConfigError("SLURM_HOSTFILE=" + path + " does not match the step (" + counts_origin + ")");
+  return node_of;
+}
+
+StepLayout step_layout(const Env& env, const std::vector<std::string>& hosts, const std::vector<int>& per_node,
+                       const std::string& counts_origin) {
+  StepLayout layout;
+  if (auto map = env.get("SLURM_PMIX_MAPPING_SERV"); map && !map->empty()) {
+    if (auto node_of = parse_pmix_map(*map, per_node)) {
+      layout.node_of = std::move(*node_of);
+      layout.origin = "SLURM_PMIX_MAPPING_SERV=" + *map;
+      fill_local_indices(layout, hosts.size());
+      return layout;
+    }
+  }
+  const std::string dist = env.get_string("SLURM_DISTRIBUTION", "");
+  const std::string dist_origin = dist.empty() ? "block order" : "SLURM_DISTRIBUTION=" + dist;
+  // "cyclic:block,Pack": the part before ':' places tasks on nodes, the rest within a node.
+  std::string kind = dist.substr(0, dist.find_first_of(":,"));
+  long long chunk = 0;
+  if (kind.empty() || kind == "block" || kind == "*") {
+    chunk = std::numeric_limits<int>::max();
+  } else if (kind == "cyclic") {
+    chunk = 1;
+  } else if (kind == "plane" || kind.rfind("plane=", 0) == 0) {
+    // srun sets "plane" and SLURM_DIST_PLANESIZE; "plane=N" is the form a user may export.
+    const bool inline_size = kind != "plane";
+    std::string size = inline_size ? kind.substr(6) : env.get_string("SLURM_DIST_PLANESIZE", "");
+    if (size.empty()) throw ConfigError(dist_origin + " without a plane size (SLURM_DIST_PLANESIZE is not set)");
+    chunk = parse_int(size, inline_size ? "SLURM_DISTRIBUTION plane size" : "SLURM_DIST_PLANESIZE", 1, kIntMax);
+  } else if (kind == "arbitrary") {
+    auto file = env.get("SLURM_HOSTFILE");
+    if (!file || file->empty())
+      throw ConfigError("SLURM_DISTRIBUTION=arbitrary but SLURM_HOSTFILE is not set: the task layout is unknown; "
+                        "launch with srun --mpi=pmix (strata then reads Slurm's task map)");
+    layout.node_of = hostfile_layout(*file, hosts, per_node, counts_origin);
+    layout.origin = dist_origin + " (SLURM_HOSTFILE=" + *file + ")";
+    fill_local_indices(layout, hosts.size());
+    return layout;
+  } else {
+    throw ConfigError(dist_origin + ": unknown task distribution '" + kind +
+                      "' (strata knows block, cyclic, plane and arbitrary); launch with srun --mpi=pmix, whose "
+                      "task map strata reads, or describe the cluster with --cluster");
+  }
+  layout.node_of = deal_tasks(per_node, chunk);
+  layout.origin = dist_origin + " over " + counts_origin;
+  fill_local_indices(layout, hosts.size());
+  return layout;
 }
 
 int rank_for(const Env& env, const ProcessInfo& process) {
@@ -247,8 +412,8 @@ ResolvedCluster resolve_slurm(const Env& env, const ResolveOptions& options, con
     throw ConfigError(nodelist->first + ": " + e.message());
   }
 
-  // TF: tasks are laid out in sorted host order; strata keeps Slurm's node order, which is the
-  // order in which Slurm itself numbers the tasks of a block distribution.
+  // TF: tasks are laid out in sorted host order; strata keeps Slurm's node order, the order of
+  // SLURM_STEP_TASKS_PER_NODE and of Slurm's own task map.
   std::vector<int> per_node;
   std::string per_node_origin;
   if (options.tasks_per_node) {
@@ -315,16 +480,35 @@ ResolvedCluster resolve_slurm(const Env& env, const ResolveOptions& options, con
                       " GPUs but a node has " + std::to_string(gpus_per_node) +
                       " (--gpus-per-node, SLURM_GPUS_ON_NODE)");
 
-  // One entry per task in Slurm's order: address host:port_base+i and its GPUs.
+  // Where each task runs (see step_layout): its node and its index among that node's tasks, which
+  // give its address (host:port_base+local) and its GPUs.
+  const StepLayout layout = step_layout(env, hosts, per_node, per_node_origin);
+
+  // Cross-check with what Slurm tells this task about itself: a layout that puts it elsewhere
+  // would give it (and others) another node's address, so it is an error naming the task, never a
+  // silently wrong cluster. (Every rank checks itself; bootstrap then names every failing rank.)
+  if (auto me = env.get("SLURMD_NODENAME"); me && !me->empty()) {
+    const std::string& placed = hosts[layout.node_of[rank]];
+    const int placed_local = layout.local_of[rank];
+    std::optional<int> local_id;
+    if (auto l = env.get("SLURM_LOCALID"); l && !l->empty()) local_id = parse_int(*l, "SLURM_LOCALID", 0, kIntMax);
+    if (*me != placed || (local_id && *local_id != placed_local))
+      throw ConfigError("SLURM_PROCID=" + std::to_string(rank) + " runs on " + *me + " (SLURMD_NODENAME" +
+                        (local_id ? ", SLURM_LOCALID=" + std::to_string(*local_id) : std::string()) + ") but " +
+                        layout.origin + " puts it on " + placed + " as local task " + std::to_string(placed_local) +
+                        ": its address would name the wrong node (launch with srun --mpi=pmix, whose task map "
+                        "strata reads, or pass --cluster)");
+  }
+
+  // One entry per task in task order: address host:port_base+local and its GPUs.
   std::vector<std::string> addresses, gpu_lists;
-  for (std::size_t node = 0; node < hosts.size(); ++node) {
-    for (int local = 0; local < per_node[node]; ++local) {
-      addresses.push_back(hosts[node] + ":" + std::to_string(options.port_base + local));
-      std::string gpus;
-      for (int g = local * gpus_per_task; g < (local + 1) * gpus_per_task; ++g)
-        gpus += (gpus.empty() ? "" : ",") + std::to_string(g);
-      gpu_lists.push_back(gpus);
-    }
+  for (int task = 0; task < total; ++task) {
+    const int local = layout.local_of[task];
+    addresses.push_back(hosts[layout.node_of[task]] + ":" + std::to_string(options.port_base + local));
+    std::string gpus;
+    for (int g = local * gpus_per_task; g < (local + 1) * gpus_per_task; ++g)
+      gpus += (gpus.empty() ? "" : ",") + std::to_string(g);
+    gpu_lists.push_back(gpus);
   }
 
   ResolvedCluster out;

@@ -11,14 +11,19 @@
 #   slurm_decides  srun -N 3 -n 5                          (Slurm's block layout: 3,1(x2))
 #   arbitrary      srun -n 5 --distribution=arbitrary      with SLURM_HOSTFILE cn1 cn2 cn2 cn2 cn3
 #                                                          (1,3,1: the middle node holds most)
-#   cyclic         srun -N 3 -n 5 -m cyclic                only with STRATA_CLUSTER_TEST_CYCLIC=1:
-#                  ranks 0,3,4 on cn1, 1 on cn2, 2 on cn3. Today strata's slurm resolver
-#                  assumes block order, so the address column disagrees with the node column
-#                  and this case fails (a known resolver limitation, not a harness problem).
+#   cyclic         srun -N 3 -n 5 -m cyclic                ranks 0,3,4 on cn1, 1 on cn2, 2 on cn3
+#   plane          srun -N 3 -n 5 -m plane=2               ranks 0,1,4 on cn1, 2 on cn2, 3 on cn3
+#   interleaved    srun -n 5 --distribution=arbitrary      with SLURM_HOSTFILE cn2 cn1 cn2 cn3 cn2:
+#                                                          rank 0 on cn2, not on the first node
+# (Until the resolver placed tasks where Slurm runs them, the last three gave ranks other nodes'
+# addresses and still printed "# ok:".)
 # For each: exit 0; resolver slurm, 5 ranks on 3 nodes; exactly 5 rows; the ranks on each node
 # number as SLURM_STEP_TASKS_PER_NODE says for SLURM_STEP_NODELIST (and, for block layouts, in
 # that order); every row's address is on its own node (the node column is where the rank
-# really runs); rank 0 is ps:0 and ranks 1-4 workers 0-3; a "# ok:" line.
+# really runs) with port 8888 + its local index; rank 0 is ps:0 and ranks 1-4 workers 0-3; a
+# "# ok:" line. Then a layout that disagrees with where the tasks run (cyclic tasks told the
+# distribution is block, without Slurm's task map) must fail on every rank with a line naming
+# the misplaced ranks, never "# ok:".
 #
 # Network settings reach the tasks through --export (as users of a real cluster would pass
 # them): Open MPI's TCP paths only on the cluster subnet, and yielding ranks (STACK.md 8).
@@ -123,6 +128,9 @@ verify_case() {
   got=$(printf '%s\n' "$rows" | awk 'NF {split($5, a, ":"); if (a[1] != $3) printf "rank %s runs on %s but its address is %s; ", $1, $3, $5}')
   if [[ -z $got ]]; then pass "$name: every rank's address is on its own node"
   else fail "$name: ${got%; }"; fi
+  got=$(printf '%s\n' "$rows" | awk 'NF {split($5, a, ":"); if (a[2] != 8888 + $4) printf "rank %s is local task %s on %s but its port is %s; ", $1, $4, $3, a[2]}')
+  if [[ -z $got ]]; then pass "$name: every rank's port is 8888 + its index on its node"
+  else fail "$name: ${got%; }"; fi
   got=$(printf '%s\n' "$rows" | awk 'NF {printf "%s=%s ", $1, $2}')
   want="0=ps:0 1=worker:0 2=worker:1 3=worker:2 4=worker:3 "
   if [[ $got == "$want" ]]; then pass "$name: rank -> task is ${want% }"
@@ -136,9 +144,39 @@ verify_case slurm_decides block -N 3 -n 5
 printf 'cn1\ncn2\ncn2\ncn2\ncn3\n' >"$work/hostfile"
 SLURM_HOSTFILE=$work/hostfile verify_case arbitrary block -n 5 --distribution=arbitrary
 
-if [[ ${STRATA_CLUSTER_TEST_CYCLIC:-0} == 1 ]]; then
-  verify_case cyclic any -N 3 -n 5 -m cyclic
-fi
+verify_case cyclic any -N 3 -n 5 -m cyclic
+verify_case plane any -N 3 -n 5 -m plane=2
+
+printf 'cn2\ncn1\ncn2\ncn3\ncn2\n' >"$work/hostfile2"
+SLURM_HOSTFILE=$work/hostfile2 verify_case interleaved any -n 5 --distribution=arbitrary
+
+# A wrong layout is an error on every rank, naming the ranks, never "# ok:". The tasks run cyclic
+# but are told block and not given Slurm's task map (as a launcher that drops them would).
+name=wrong_layout
+echo "== $name: srun -N 3 -n 5 -m cyclic, tasks told SLURM_DISTRIBUTION=block without SLURM_PMIX_MAPPING_SERV"
+case_failed=0
+# shellcheck disable=SC2016  # expanded by the task's shell
+timeout --kill-after=10 "$STEP_TIMEOUT" srun -N 3 -n 5 -m cyclic --mpi=pmix --kill-on-bad-exit=1 --export="$EXPORT" \
+  sh -c 'unset SLURM_PMIX_MAPPING_SERV; export SLURM_DISTRIBUTION=block; exec "$0" "$@"' \
+  "$BIN" cluster --verify --jobs ps=1,worker=4 >"$work/$name.out" 2>"$work/$name.err"
+rc=$?
+if [[ $rc -eq 124 || $rc -eq 137 ]]; then fail "$name: did not finish within ${STEP_TIMEOUT} s (hang)"
+elif [[ $rc -ne 0 ]]; then pass "$name: exit status $rc (non-zero)"
+else fail "$name: exit status 0, expected an error"; fi
+if grep -q '^# ok:' "$work/$name.out"; then fail "$name: '# ok:' printed for a wrong layout"; else pass "$name: no '# ok:' line"; fi
+# Ranks 1-4 are misplaced by block order (rank 0 is on cn1 either way); each rank prints the
+# verdict, which names every misplaced rank with the node it runs on.
+line=$(grep -m1 'strata cluster --verify: error: .*cluster resolution failed on rank 1: SLURM_PROCID=1 runs on cn2' "$work/$name.err")
+if [[ -n $line ]]; then pass "$name: the error names rank 1 running on cn2"
+else fail "$name: no 'cluster resolution failed on rank 1: SLURM_PROCID=1 runs on cn2' line"; fi
+missing=""
+for want in "rank 2: SLURM_PROCID=2 runs on cn3" "rank 3: SLURM_PROCID=3 runs on cn1" "rank 4: SLURM_PROCID=4 runs on cn1"; do
+  [[ $line == *"$want"* ]] || missing+="'$want' "
+done
+if [[ -z $missing ]]; then pass "$name: the same line names ranks 2, 3 and 4 and their nodes"
+else fail "$name: the line lacks $missing"; fi
+if [[ $line == *"rank 0:"* ]]; then fail "$name: rank 0 (placed right) is named"; else pass "$name: rank 0, placed right, is not named"; fi
+dump "$name"
 
 echo
 if [[ $failed -eq 0 ]]; then echo "srun_verify_test: all assertions passed"; exit 0; fi

@@ -4,8 +4,9 @@
 // tests build the environment from a map (no setenv, no MPI). Expected clusters and tasks are what
 // TensorFlow 2.x's TFConfigClusterResolver and SlurmClusterResolver produce for the same input,
 // except for strata's documented deviations (DESIGN.md section 7), marked "TF:" where they matter:
-// Slurm's node order is kept, --jobs order is the order written, a GPU count of 0 works, and a
-// tasks-per-node list that does not match the node list is an error.
+// Slurm's node order is kept, --jobs order is the order written, a GPU count of 0 works, a
+// tasks-per-node list that does not match the node list is an error, and tasks are placed where
+// Slurm runs them (distribution, task map) instead of in block order.
 #include "common/test_util.h"
 #include "strata/cluster/resolve.h"
 
@@ -509,6 +510,227 @@ TEST(Slurm, RpcLayerOption) {
   options.rpc_layer = "mpi";
   EXPECT_EQ(resolve_slurm(make_env(slurm_vars(0)), options, process_info()).rpc_layer, "mpi");
 }
+
+// ---- where the tasks run: distributions, Slurm's task map, and the self-check -------------------
+// The layouts below are what Slurm 22.05 did on the emulated 3-node cluster (tests/cluster/) for
+// `srun -N 3 -n 5` with each distribution: SLURMD_NODENAME/SLURM_LOCALID of every task and the
+// step's SLURM_PMIX_MAPPING_SERV, recorded from the tasks' environments.
+
+// A 5-task step on n[1-3] as Slurm describes it to task `procid`.
+Env::Vars step5(int procid, const std::string& per_node = "3,1(x2)") {
+  return slurm_vars(procid, "n[1-3]", per_node, 5);
+}
+
+// Addresses of every task in task order for ps=1,worker=4.
+Addresses all_addresses(const Env& env, const ResolveOptions& options = jobs_options("ps=1,worker=4")) {
+  ResolvedCluster r = resolve_slurm(env, options, process_info());
+  Addresses out = addresses(r.cluster, "ps");
+  for (const auto& a : addresses(r.cluster, "worker")) out.push_back(a);
+  return out;
+}
+
+TEST(SlurmLayout, BlockIsTheDefaultAndIgnoresTheWithinNodePart) {
+  const Addresses block = {"n1:8888", "n1:8889", "n1:8890", "n2:8888", "n3:8888"};
+  EXPECT_EQ(all_addresses(make_env(step5(0))), block);
+  for (const char* dist : {"block", "block:cyclic", "block:block,Pack", "*"}) {
+    SCOPED_TRACE(dist);
+    Env::Vars vars = step5(0);
+    vars["SLURM_DISTRIBUTION"] = dist;
+    EXPECT_EQ(all_addresses(make_env(vars)), block);
+  }
+}
+
+TEST(SlurmLayout, CyclicDealsOneTaskPerNodeUntilEachHoldsItsCount) {
+  // srun -N 3 -n 5 -m cyclic: tasks 0,3,4 on n1, 1 on n2, 2 on n3 (the counts stay 3,1,1).
+  Env::Vars vars = step5(1);
+  vars["SLURM_DISTRIBUTION"] = "cyclic";
+  EXPECT_EQ(all_addresses(make_env(vars)), (Addresses{"n1:8888", "n2:8888", "n3:8888", "n1:8889", "n1:8890"}));
+  ResolvedCluster r = resolve_slurm(make_env(vars), jobs_options("ps=1,worker=4"), process_info());
+  EXPECT_EQ(r.task, (TaskId{"worker", 0}));
+  EXPECT_EQ(r.master(), "grpc://n2:8888");
+  // 2,2,1 and a secondary distribution.
+  vars = step5(0, "2(x2),1");
+  vars["SLURM_DISTRIBUTION"] = "cyclic:block,NoPack";
+  EXPECT_EQ(all_addresses(make_env(vars)), (Addresses{"n1:8888", "n2:8888", "n3:8888", "n1:8889", "n2:8889"}));
+}
+
+TEST(SlurmLayout, PlaneDealsPlaneSizeTasksPerNode) {
+  // srun -N 3 -n 5 -m plane=2: srun sets SLURM_DISTRIBUTION=plane and SLURM_DIST_PLANESIZE=2;
+  // tasks 0,1,4 on n1, 2 on n2, 3 on n3.
+  const Addresses expected = {"n1:8888", "n1:8889", "n2:8888", "n3:8888", "n1:8890"};
+  Env::Vars vars = step5(0);
+  vars["SLURM_DISTRIBUTION"] = "plane";
+  vars["SLURM_DIST_PLANESIZE"] = "2";
+  EXPECT_EQ(all_addresses(make_env(vars)), expected);
+  vars.erase("SLURM_DIST_PLANESIZE");
+  vars["SLURM_DISTRIBUTION"] = "plane=2";
+  EXPECT_EQ(all_addresses(make_env(vars)), expected);
+  // Plane 1 is cyclic; a plane at least as large as every node's count is block.
+  vars["SLURM_DISTRIBUTION"] = "plane=1";
+  EXPECT_EQ(all_addresses(make_env(vars)), (Addresses{"n1:8888", "n2:8888", "n3:8888", "n1:8889", "n1:8890"}));
+  vars["SLURM_DISTRIBUTION"] = "plane=3";
+  EXPECT_EQ(all_addresses(make_env(vars)), (Addresses{"n1:8888", "n1:8889", "n1:8890", "n2:8888", "n3:8888"}));
+}
+
+TEST(SlurmLayout, PlaneWithoutASizeAndUnknownDistributionsAreConfigErrors) {
+  Env::Vars vars = step5(0);
+  vars["SLURM_DISTRIBUTION"] = "plane";
+  EXPECT_TRUE(Contains(config_error([&] { resolve_slurm(make_env(vars), {}, process_info()); }),
+                       "SLURM_DIST_PLANESIZE"));
+  vars["SLURM_DIST_PLANESIZE"] = "0";
+  EXPECT_TRUE(Contains(config_error([&] { resolve_slurm(make_env(vars), {}, process_info()); }),
+                       "SLURM_DIST_PLANESIZE"));
+  vars["SLURM_DISTRIBUTION"] = "spiral";
+  std::string message = config_error([&] { resolve_slurm(make_env(vars), {}, process_info()); });
+  EXPECT_TRUE(Contains(message, "SLURM_DISTRIBUTION=spiral"));
+  EXPECT_TRUE(Contains(message, "--mpi=pmix"));
+}
+
+TEST(SlurmLayout, ArbitraryFollowsTheHostfile) {
+  // srun -n 5 --distribution=arbitrary with SLURM_HOSTFILE "n2 n1 n2 n3 n2": the step's node list
+  // is sorted (n[1-3]) and its counts 1,3,1, but task 0 runs on n2.
+  const std::string path = ::testing::TempDir() + "strata_hostfile_" + std::to_string(::getpid());
+  {
+    std::ofstream out(path);
+    ASSERT_TRUE(out) << path;
+    out << "# the layout\nn2\nn1   # task 1\n\nn[2-3]\nn2\nn1\n";  // names past the 5th are not used
+  }
+  Env::Vars vars = step5(0, "1,3,1");
+  vars["SLURM_DISTRIBUTION"] = "arbitrary";
+  vars["SLURM_HOSTFILE"] = path;
+  EXPECT_EQ(all_addresses(make_env(vars)), (Addresses{"n2:8888", "n1:8888", "n2:8889", "n3:8888", "n2:8890"}));
+
+  // A hostfile that does not match the step, or names a node outside it.
+  { std::ofstream(path) << "n1\nn2\nn2\nn2\nn3\n"; }
+  vars["SLURM_STEP_TASKS_PER_NODE"] = "2,2,1";
+  EXPECT_TRUE(Contains(config_error([&] { resolve_slurm(make_env(vars), {}, process_info()); }), path));
+  { std::ofstream(path) << "n1\nn2\nn9\n"; }
+  EXPECT_TRUE(Contains(config_error([&] { resolve_slurm(make_env(vars), {}, process_info()); }), "n9"));
+  std::remove(path.c_str());
+
+  // Unreadable (e.g. on a node-local file system) or unset: the layout is unknown.
+  std::string message = config_error([&] { resolve_slurm(make_env(vars), {}, process_info()); });
+  EXPECT_TRUE(Contains(message, "SLURM_HOSTFILE=" + path));
+  EXPECT_TRUE(Contains(message, "--mpi=pmix"));
+  vars.erase("SLURM_HOSTFILE");
+  EXPECT_TRUE(Contains(config_error([&] { resolve_slurm(make_env(vars), {}, process_info()); }), "SLURM_HOSTFILE"));
+}
+
+TEST(SlurmLayout, PmixTaskMapOfEveryDistribution) {
+  struct Case {
+    const char* name;
+    const char* per_node;
+    const char* dist;
+    const char* map;
+    Addresses expected;
+  };
+  const std::vector<Case> cases = {
+      {"block", "3,1(x2)", "", "(vector,(0,1,3),(1,2,1))",
+       {"n1:8888", "n1:8889", "n1:8890", "n2:8888", "n3:8888"}},
+      {"cyclic", "3,1(x2)", "cyclic", "(vector,(0,3,1),(0,1,2))",
+       {"n1:8888", "n2:8888", "n3:8888", "n1:8889", "n1:8890"}},
+      {"plane=2", "3,1(x2)", "plane", "(vector,(0,1,2),(1,2,1),(0,1,1))",
+       {"n1:8888", "n1:8889", "n2:8888", "n3:8888", "n1:8890"}},
+      // No SLURM_HOSTFILE needed: the map says where each task is.
+      {"arbitrary", "1,3,1", "arbitrary", "(vector,(1,1,1),(0,3,1),(1,1,1))",
+       {"n2:8888", "n1:8888", "n2:8889", "n3:8888", "n2:8890"}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    Env::Vars vars = step5(0, c.per_node);
+    if (*c.dist) vars["SLURM_DISTRIBUTION"] = c.dist;  // plane without its size: the map decides
+    vars["SLURM_PMIX_MAPPING_SERV"] = c.map;
+    EXPECT_EQ(all_addresses(make_env(vars)), c.expected);
+  }
+}
+
+TEST(SlurmLayout, PmixTaskMapWinsWhereTheDistributionCannotTell) {
+  // Oversubscribed cyclic (CPUs 3 and 1, 6 tasks, slurm_step_layout.c): Slurm deals cyclically
+  // while CPUs last (0,1 2 3), then over every node again (4,5), so the counts (4,2) alone do not
+  // give the order (dealing them would put task 3 on n2); Slurm's map does.
+  Env::Vars vars = slurm_vars(3, "n[1-2]", "4,2", 6);
+  vars["SLURM_DISTRIBUTION"] = "cyclic";
+  vars["SLURM_PMIX_MAPPING_SERV"] = "(vector,(0,2,1),(0,1,3),(1,1,1))";
+  EXPECT_EQ(all_addresses(make_env(vars), jobs_options("ps=1,worker=5")),
+            (Addresses{"n1:8888", "n2:8888", "n1:8889", "n1:8890", "n1:8891", "n2:8889"}));
+}
+
+TEST(SlurmLayout, HeterogeneousStepFromThePmixTaskMap) {
+  // sbatch -N1 -n1 -w n3 : -N2 -n3 with srun --het-group=0,1: one step of 4 tasks, node list n[1-3],
+  // counts 2,1,1, but task 0 (component 0) runs on n3. Each component has its own
+  // SLURM_DISTRIBUTION (cyclic in component 0, block in 1); every task must still resolve the same
+  // cluster, with the PS on n3.
+  const std::vector<std::pair<int, const char*>> tasks = {{0, "cyclic"}, {1, "block"}, {2, "block"}, {3, "block"}};
+  std::uint64_t hash = 0;
+  for (const auto& [procid, dist] : tasks) {
+    SCOPED_TRACE(procid);
+    Env::Vars vars = slurm_vars(procid, "n[1-3]", "2,1(x2)", 4);
+    vars["SLURM_DISTRIBUTION"] = dist;
+    vars["SLURM_PMIX_MAPPING_SERV"] = "(vector,(2,1,1),(0,1,2),(1,1,1))";
+    vars["SLURMD_NODENAME"] = std::vector<const char*>{"n3", "n1", "n1", "n2"}[procid];
+    vars["SLURM_LOCALID"] = procid == 2 ? "1" : "0";
+    ResolvedCluster r = resolve_slurm(make_env(vars), jobs_options("ps=1,worker=3"), process_info());
+    EXPECT_EQ(addresses(r.cluster, "ps"), (Addresses{"n3:8888"}));
+    EXPECT_EQ(addresses(r.cluster, "worker"), (Addresses{"n1:8888", "n1:8889", "n2:8888"}));
+    if (procid == 0) hash = r.cluster.hash();
+    EXPECT_EQ(r.cluster.hash(), hash);
+  }
+}
+
+TEST(SlurmLayout, MalformedOrMismatchedPmixTaskMapIsIgnored) {
+  for (const char* map : {"(vector,(0,3,1))", "(vector,(0,1,3),(1,2,1)", "(vector,(0,1,3),(1,2))", "vector",
+                          "(vector,(0,1,3),(1,3,1))", "(vector,(0,1,3),(1,2,x))", "(vector,(0,1,4),(1,2,1))", ""}) {
+    SCOPED_TRACE(map);
+    Env::Vars vars = step5(0);
+    vars["SLURM_DISTRIBUTION"] = "cyclic";
+    vars["SLURM_PMIX_MAPPING_SERV"] = map;
+    EXPECT_EQ(all_addresses(make_env(vars)), (Addresses{"n1:8888", "n2:8888", "n3:8888", "n1:8889", "n1:8890"}));
+  }
+}
+
+TEST(SlurmLayout, TaskOnAnotherNodeThanTheLayoutSaysIsAConfigErrorNamingIt) {
+  // What the resolver used to do under -m cyclic: block order, task 1 on n2 but given n1:8889.
+  // Without Slurm's map or distribution (e.g. a launcher that drops them) the self-check catches it.
+  Env::Vars vars = step5(1);
+  vars["SLURMD_NODENAME"] = "n2";
+  vars["SLURM_LOCALID"] = "0";
+  std::string message = config_error([&] { resolve_slurm(make_env(vars), {}, process_info()); });
+  EXPECT_TRUE(Contains(message, "SLURM_PROCID=1 runs on n2 (SLURMD_NODENAME, SLURM_LOCALID=0)"));
+  EXPECT_TRUE(Contains(message, "puts it on n1 as local task 1"));
+  EXPECT_TRUE(Contains(message, "wrong node"));
+  // The same task with the step's distribution resolves, and its address is its own node's.
+  vars["SLURM_DISTRIBUTION"] = "cyclic";
+  ResolvedCluster r = resolve_slurm(make_env(vars), {}, process_info());
+  EXPECT_EQ(r.master(), "grpc://n2:8888");
+  // The right node but another local index (a port another task holds) is caught as well.
+  vars = step5(4);
+  vars["SLURM_DISTRIBUTION"] = "cyclic";
+  vars["SLURMD_NODENAME"] = "n1";
+  vars["SLURM_LOCALID"] = "1";
+  EXPECT_TRUE(Contains(config_error([&] { resolve_slurm(make_env(vars), {}, process_info()); }),
+                       "puts it on n1 as local task 2"));
+  vars["SLURM_LOCALID"] = "2";
+  EXPECT_EQ(resolve_slurm(make_env(vars), {}, process_info()).master(), "grpc://n1:8890");
+}
+
+class SlurmCyclicGpus : public ::testing::TestWithParam<std::pair<int, const char*>> {};
+
+TEST_P(SlurmCyclicGpus, GpusFollowTheNodeLocalIndex) {
+  // -N 3 -n 5 --ntasks-per-node=2 -m cyclic, 2 GPUs per node: 1 GPU per task, tasks 0,3 on n1,
+  // 1,4 on n2, 2 on n3: each task's GPU is its index on its node.
+  const auto& [procid, expected] = GetParam();
+  Env::Vars vars = step5(procid, "2(x2),1");
+  vars["SLURM_DISTRIBUTION"] = "cyclic";
+  ResolveOptions options;
+  options.gpus_per_node = 2;
+  ResolvedCluster r = resolve_slurm(make_env(vars), options, process_info());
+  EXPECT_EQ(r.num_gpus, 1);
+  EXPECT_EQ(r.cuda_visible_devices.value_or("<unset>"), expected);
+}
+
+INSTANTIATE_TEST_SUITE_P(Procids, SlurmCyclicGpus,
+                         ::testing::Values(std::make_pair(0, "0"), std::make_pair(1, "0"), std::make_pair(2, "0"),
+                                           std::make_pair(3, "1"), std::make_pair(4, "1")));
 
 // =================================================================================================
 // MPI

@@ -4,7 +4,11 @@
 //   1. explicit: --cluster FILE|JSON or STRATA_CLUSTER
 //   2. TF_CONFIG (TensorFlow's TFConfigClusterResolver semantics)
 //   3. the Slurm step environment (TensorFlow's SlurmClusterResolver semantics, except that
-//      hostlists expand exactly as Slurm expands them and Slurm's node order is kept)
+//      hostlists expand exactly as Slurm expands them, Slurm's node order is kept, and tasks are
+//      placed where Slurm really runs them: from Slurm's PMIx task map (srun --mpi=pmix), else by
+//      SLURM_DISTRIBUTION (block, cyclic, plane, arbitrary); TF assumes block order. Each task
+//      checks its placement against SLURMD_NODENAME / SLURM_LOCALID: a task the layout would put
+//      on another node is a ConfigError naming it, never a silently wrong address)
 //   4. plain MPI: the first --num-ps world ranks are PS, the rest workers
 // Every resolver is a pure function of an Env snapshot, the options and ProcessInfo (facts about the
 // process that need MPI or the devices), so all of them are unit-tested without MPI.
