@@ -13,4 +13,8 @@
 #include "strata/common/rank_context.h"
 #include "strata/ps/parameter_servers.h"
 #include "strata/strategy/parameter_server_strategy.h"
+#include "strata/train/hooks.h"
+#include "strata/train/model.h"
+#include "strata/train/run_config.h"
+#include "strata/train/train_and_evaluate.h"
 #include "strata/config.h"

@@ -441,6 +441,9 @@ ResolvedCluster resolve_slurm(const Env& env, const ResolveOptions& options, con
   }
 
   JobsSpec jobs = options.jobs;
+  // STRATA_JOBS (strata-mpirun --evaluator sets it) stands in for --jobs unless --num-ps is given.
+  if (jobs.empty() && !options.num_ps && env.has("STRATA_JOBS"))
+    jobs = parse_jobs_spec(env.get_string("STRATA_JOBS", ""));
   if (jobs.empty()) {
     int num_tasks = total;
     if (auto n = first_of(env, {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS"}))
@@ -535,6 +538,9 @@ ResolvedCluster resolve_mpi(const Env& env, const ResolveOptions& options, const
   int rank = rank_for(env, process);
   if (rank < 0) rank = 0;
   JobsSpec jobs = options.jobs;
+  // STRATA_JOBS (strata-mpirun --evaluator sets it) stands in for --jobs unless --num-ps is given.
+  if (jobs.empty() && !options.num_ps && env.has("STRATA_JOBS"))
+    jobs = parse_jobs_spec(env.get_string("STRATA_JOBS", ""));
   if (jobs.empty()) {
     // mpi_launch/strata-mpirun passes the PS count through STRATA_NUM_PS.
     const int num_ps = options.num_ps ? *options.num_ps

@@ -67,6 +67,7 @@ const std::vector<EnvVarDoc>& env_table() {
       {"STRATA_LOG_RANKS", "int list", "(all)", "only these world ranks log, e.g. 0,3"},
       {"STRATA_CLUSTER", "file|json", "", "explicit cluster (TF_CONFIG-shaped JSON or a job map); beats TF_CONFIG"},
       {"STRATA_NUM_PS", "int", "0", "mpi/slurm resolvers without --jobs: the first N ranks are PS (strata-mpirun sets it)"},
+      {"STRATA_JOBS", "jobs", "", "mpi/slurm resolvers without --jobs/--num-ps: roles in rank order, e.g. ps=1,worker=2,evaluator=1 (strata-mpirun --evaluator sets it)"},
       {"STRATA_TIMEOUT_S", "seconds", "60", "deadline of every bootstrap wait; a stall names the missing ranks"},
       {"STRATA_STALL_TIMEOUT_S", "seconds", "10", "strata train: a rank without a heartbeat this long has stopped; the job ends naming it (--stall-timeout)"},
       {"STRATA_PROGRESS_TIMEOUT_S", "seconds", "120", "strata train: a training worker whose step is frozen this long while the others move ends the job (0: off)"},

@@ -1,0 +1,93 @@
+// The model a user brings to train_and_evaluate (the Estimator's model_fn, as an interface).
+//
+// A Model is math on host buffers: it declares its variables (created in the strategy's scope on
+// every worker, in the same order), says which rows of its embedding tables a batch reads, and
+// computes the mean loss of a batch with its gradients and the number of correct predictions
+// (the metrics: loss and accuracy). It never talks to a parameter server: the training layer
+// pulls the parameters, calls step() on every replica, all-reduces and pushes the gradients.
+//
+// Thread-safety: step() and rows_needed() are const and run concurrently, one call per replica
+// thread; each call may use only its own scratch memory and the caller's buffers.
+//
+// The built-in softmax, mlp and wide_deep models (strata/model/model.h) implement this interface
+// through BuiltinModel.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strata/data/dataset.h"
+#include "strata/model/model.h"
+#include "strata/ps/variable.h"
+
+namespace strata::train {
+
+using model::Grads;
+using model::Inputs;
+using model::Params;
+
+// What one step() computed on one replica's slice of the batch.
+struct StepResult {
+  double loss = 0;            // mean loss over the slice (0 for an empty slice)
+  std::int64_t correct = 0;   // examples predicted right (for accuracy)
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  // A short name for the summary line ("mlp", "logreg").
+  virtual std::string name() const { return "custom"; }
+  // One line for the job's first log line, e.g. "mlp 784-256-128-10 relu (235146 parameters)".
+  virtual std::string describe() const = 0;
+  // Every variable, in creation order; every worker must return the same list (checked).
+  virtual std::vector<ps::VariableSpec> variables() const = 0;
+  // Variables pulled and pushed by rows (embedding tables); empty for dense models.
+  virtual std::vector<std::string> sparse_variables() const { return {}; }
+  // Unique ascending rows of sparse variable `var` that `inputs` reads.
+  virtual std::vector<std::int64_t> rows_needed(const std::string& var, const Inputs& inputs) const;
+  // Forward (and backward unless grads is null) over one slice: the mean loss, the correct count,
+  // and d(mean loss)/d(variable) for every trainable variable in *grads (dense in grads->dense,
+  // sparse variables' touched rows in grads->sparse).
+  virtual StepResult step(const Params& params, const Inputs& inputs, Grads* grads) const = 0;
+
+  // Defaults a RunConfig / TrainSpec field falls back to when left empty.
+  virtual std::string default_optimizer() const { return "adam"; }
+  virtual double default_learning_rate() const { return 0; }  // 0: the optimizer's own
+  virtual int default_epochs() const { return 20; }
+};
+
+// A built-in model (softmax | mlp | wide_deep) as a train::Model.
+class BuiltinModel : public Model {
+ public:
+  explicit BuiltinModel(std::unique_ptr<model::Model> model);
+  std::string name() const override { return model_->name(); }
+  std::string describe() const override { return model_->describe(); }
+  std::vector<ps::VariableSpec> variables() const override { return model_->variables(); }
+  std::vector<std::string> sparse_variables() const override { return model_->sparse_variables(); }
+  std::vector<std::int64_t> rows_needed(const std::string& var, const Inputs& inputs) const override {
+    return model_->rows_needed(var, inputs);
+  }
+  StepResult step(const Params& params, const Inputs& inputs, Grads* grads) const override;
+  // mlp/softmax: adam, 20 epochs (softmax reaches ~0.84 on Fashion-MNIST, mlp ~0.88);
+  // wide_deep: adagrad lr 0.2, 3 epochs on synthetic-sparse (~0.81).
+  std::string default_optimizer() const override;
+  double default_learning_rate() const override;
+  int default_epochs() const override;
+  const model::Model& builtin() const { return *model_; }
+
+ private:
+  std::unique_ptr<model::Model> model_;
+};
+
+// A built-in model sized for `train` (input width, classes, fields, vocabulary), e.g.
+// make_builtin_model("mlp", {}, seed, train). ConfigError for an unknown name.
+std::unique_ptr<BuiltinModel> make_builtin_model(const std::string& name, const std::vector<int>& hidden,
+                                                 std::uint64_t seed, const data::Dataset& train);
+
+// The batch `b` as model Inputs (views of its buffers).
+Inputs inputs_of(const data::Batch& b);
+
+}  // namespace strata::train

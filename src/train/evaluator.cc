@@ -1,0 +1,235 @@
+// The evaluator task: see evaluator.h and strata/train/train_and_evaluate.h.
+//
+// What it reads: only checkpoints named in <model_dir>/checkpoint.json, which the PS ranks replace
+// atomically after a checkpoint file is closed, fsync'ed and renamed (checkpoint/FORMAT.md), so a
+// file being written is never listed. Each one is verified (CRC) before it is read; one removed
+// meanwhile by max_to_keep, or damaged, is reported and skipped. The variables are read straight
+// from the file (rows of each variable the model uses), without the parameter servers.
+#include "train/evaluator.h"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "strata/checkpoint/checkpoint.h"
+#include "strata/common/error.h"
+#include "strata/train/train_and_evaluate.h"
+
+namespace strata::train {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct Evaluation {
+  bool ok = false;
+  std::string why;  // when not ok
+  double loss = 0, accuracy = 0;
+  std::int64_t global_step = 0;
+};
+
+// Reads the model's variables from `path` and evaluates them on `eval`.
+Evaluation evaluate_checkpoint(const Model& model, const data::Dataset& eval, const std::string& path,
+                               std::int64_t max_batches) {
+  Evaluation e;
+  try {
+    const checkpoint::Verification v = checkpoint::verify_checkpoint(path);
+    if (!v.ok) {
+      e.why = v.summary();
+      return e;
+    }
+    checkpoint::CheckpointReader reader(path);
+    e.global_step = reader.global_step();
+    const auto sparse = model.sparse_variables();
+    Params params;
+    for (const auto& spec : model.variables()) {
+      const checkpoint::VariableMeta* meta = reader.find(spec.name);
+      if (!meta) {
+        e.why = "the checkpoint has no variable '" + spec.name + "' (not this model's checkpoint?)";
+        return e;
+      }
+      if (meta->dtype != checkpoint::DType::kF32) {
+        e.why = "variable '" + spec.name + "' is " + checkpoint::to_string(meta->dtype) + ", the evaluator reads f32";
+        return e;
+      }
+      std::int64_t count = 1;
+      for (auto d : meta->shape) count *= d;
+      std::vector<float> values(static_cast<std::size_t>(count));
+      const std::int64_t rows = meta->shape.empty() ? 1 : meta->shape[0];
+      if (count > 0) reader.read_rows(spec.name, 0, rows, values.data());
+      if (std::find(sparse.begin(), sparse.end(), spec.name) != sparse.end()) {
+        model::SparseParam sp;
+        sp.width = static_cast<int>(meta->shape.size() > 1 ? count / std::max<std::int64_t>(1, rows) : 1);
+        sp.values = std::move(values);
+        for (std::int64_t r = 0; r < rows; ++r) sp.rows.push_back(r);
+        params.sparse[spec.name] = std::move(sp);
+      } else {
+        model::DenseParam p;
+        p.shape = spec.shape;
+        p.value = std::move(values);
+        params.dense[spec.name] = std::move(p);
+      }
+    }
+    e.accuracy = evaluate_params(model, params, eval, &e.loss, max_batches);
+    e.ok = true;
+  } catch (const Error& err) {
+    // Removed by max_to_keep between listing and reading, or unreadable: reported, skipped.
+    e.why = err.message();
+  }
+  return e;
+}
+
+// Keeps a copy of `path` as <dir>/best/<name> (replacing the previous best) and best.json.
+void keep_best(const std::string& dir, const std::string& path, std::int64_t step, const std::string& metric,
+               double value) {
+  const fs::path best = fs::path(dir) / "best";
+  fs::create_directories(best);
+  const fs::path name = fs::path(path).filename();
+  const fs::path tmp = best / (name.string() + ".tmp");
+  fs::copy_file(path, tmp, fs::copy_options::overwrite_existing);
+  fs::rename(tmp, best / name);
+  for (const auto& entry : fs::directory_iterator(best)) {
+    const std::string f = entry.path().filename().string();
+    if (f != name.string() && f.rfind("ckpt-", 0) == 0) fs::remove(entry.path());
+  }
+  const nlohmann::ordered_json j = {
+      {"checkpoint", name.string()}, {"global_step", step}, {"metric", metric}, {"value", value}};
+  const fs::path jtmp = best / "best.json.tmp";
+  std::ofstream(jtmp) << j.dump() << "\n";
+  fs::rename(jtmp, best / "best.json");
+}
+
+}  // namespace
+
+EvaluatorOutcome run_evaluator(const Model& model, const data::Dataset& eval, const EvaluatorOptions& opts) {
+  EvaluatorOutcome out;
+  const EvalSpec& spec = opts.eval_spec;
+  const bool by_loss = spec.best_metric == "loss";
+  if (!by_loss && spec.best_metric != "accuracy")
+    throw ConfigError("EvalSpec::best_metric: '" + spec.best_metric + "' is not accuracy or loss");
+  const auto t0 = Clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  std::int64_t last_step = -1;  // global step of the newest checkpoint evaluated (or skipped)
+  double next_at = spec.start_delay_secs;
+  bool have_best = false;
+  double best_value = 0;
+  std::ofstream jsonl;
+  bool done = false;
+  std::string final_name;
+  std::cout << "eval: evaluator watching " << opts.model_dir << " for checkpoints (" << eval.size
+            << " eval examples)" << std::endl;
+  while (true) {
+    // 1. Has training ended? The final checkpoint was committed before the message was sent, so
+    //    the listing below sees it.
+    if (!done) {
+      int flag = 0;
+      MPI_Status st;
+      STRATA_CHECK_MPI(MPI_Iprobe(opts.chief_rank, kEvaluatorTag, opts.comm, &flag, &st));
+      if (flag) {
+        int n = 0;
+        STRATA_CHECK_MPI(MPI_Get_count(&st, MPI_CHAR, &n));
+        std::string msg(static_cast<std::size_t>(n), '\0');
+        STRATA_CHECK_MPI(
+            MPI_Recv(msg.data(), n, MPI_CHAR, opts.chief_rank, kEvaluatorTag, opts.comm, MPI_STATUS_IGNORE));
+        const auto j = nlohmann::json::parse(msg);
+        out.status = j.at("status").get<int>();
+        final_name = j.at("final").get<std::string>();
+        done = true;
+      }
+    }
+    // 2. Newly committed checkpoints.
+    std::vector<checkpoint::CheckpointEntry> fresh;
+    try {
+      for (const auto& e : checkpoint::list_checkpoints(opts.model_dir))
+        if (e.global_step > last_step) fresh.push_back(e);
+    } catch (const ConfigError&) {
+      // model_dir not created yet (the first save creates it): nothing committed so far.
+    }
+    if (!fresh.empty() && (done || elapsed() >= next_at)) {
+      const checkpoint::CheckpointEntry target = fresh.back();
+      if (fresh.size() > 1) {
+        std::string names;
+        for (std::size_t i = 0; i + 1 < fresh.size(); ++i) names += (names.empty() ? "" : ", ") + fresh[i].file;
+        std::cout << "eval: skipped " << fresh.size() - 1 << " checkpoint(s) committed while evaluating ("
+                  << names << "): evaluating the newest, " << target.file << std::endl;
+      }
+      const std::string path = (fs::path(opts.model_dir) / target.file).string();
+      const Evaluation e = evaluate_checkpoint(model, eval, path, spec.steps);
+      last_step = target.global_step;
+      next_at = elapsed() + spec.throttle_secs;
+      if (!e.ok) {
+        std::cout << "eval: WARNING: cannot evaluate " << target.file << ": " << e.why << std::endl;
+      } else {
+        ++out.evaluated;
+        out.final_checkpoint = path;
+        if (!jsonl.is_open()) {
+          jsonl.open((fs::path(opts.model_dir) / "eval.jsonl").string(), std::ios::app);
+          if (!jsonl) throw Error("eval: cannot append to " + (fs::path(opts.model_dir) / "eval.jsonl").string());
+        }
+        jsonl << nlohmann::ordered_json{{"checkpoint", target.file},
+                                        {"global_step", e.global_step},
+                                        {"loss", e.loss},
+                                        {"accuracy", e.accuracy},
+                                        {"examples", eval.size},
+                                        {"skipped", fresh.size() - 1},
+                                        {"wall_s", elapsed()}}
+                     .dump()
+              << "\n"
+              << std::flush;
+        const double value = by_loss ? e.loss : e.accuracy;
+        const bool better = !have_best || (by_loss ? value < best_value : value > best_value);
+        std::ostringstream line;
+        line << std::fixed << std::setprecision(4) << "eval: " << target.file << " global_step " << e.global_step
+             << " loss " << e.loss << " accuracy " << e.accuracy << (better ? " (best so far)" : "");
+        std::cout << line.str() << std::endl;
+        if (better) {
+          have_best = true;
+          best_value = value;
+          keep_best(opts.model_dir, path, e.global_step, spec.best_metric, value);
+        }
+      }
+      continue;  // look again at once: the final message may have come meanwhile
+    }
+    if (done) break;
+    std::this_thread::sleep_for(std::chrono::duration<double>(opts.poll_s));
+  }
+  std::cout << "eval: done: evaluated " << out.evaluated << " checkpoint(s)"
+            << (final_name.empty() ? std::string() : ", the final one " + fs::path(final_name).filename().string())
+            << std::endl;
+  return out;
+}
+
+void notify_evaluators(const Runtime& runtime, MPI_Comm comm, const std::string& final_checkpoint, int status,
+                       double timeout_s) {
+  const std::string msg = nlohmann::json{{"status", status}, {"final", final_checkpoint}}.dump();
+  std::vector<int> targets;
+  for (const auto& info : runtime.ranks())
+    if (info.task.type == "evaluator") targets.push_back(info.rank);
+  std::vector<MPI_Request> requests(targets.size());
+  for (std::size_t i = 0; i < targets.size(); ++i)
+    STRATA_CHECK_MPI(MPI_Isend(msg.data(), static_cast<int>(msg.size()), MPI_CHAR, targets[i], kEvaluatorTag, comm,
+                               &requests[i]));
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  while (true) {
+    int all = 0;
+    STRATA_CHECK_MPI(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &all, MPI_STATUSES_IGNORE));
+    if (all) return;
+    if (Clock::now() > deadline) {
+      std::string who;
+      for (int r : targets) who += (who.empty() ? "" : ",") + std::to_string(r);
+      throw TimeoutError("the evaluator rank(s) " + who + " did not take the end-of-training message within " +
+                             std::to_string(timeout_s) + " s",
+                         targets);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+}  // namespace strata::train

@@ -1,0 +1,560 @@
+// train_and_evaluate: the training session of one process (strata/train/train_and_evaluate.h).
+//
+// Setup, collective over the whole job (every rank, every role):
+//   1. bootstrap the runtime (cluster resolution and cross-checks) and start liveness heartbeats;
+//   2. choose the replicas' devices, load the data and build the model where needed, and agree on
+//      one verdict: the first rank's configuration error is reported in one line by that rank,
+//      every rank returns status 2 (no rank is left waiting);
+//   3. agree on the optimizer (the chief's, which may come from its model's defaults);
+//   4. run the hooks' begin(), create the variables in scope (restoring lazily from a checkpoint)
+//      and materialise them on the PS ranks.
+// Then each role goes its own way: PS ranks serve, the evaluator watches model_dir (evaluator.cc),
+// the workers run the loop below. A worker's step: pull the parameters (dense in one batch, the
+// rows its batch needs of sparse ones), compute loss and gradients on each replica's slice, all-
+// reduce them across the replicas and push once per worker, increment the global step, then pass
+// the checkpoint boundary (strategy.end_step) and run the hooks. After the last step: the final
+// checkpoint (before any other wait on the workers), the evaluator told where it is, every push
+// applied, job-wide figures reduced over the workers, then the hooks' end() and strategy.finish().
+#include "strata/train/train_and_evaluate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "strata/cluster/liveness.h"
+#include "strata/common/env.h"
+#include "strata/common/error.h"
+#include "strata/common/logging.h"
+#include "strata/common/signals.h"
+#include "strata/replica/gpu.h"
+#include "train/evaluator.h"
+
+namespace strata::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+
+// A model the caller owns, handed to the ModelFn overload.
+class BorrowedModel : public Model {
+ public:
+  explicit BorrowedModel(Model& m) : m_(m) {}
+  std::string describe() const override { return m_.describe(); }
+  std::vector<ps::VariableSpec> variables() const override { return m_.variables(); }
+  std::vector<std::string> sparse_variables() const override { return m_.sparse_variables(); }
+  std::vector<std::int64_t> rows_needed(const std::string& var, const Inputs& in) const override {
+    return m_.rows_needed(var, in);
+  }
+  StepResult step(const Params& p, const Inputs& in, Grads* g) const override { return m_.step(p, in, g); }
+  std::string name() const override { return m_.name(); }
+  std::string default_optimizer() const override { return m_.default_optimizer(); }
+  double default_learning_rate() const override { return m_.default_learning_rate(); }
+  int default_epochs() const override { return m_.default_epochs(); }
+
+ private:
+  Model& m_;
+};
+
+// The optimizer spec the job uses: the configured one, else the model's default, with the
+// configured learning rate (else the model's) appended.
+std::string optimizer_spec(const RunConfig& cfg, const Model* model) {
+  std::string opt = !cfg.optimizer.empty() ? cfg.optimizer : model ? model->default_optimizer() : "";
+  if (opt.empty()) return opt;
+  const double lr = cfg.learning_rate > 0 ? cfg.learning_rate
+                    : (cfg.optimizer.empty() && model) ? model->default_learning_rate()
+                                                       : 0;
+  if (lr > 0) opt += (opt.find(':') == std::string::npos ? ":lr=" : ",lr=") + std::to_string(lr);
+  return opt;
+}
+
+// The parameters as they are on the PS now (cross-replica reads; sparse tables in full).
+Params pull_params(const Model& model, ParameterServerStrategy& strategy, const std::vector<Variable>& vars) {
+  Params params;
+  for (const auto& v : vars) {
+    model::DenseParam p;
+    strategy.read(v, p.value);
+    p.shape = v.shape();
+    params.dense[v.name()] = std::move(p);
+  }
+  // Sparse tables are evaluated from full dense pulls: fine for the built-in sizes.
+  for (const auto& name : model.sparse_variables()) {
+    auto it = params.dense.find(name);
+    if (it == params.dense.end()) continue;
+    model::SparseParam sp;
+    sp.width = static_cast<int>(it->second.shape.size() > 1 ? it->second.shape[1] : 1);
+    sp.values = std::move(it->second.value);
+    for (std::int64_t r = 0; r < it->second.shape[0]; ++r) sp.rows.push_back(r);
+    params.dense.erase(it);
+    params.sparse[name] = std::move(sp);
+  }
+  return params;
+}
+
+// Collective over the workers: a barrier that names nobody but cannot hang past its deadline.
+void workers_barrier(MPI_Comm comm, double timeout_s, const char* what) {
+  MPI_Request request;
+  STRATA_CHECK_MPI(MPI_Ibarrier(comm, &request));
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  int done = 0;
+  while (!done) {
+    STRATA_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (!done && Clock::now() > deadline) throw TimeoutError(what, {});
+    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+TrainResult config_failure(const std::string& message, bool report) {
+  TrainResult r;
+  r.status = kStatusUsage;
+  r.error = message;
+  r.report_error = report;
+  return r;
+}
+
+}  // namespace
+
+double evaluate_params(const Model& model, const Params& params, const data::Dataset& ds, double* loss_out,
+                       std::int64_t max_batches) {
+  std::vector<std::int64_t> all(static_cast<std::size_t>(ds.size));
+  for (std::int64_t i = 0; i < ds.size; ++i) all[i] = i;
+  data::BatchIterator it(ds, all, 1000, false, 2);
+  data::Batch batch;
+  std::int64_t correct = 0, seen = 0, batches = 0;
+  double loss = 0;
+  while ((max_batches <= 0 || batches < max_batches) && it.next(batch)) {
+    const StepResult r = model.step(params, inputs_of(batch), nullptr);
+    loss += r.loss * batch.size;
+    correct += r.correct;
+    seen += batch.size;
+    ++batches;
+  }
+  if (loss_out) *loss_out = seen ? loss / seen : 0;
+  return seen ? static_cast<double>(correct) / static_cast<double>(seen) : 0;
+}
+
+TrainResult train_and_evaluate(Model& model, const RunConfig& config, const TrainSpec& train_spec,
+                               const EvalSpec& eval_spec) {
+  return train_and_evaluate([&model](const data::Dataset&) { return std::make_unique<BorrowedModel>(model); },
+                            config, train_spec, eval_spec);
+}
+
+TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, const TrainSpec& train_spec,
+                               const EvalSpec& eval_spec) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) throw Error("train_and_evaluate: MPI is not initialised (create a strata::MpiSession first)");
+  MPI_Comm world = cfg.world == MPI_COMM_NULL ? MPI_COMM_WORLD : cfg.world;
+  Env env = Env::from_process();
+  const double t_start = now_s();
+  BootstrapOptions boot;
+  boot.timeout_s = cfg.timeout_s;
+  if (cfg.num_ps >= 0) boot.resolve.num_ps = cfg.num_ps;
+  boot.resolve.jobs = cfg.jobs;
+  std::unique_ptr<Runtime> rt;
+  int world_rank = 0;
+  MPI_Comm_rank(world, &world_rank);
+  try {
+    rt = Runtime::bootstrap(world, env, boot);
+  } catch (const ConfigError& e) {
+    return config_failure(e.message(), world_rank == 0);
+  }
+  // Heartbeats from here on: a stopped or frozen rank ends the job within seconds, named
+  // (strata/cluster/liveness.h). Declared after the runtime, so it stops before the runtime goes.
+  LivenessOptions live_opt;
+  live_opt.stop_timeout_s = cfg.stall_timeout_s;
+  live_opt.stall_timeout_s = cfg.progress_timeout_s;
+  LivenessMonitor live(*rt, live_opt);
+  liveness::set_phase(liveness::Phase::kRestore);
+
+  const Role role = rt->role();
+  const bool trains = role == Role::kChief || role == Role::kWorker;
+  const bool evaluator = role == Role::kEvaluator;
+  TrainResult result;
+  result.role = role;
+
+  // Every rank validates the configuration the same way, so a bad flag ends every rank cleanly.
+  StrategyOptions sopt;
+  std::unique_ptr<Model> net;
+  data::Dataset train_set, eval_set;
+  std::string config_error;
+  // The replicas' devices first: a collective every rank completes before any rank can fail below
+  // (the validation that follows only runs when it found nothing wrong).
+  try {
+    sopt.gpus = choose_replica_gpus(*rt, env, cfg.devices, cfg.timeout_s);
+  } catch (const ConfigError& e) {
+    config_error = e.message();
+  }
+  if (config_error.empty()) try {
+      // The evaluator's needs are known to every rank (the cluster is the same everywhere).
+      if (rt->count_role(Role::kEvaluator) > 0 && cfg.model_dir.empty())
+        throw ConfigError("the job has an evaluator task but no model_dir (--checkpoint-dir): the evaluator "
+                          "evaluates the checkpoints the job saves there");
+      if (!cfg.optimizer.empty()) sopt.ps.optimizer = ps::OptimizerConfig::parse(optimizer_spec(cfg, nullptr));
+      sopt.ps.consistency = ps::ConsistencyConfig::parse(cfg.consistency);
+      sopt.ps.placement = ps::parse_placement_policy(cfg.placement);
+      sopt.ps.transport = cfg.transport;
+      sopt.ps.timeout_s = cfg.timeout_s;
+      sopt.ps.apply_threads = cfg.ps_threads;
+      sopt.ps.max_arena_bytes = cfg.max_arena_bytes;
+      sopt.cpu_replicas = cfg.cpu_replicas;
+      if (role != Role::kPs) {
+        // This worker's replicas: its GPUs, or the CPU threads.
+        const int replicas = sopt.gpus.empty() ? cfg.cpu_replicas : static_cast<int>(sopt.gpus.size());
+        data::InputContext ictx{1, 0, replicas};
+        ictx.get_per_replica_batch_size(cfg.global_batch);
+        if (!train_spec.input_fn) throw ConfigError("TrainSpec has no input_fn");
+        train_set = train_spec.input_fn();
+        if (rt->is_chief() || evaluator) eval_set = eval_spec.input_fn ? eval_spec.input_fn() : train_set;
+        if (evaluator && eval_set.size == 0) throw ConfigError("the evaluator's eval data is empty");
+        // Workers (and the evaluator) build the model from the data's shape; PS ranks receive the
+        // chief's variable list.
+        net = make_model(train_set);
+        if (!net) throw ConfigError("the model function returned no model");
+        if (cfg.optimizer.empty()) sopt.ps.optimizer = ps::OptimizerConfig::parse(optimizer_spec(cfg, net.get()));
+      }
+    } catch (const ConfigError& e) {
+      config_error = e.message();
+    }
+  // Agree on the verdict: the first rank's error, in one line, on every rank.
+  std::vector<std::string> verdicts =
+      allgather_strings(rt->comms().runtime(), config_error, cfg.timeout_s, "train config");
+  for (std::size_t r = 0; r < verdicts.size(); ++r)
+    if (!verdicts[r].empty()) return config_failure(verdicts[r], rt->rank() == static_cast<int>(r));
+  // The optimizer is the chief's (its model's default when none is configured): the PS ranks
+  // apply it without a model of their own.
+  {
+    const std::string mine = rt->is_chief() && net ? optimizer_spec(cfg, net.get()) : std::string();
+    for (const auto& s : allgather_strings(rt->comms().runtime(), mine, cfg.timeout_s, "optimizer"))
+      if (!s.empty()) sopt.ps.optimizer = ps::OptimizerConfig::parse(s);
+  }
+
+  ParameterServerStrategy strategy(*rt, sopt);
+  RunContext ctx;
+  ctx.config = &cfg;
+  ctx.runtime = rt.get();
+  ctx.strategy = &strategy;
+  ctx.strategy_options = sopt;
+  ctx.model = net.get();
+  ctx.role = role;
+  ctx.is_chief = rt->is_chief();
+  ctx.start_time = t_start;
+  ctx.max_steps = train_spec.max_steps;
+  ctx.model_label = net ? net->name() : std::string();
+  ctx.data_label = train_spec.data_name;
+  HookList hooks = default_hooks(cfg, train_spec);
+  for (const auto& h : train_spec.hooks)
+    if (h) hooks.push_back(h);
+  for (auto& h : hooks) h->begin(ctx);
+
+  std::vector<Variable>& vars = ctx.variables;
+  try {
+    strategy.set_checkpoint_options(cfg.checkpoint_options());
+    if (!cfg.restore.empty()) {
+      RestoreOptions ropt;
+      ropt.expect_partial = cfg.expect_partial;
+      strategy.restore(cfg.restore == "latest" ? cfg.model_dir : cfg.restore, ropt);
+    }
+    strategy.scope([&] {
+      if (trains)
+        for (auto& spec : net->variables()) vars.push_back(strategy.create_variable(spec));
+    });
+  } catch (const ConfigError& e) {
+    // Raised identically on every rank (restore verdicts are agreed before anything is allocated).
+    return config_failure(e.message(), rt->rank() == 0);
+  }
+  if (strategy.is_ps()) {
+    liveness::set_phase(liveness::Phase::kServe);
+    const bool preempted = strategy.serve();
+    result.status = strategy.save_error_stopped() ? kStatusFailure : preempted ? kStatusPreempted : kStatusOk;
+    return result;
+  }
+  if (evaluator) {
+    liveness::set_phase(liveness::Phase::kEvaluate);
+    EvaluatorOptions eo;
+    eo.model_dir = cfg.model_dir;
+    eo.eval_spec = eval_spec;
+    eo.comm = rt->comms().runtime();
+    eo.chief_rank = rt->chief_rank();
+    const EvaluatorOutcome out = run_evaluator(*net, eval_set, eo);
+    result.status = out.status;
+    result.final_checkpoint = out.final_checkpoint;
+    result.checkpoints_evaluated = out.evaluated;
+    return result;
+  }
+
+  // ---- worker ----
+  const int replicas = strategy.num_replicas_in_sync();
+  // Every worker's replicas ("gpu:0,1" or "cpu:K"), in worker order, for the startup line and the
+  // summary (workers of one job may differ: --devices auto on a mix of GPU and CPU nodes).
+  ctx.worker_devices = allgather_strings(rt->comms().workers(), strategy.devices(), cfg.timeout_s, "worker devices");
+  ctx.devices_kind = ctx.worker_devices.front().substr(0, 3);
+  for (const auto& d : ctx.worker_devices)
+    if (d.compare(0, 3, ctx.devices_kind) != 0) ctx.devices_kind = "mixed";
+  // GPU replicas: one dense model per GPU, on the replica's device and stream. Its flat buffers
+  // follow the CPU model's variable order, which is checked here once (a mismatch would push every
+  // gradient to the wrong variable). Only the built-in dense models have a GPU implementation.
+  PerReplica<std::unique_ptr<replica::GpuMlpReplica>> gpu_models;
+  if (strategy.uses_gpus()) {
+    const auto* builtin = dynamic_cast<const BuiltinModel*>(net.get());
+    if (!builtin) throw ConfigError("GPU replicas run the built-in mlp and softmax models only (use --devices cpu)");
+    const model::ModelConfig& mc = builtin->builtin().config();
+    const replica::GpuMlpReplica::Shape shape{mc.input_dim, mc.hidden, mc.num_classes};
+    for (int r = 0; r < replicas; ++r)
+      gpu_models.push_back(std::make_unique<replica::GpuMlpReplica>(strategy.device_group(), r, shape));
+    const auto& gv = gpu_models.front()->variables();
+    std::size_t offset = 0;
+    bool same = gv.size() == vars.size();
+    for (std::size_t i = 0; same && i < vars.size(); ++i) {
+      same = gv[i].name == vars[i].name() && gv[i].shape == vars[i].shape() && gv[i].offset == offset &&
+             static_cast<std::int64_t>(gv[i].size) == vars[i].num_elements();
+      offset += gv[i].size;
+    }
+    if (!same) throw Error("the GPU model's variables differ from the " + ctx.model_label + " model's");
+  }
+  const auto sparse_names = net->sparse_variables();
+  auto is_sparse = [&](const std::string& n) {
+    return std::find(sparse_names.begin(), sparse_names.end(), n) != sparse_names.end();
+  };
+  const int epochs = train_spec.epochs > 0 ? train_spec.epochs : net->default_epochs();
+  ctx.epochs = epochs;
+  const data::AutoShard policy = data::parse_auto_shard(cfg.shard, "--shard");
+  ctx.evaluate = [&](double* loss) {
+    return evaluate_params(*net, pull_params(*net, strategy, vars), eval_set, loss, eval_spec.steps);
+  };
+
+  TrainSummary& summary = ctx.summary;
+  summary.staleness_tracked = sopt.ps.consistency.mode != ps::Consistency::kSync;
+  const bool track_staleness = summary.staleness_tracked;
+  // Resume: this worker's position in the restored checkpoint (zeros when starting fresh).
+  const ps::WorkerPosition resume = strategy.restored_position();
+  ctx.resumed = strategy.restore_report().has_value();
+  ctx.resumed_from = resume;
+  ctx.position = resume;
+  ctx.step = resume.step;
+  ctx.global_step = strategy.global_step();
+  ctx.epoch = static_cast<int>(resume.epoch);
+  for (auto& h : hooks) h->after_create_session(ctx);
+
+  std::int64_t& step = ctx.step;
+  std::int64_t examples = 0, log_examples = 0;
+  double window_loss = 0;
+  std::int64_t window_correct = 0, window_examples = 0;
+  auto t_train = Clock::now();
+  auto t_log = Clock::now();
+  DistributeOptions dopt;
+  dopt.global_batch = cfg.global_batch;
+  dopt.seed = cfg.seed;
+  DistributedDataset dist = strategy.distribute_dataset(train_set, policy, dopt);
+  // Every worker runs the same number of steps per epoch (the smallest shard's): under sync
+  // consistency a worker that stopped early would leave the others waiting for its gradients.
+  // Shard sizes do not change between epochs (only their order does), so this is agreed once, up
+  // front: no collective inside the loop, where workers resumed from one checkpoint may sit in
+  // different epochs (one just past an epoch's end, another still finishing it).
+  dist.start_epoch(0);
+  long long my_batches = data::BatchIterator::num_batches(dist.examples_this_epoch(), cfg.global_batch, true);
+  long long epoch_batches = 0;
+  STRATA_CHECK_MPI(MPI_Allreduce(&my_batches, &epoch_batches, 1, MPI_LONG_LONG, MPI_MIN, rt->comms().workers()));
+  // Per-replica parameter and gradient buffers, reused every step (each replica touches its own).
+  std::vector<Params> replica_params(replicas);
+  std::vector<Grads> replica_grads(replicas);
+  TraceWriter* trace = ctx.trace;
+  liveness::set_step(step);
+  liveness::set_phase(liveness::Phase::kTrain);
+  for (int epoch = static_cast<int>(resume.epoch); epoch < epochs && !ctx.stop_requested(); ++epoch) {
+    const std::int64_t skip = epoch == resume.epoch ? resume.offset : 0;
+    ctx.epoch = epoch;
+    dist.start_epoch(epoch, skip);
+    PerReplica<data::Batch> parts;
+    for (long long b = skip / cfg.global_batch; b < epoch_batches && !ctx.stop_requested(); ++b) {
+      for (auto& h : hooks) h->before_run(ctx);
+      auto t0 = Clock::now();
+      if (!dist.next(parts)) break;
+      RunValues v;
+      v.input_s = since(t0);
+      v.batch_size = 0;
+      for (const auto& p : parts) v.batch_size += p.size;
+      PerReplica<double> losses(replicas);
+      PerReplica<std::int64_t> corrects(replicas);
+      std::vector<double> pull_s(replicas), compute_s(replicas), push_s(replicas);
+      std::int64_t global_step = ctx.global_step;
+      strategy.run([&](ReplicaContext& rctx) {
+        const int r = rctx.replica_id_in_sync_group();
+        const Inputs in = inputs_of(parts[r]);
+        TraceWriter::Span span_step(trace, "step", r);
+        // One atomic read per worker step (replica 0 only), against a step of milliseconds.
+        const std::int64_t step_at_pull = (r == 0 && track_staleness) ? strategy.global_step() : 0;
+        auto a = Clock::now();
+        auto count_staleness = [&](std::int64_t gs) {
+          if (r == 0) global_step = gs;
+          if (r == 0 && track_staleness) {
+            const std::int64_t s = gs - 1 - step_at_pull;
+            summary.staleness_sum += s;
+            ++summary.staleness_count;
+            summary.staleness_max = std::max(summary.staleness_max, s);
+          }
+        };
+        if (!gpu_models.empty()) {
+          replica::GpuMlpReplica& m = *gpu_models[r];
+          {
+            TraceWriter::Span span(trace, "pull", r);
+            m.upload_params(rctx.read_all(vars), m.num_parameters());
+          }
+          auto bt = Clock::now();
+          {
+            TraceWriter::Span span(trace, "compute", r);
+            const auto res = m.train_step(in.dense, in.labels, in.size);
+            losses[r] = res.loss;
+            corrects[r] = res.correct;
+          }
+          auto c = Clock::now();
+          {
+            TraceWriter::Span span(trace, "all-reduce+push", r);
+            rctx.apply_gradients_flat(vars, m.grads(), m.num_parameters());
+            count_staleness(rctx.increment_global_step());
+          }
+          auto d = Clock::now();
+          pull_s[r] = std::chrono::duration<double>(bt - a).count();
+          compute_s[r] = std::chrono::duration<double>(c - bt).count();
+          push_s[r] = std::chrono::duration<double>(d - c).count();
+          return;
+        }
+        // This replica's buffers from the previous step: pulling into them again costs no
+        // allocation and no page faults (a fresh 1 MB vector per step made the MLP's pull several
+        // times slower than the transport's own bandwidth).
+        Params& params = replica_params[r];
+        {
+          TraceWriter::Span span(trace, "pull", r);
+          // The dense variables in one batch (one completion wait for all of them), then the
+          // rows each replica needs.
+          std::vector<Variable> dense;
+          std::vector<std::vector<float>*> dense_out;
+          for (const auto& var : vars) {
+            if (is_sparse(var.name())) continue;
+            model::DenseParam& p = params.dense[var.name()];
+            p.shape = var.shape();
+            dense.push_back(var);
+            dense_out.push_back(&p.value);
+          }
+          rctx.read_many(dense, dense_out);
+          for (const auto& var : vars) {
+            if (!is_sparse(var.name())) continue;
+            model::SparseParam& sp = params.sparse[var.name()];
+            sp.rows = net->rows_needed(var.name(), in);
+            sp.width = static_cast<int>(var.shape().size() > 1 ? var.shape()[1] : 1);
+            rctx.read_rows(var, sp.rows, sp.values);
+          }
+        }
+        auto bt = Clock::now();
+        Grads& grads = replica_grads[r];
+        {
+          TraceWriter::Span span(trace, "compute", r);
+          const StepResult res = net->step(params, in, &grads);
+          losses[r] = res.loss;
+          corrects[r] = res.correct;
+        }
+        auto c = Clock::now();
+        {
+          TraceWriter::Span span(trace, "all-reduce+push", r);
+          for (const auto& var : vars) {
+            if (!var.trainable()) continue;
+            if (is_sparse(var.name())) {
+              auto& g = grads.sparse[var.name()];
+              rctx.apply_sparse_gradient(var, g.rows, g.values);
+            } else {
+              rctx.apply_gradient(var, grads.dense[var.name()].value);
+            }
+          }
+          count_staleness(rctx.increment_global_step());
+        }
+        auto d = Clock::now();
+        pull_s[r] = std::chrono::duration<double>(bt - a).count();
+        compute_s[r] = std::chrono::duration<double>(c - bt).count();
+        push_s[r] = std::chrono::duration<double>(d - c).count();
+      });
+      ++step;
+      ctx.global_step = global_step;
+      liveness::set_step(step);
+      ctx.position = {epoch, (b + 1) * static_cast<std::int64_t>(cfg.global_batch), step};
+      if (b + 1 == epoch_batches) ctx.position = {epoch + 1, 0, step};
+      v.outcome = strategy.end_step(ctx.position);
+      examples += v.batch_size;
+      double loss = 0;
+      std::int64_t correct = 0;
+      for (int r = 0; r < replicas; ++r) {
+        loss += losses[r] * parts[r].size;
+        correct += corrects[r];
+      }
+      v.step = step;
+      v.global_step = global_step;
+      v.epoch = epoch;
+      v.loss = loss / std::max(1, v.batch_size);
+      v.correct = correct;
+      summary.last_loss = v.loss;
+      window_loss += loss;
+      window_correct += correct;
+      window_examples += v.batch_size;
+      v.pull_s = pull_s[0];
+      v.compute_s = compute_s[0];
+      v.push_s = push_s[0];
+      v.step_s = since(t0);
+      v.log_step = (cfg.log_step_count_steps > 0 && step % cfg.log_step_count_steps == 0) ||
+                   (cfg.log_step_count_secs > 0 && since(t_log) >= cfg.log_step_count_secs);
+      if (v.log_step) {
+        const double dt = since(t_log);
+        v.window_examples_per_sec = (examples - log_examples) / std::max(dt, 1e-9);
+        v.window_loss = window_loss / std::max<std::int64_t>(1, window_examples);
+        v.window_accuracy = static_cast<double>(window_correct) / std::max<std::int64_t>(1, window_examples);
+      }
+      for (auto& h : hooks) h->after_run(ctx, v);
+      if (v.log_step) {
+        t_log = Clock::now();
+        log_examples = examples;
+        window_loss = 0;
+        window_correct = 0;
+        window_examples = 0;
+      }
+    }
+  }
+  summary.train_s = since(t_train);
+  summary.examples = examples;
+  liveness::set_phase(liveness::Phase::kFinal);
+  // The remaining saves and the final one, before any other wait on the workers: a worker waiting
+  // elsewhere would never arrive at a save the chief requested.
+  strategy.finish_training(ctx.position);
+  const int status = strategy.save_error_stopped() ? kStatusFailure
+                     : strategy.stopped()          ? kStatusPreempted
+                                                   : kStatusOk;
+  // The evaluator tasks learn that training is over and which checkpoint is the final one.
+  if (ctx.is_chief && rt->count_role(Role::kEvaluator) > 0)
+    notify_evaluators(*rt, rt->comms().runtime(), strategy.final_checkpoint(), status, cfg.timeout_s);
+
+  // Every worker's pushes must be applied before the chief evaluates the final model (and reads
+  // the PS statistics): each worker waits for its own acks, then all meet.
+  // (No replica thread runs here: the PS client is this thread's alone.)
+  strategy.parameter_servers().wait_applied();
+  workers_barrier(rt->comms().workers(), cfg.timeout_s * 10, "workers did not all finish training");
+  // Sum of every worker's throughput: the job's examples/s.
+  double my_eps = examples / std::max(summary.train_s, 1e-9);
+  STRATA_CHECK_MPI(
+      MPI_Allreduce(&my_eps, &summary.job_examples_per_sec, 1, MPI_DOUBLE, MPI_SUM, rt->comms().workers()));
+  // Update staleness over every worker's steps: sums and counts add, maxima take the max.
+  long long stale_sums[2] = {summary.staleness_sum, summary.staleness_count}, stale_tot[2] = {0, 0};
+  long long stale_max = summary.staleness_max;
+  STRATA_CHECK_MPI(MPI_Allreduce(stale_sums, stale_tot, 2, MPI_LONG_LONG, MPI_SUM, rt->comms().workers()));
+  STRATA_CHECK_MPI(
+      MPI_Allreduce(&stale_max, &summary.job_staleness_max, 1, MPI_LONG_LONG, MPI_MAX, rt->comms().workers()));
+  summary.job_staleness_sum = stale_tot[0];
+  summary.job_staleness_count = stale_tot[1];
+  for (auto& h : hooks) h->end(ctx);
+  result.global_step = ctx.global_step;
+  result.final_checkpoint = strategy.final_checkpoint();
+  strategy.finish(ctx.position);
+  result.status = strategy.save_error_stopped() ? kStatusFailure : strategy.stopped() ? kStatusPreempted : kStatusOk;
+  return result;
+}
+
+}  // namespace strata::train
