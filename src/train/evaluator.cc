@@ -156,8 +156,8 @@ EvaluatorOutcome run_evaluator(const Model& model, const data::Dataset& eval, co
       if (fresh.size() > 1) {
         std::string names;
         for (std::size_t i = 0; i + 1 < fresh.size(); ++i) names += (names.empty() ? "" : ", ") + fresh[i].file;
-        std::cout << "eval: skipped " << fresh.size() - 1 << " checkpoint(s) committed while evaluating ("
-                  << names << "): evaluating the newest, " << target.file << std::endl;
+        std::cout << "eval: behind: skipped " << fresh.size() - 1 << " older checkpoint(s) (" << names
+                  << "), evaluating the newest, " << target.file << std::endl;
       }
       const std::string path = (fs::path(opts.model_dir) / target.file).string();
       const Evaluation e = evaluate_checkpoint(model, eval, path, spec.steps);

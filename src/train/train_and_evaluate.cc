@@ -193,6 +193,9 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
       if (rt->count_role(Role::kEvaluator) > 0 && cfg.model_dir.empty())
         throw ConfigError("the job has an evaluator task but no model_dir (--checkpoint-dir): the evaluator "
                           "evaluates the checkpoints the job saves there");
+      if (rt->count_role(Role::kEvaluator) > 0 && rt->count_role(Role::kChief) + rt->count_role(Role::kWorker) == 0)
+        throw ConfigError("the job has an evaluator task but no chief or worker task: nothing would write the "
+                          "checkpoints it evaluates");
       if (!cfg.optimizer.empty()) sopt.ps.optimizer = ps::OptimizerConfig::parse(optimizer_spec(cfg, nullptr));
       sopt.ps.consistency = ps::ConsistencyConfig::parse(cfg.consistency);
       sopt.ps.placement = ps::parse_placement_policy(cfg.placement);
