@@ -1,9 +1,13 @@
-// custom_model: a model of your own on strata's ParameterServerStrategy, using the public API
-// only. Logistic regression on a seeded synthetic problem: the variables live on the PS ranks,
-// each worker trains on its own examples, its replicas split the batch and their gradients are
-// averaged and pushed once per step.
+// custom_model: a model of your own trained with strata::train::train_and_evaluate, using the
+// public API only. Logistic regression on a seeded synthetic problem: the variables live on the
+// PS ranks, each worker trains on its shard, its 2 replicas split each batch and their gradients
+// are averaged and pushed once per step. From the training layer it gets checkpoints and resume
+// (give a model_dir), the preemption save and exit 75 (SIGTERM/SIGUSR1), the chief's progress
+// lines and JSON summary, and an evaluator task when the job has one.
 //
-//   mpirun -np 3 ./custom_model        # 1 PS + 2 workers; prints the loss before and after
+//   mpirun -np 3 ./custom_model                       # 1 PS + 2 workers; prints each worker's loss
+//   mpirun -np 3 ./custom_model /scratch/logreg       # with checkpoints; run again to resume
+//   strata-mpirun --ps 1 --workers 2 --evaluator 1 -- ./custom_model /scratch/logreg
 #include <cmath>
 #include <cstdio>
 #include <exception>
@@ -16,45 +20,133 @@ namespace {
 
 constexpr int kFeatures = 8;
 
-// Example i of the problem: features in [-1, 1], label from a fixed hidden weight vector.
-void example(std::uint64_t i, float* x, float* y) {
-  std::mt19937_64 gen(i * 7919 + 13);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  float score = 0.5f;
-  for (int f = 0; f < kFeatures; ++f) {
-    x[f] = u(gen);
-    score += x[f] * static_cast<float>(f % 3 == 0 ? 2 : -1);
+// Examples [begin, begin + n) of the problem: features in [-1, 1], label from a fixed hidden
+// weight vector (a pure function of the index, so every rank builds the same data).
+strata::data::Dataset examples(std::uint64_t begin, std::int64_t n) {
+  strata::data::Dataset d;
+  d.size = n;
+  d.dense_dim = kFeatures;
+  d.num_classes = 2;
+  for (std::int64_t k = 0; k < n; ++k) {
+    std::mt19937_64 gen((begin + static_cast<std::uint64_t>(k)) * 7919 + 13);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    float score = 0.5f;
+    for (int f = 0; f < kFeatures; ++f) {
+      const float x = u(gen);
+      d.features.push_back(x);
+      score += x * static_cast<float>(f % 3 == 0 ? 2 : -1);
+    }
+    d.labels.push_back(score > 0 ? 1 : 0);
   }
-  *y = score > 0 ? 1.0f : 0.0f;
+  return d;
 }
 
-// Mean logistic loss over examples [begin, end) and, if asked, its gradient.
-float loss_and_grad(const std::vector<float>& w, float b, std::uint64_t begin, std::uint64_t end,
-                    std::vector<float>* gw, float* gb) {
-  float loss = 0, x[kFeatures], y = 0;
-  if (gw) gw->assign(kFeatures, 0.0f), *gb = 0;
-  for (std::uint64_t i = begin; i < end; ++i) {
-    example(i, x, &y);
-    float z = b;
-    for (int f = 0; f < kFeatures; ++f) z += w[f] * x[f];
-    const float p = 1.0f / (1.0f + std::exp(-z));
-    loss += -(y * std::log(p + 1e-7f) + (1 - y) * std::log(1 - p + 1e-7f));
-    if (gw) {
-      for (int f = 0; f < kFeatures; ++f) (*gw)[f] += (p - y) * x[f];
-      *gb += p - y;
+// The model: p = sigmoid(x . w + b), mean logistic loss and its gradient.
+class LogisticRegression : public strata::train::Model {
+ public:
+  std::string name() const override { return "logreg"; }
+  std::string describe() const override { return "logistic regression, 8 features"; }
+  std::vector<strata::ps::VariableSpec> variables() const override {
+    strata::ps::VariableSpec w, b;
+    w.name = "logreg/w";
+    w.shape = {kFeatures};
+    b.name = "logreg/b";
+    b.shape = {1};
+    return {w, b};
+  }
+  strata::train::StepResult step(const strata::train::Params& params, const strata::train::Inputs& in,
+                                 strata::train::Grads* grads) const override {
+    const std::vector<float>& w = params.dense.at("logreg/w").value;
+    const float b = params.dense.at("logreg/b").value[0];
+    std::vector<float> gw(kFeatures, 0.0f);
+    float gb = 0;
+    strata::train::StepResult r;
+    for (int i = 0; i < in.size; ++i) {
+      const float* x = in.dense + static_cast<std::size_t>(i) * kFeatures;
+      const float y = static_cast<float>(in.labels[i]);
+      float z = b;
+      for (int f = 0; f < kFeatures; ++f) z += w[f] * x[f];
+      const float p = 1.0f / (1.0f + std::exp(-z));
+      r.loss += -(y * std::log(p + 1e-7f) + (1 - y) * std::log(1 - p + 1e-7f));
+      r.correct += (p > 0.5f) == (y > 0.5f);
+      for (int f = 0; f < kFeatures; ++f) gw[f] += (p - y) * x[f];
+      gb += p - y;
     }
+    const float n = static_cast<float>(in.size > 0 ? in.size : 1);
+    r.loss /= n;
+    if (grads) {
+      for (auto& g : gw) g /= n;
+      grads->dense["logreg/w"] = {gw, {kFeatures}};
+      grads->dense["logreg/b"] = {{gb / n}, {1}};
+    }
+    return r;
   }
-  const float n = static_cast<float>(end - begin);
-  if (gw) {
-    for (auto& g : *gw) g /= n;
-    *gb /= n;
+  std::string default_optimizer() const override { return "sgd:lr=0.5"; }
+};
+
+// A hook of our own: each worker's loss on a fixed set before and after training.
+class LossReport : public strata::train::SessionRunHook {
+ public:
+  explicit LossReport(const LogisticRegression& model) : model_(model), probe_(examples(0, 2000)) {}
+  void after_create_session(strata::train::RunContext& ctx) override {
+    fresh_ = !ctx.resumed;
+    before_ = loss_now(ctx);
   }
-  return loss / n;
+  void end(strata::train::RunContext& ctx) override {
+    after_ = loss_now(ctx);
+    std::printf("worker %d: loss %.4f -> %.4f (global step %lld)\n", ctx.strategy->worker_index(), before_, after_,
+                static_cast<long long>(ctx.global_step));
+    std::fflush(stdout);
+  }
+  // Only a worker that trained from the initializers is held to halving its loss (a resumed one
+  // may start near the end).
+  bool ok() const { return before_ < 0 || !fresh_ || after_ < before_ * 0.5; }
+
+ private:
+  double loss_now(strata::train::RunContext& ctx) {
+    strata::train::Params params;
+    for (const auto& v : ctx.variables) ctx.strategy->read(v, params.dense[v.name()].value);
+    double loss = 0;
+    strata::train::evaluate_params(model_, params, probe_, &loss);
+    return loss;
+  }
+  const LogisticRegression& model_;
+  strata::data::Dataset probe_;
+  double before_ = -1, after_ = -1;
+  bool fresh_ = true;
+};
+
+int run(int argc, char** argv) {
+  // Roles: TF_CONFIG or the Slurm step when present, else plain MPI with the first rank as PS.
+  strata::train::RunConfig config = strata::train::RunConfig::from_environment(strata::Env::from_process());
+  config.cpu_replicas = 2;
+  config.devices = strata::DevicePolicy::kCpu;
+  config.global_batch = 64;
+  config.log_step_count_steps = 50;
+  if (argc > 1) {
+    config.model_dir = argv[1];       // checkpoints, and where a restarted job resumes
+    config.save_checkpoints_steps = 100;
+    config.restore = "latest";
+  }
+  LogisticRegression model;
+  auto report = std::make_shared<LossReport>(model);
+  strata::train::TrainSpec train;
+  train.input_fn = [] { return examples(100000, 40000); };
+  train.data_name = "synthetic logistic";
+  train.max_steps = 150;
+  train.hooks.push_back(report);
+  strata::train::EvalSpec eval;
+  eval.input_fn = [] { return examples(0, 2000); };
+  const auto result = strata::train::train_and_evaluate(model, config, train, eval);
+  if (!result.error.empty()) {
+    if (result.report_error) std::fprintf(stderr, "custom_model: %s\n", result.error.c_str());
+    return result.status;
+  }
+  if (result.status == 0 && !report->ok()) return 1;
+  return result.status;
 }
 
 }  // namespace
-
-int run(int argc, char** argv);
 
 int main(int argc, char** argv) {
   strata::MpiSession mpi(&argc, &argv);
@@ -62,67 +154,12 @@ int main(int argc, char** argv) {
     return run(argc, argv);
   } catch (const strata::ConfigError& e) {
     std::fprintf(stderr, "custom_model: %s\n", e.what());
+    strata::abort_job(2);
     return 2;
   } catch (const std::exception& e) {
     // One failing rank ends the job instead of leaving its peers waiting.
     std::fprintf(stderr, "custom_model: %s\n", e.what());
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    strata::abort_job(1);
   }
   return 1;
-}
-
-int run(int, char**) {
-  // Roles: TF_CONFIG or the Slurm step when present, else plain MPI with the first rank as PS.
-  strata::BootstrapOptions boot;
-  boot.resolve.num_ps = 1;
-  auto runtime = strata::Runtime::bootstrap(MPI_COMM_WORLD, strata::Env::from_process(), boot);
-  strata::StrategyOptions options;
-  options.ps.optimizer = strata::ps::OptimizerConfig::parse("sgd:lr=0.5");
-  options.cpu_replicas = 2;
-  strata::ParameterServerStrategy strategy(*runtime, options);
-
-  strata::Variable w, b;
-  strategy.scope([&] {
-    strata::ps::VariableSpec spec;
-    spec.name = "logreg/w";
-    spec.shape = {kFeatures};
-    w = strategy.create_variable(spec);
-    spec.name = "logreg/b";
-    spec.shape = {1};
-    b = strategy.create_variable(spec);
-  });
-  if (strategy.is_ps()) {
-    strategy.serve();
-    return 0;
-  }
-
-  const int batch = 64, steps = 150;
-  const std::uint64_t base = 100000ull * static_cast<std::uint64_t>(strategy.worker_index());
-  std::vector<float> wv, bv;
-  strategy.read(w, wv);
-  strategy.read(b, bv);
-  const float before = loss_and_grad(wv, bv[0], 0, 2000, nullptr, nullptr);
-  for (int step = 0; step < steps; ++step) {
-    strategy.run([&](strata::ReplicaContext& ctx) {
-      // Each replica takes its half of this worker's batch.
-      const int per = batch / ctx.num_replicas_in_sync();
-      const std::uint64_t begin = base + static_cast<std::uint64_t>(step) * batch + ctx.replica_id_in_sync_group() * per;
-      std::vector<float> w_now, b_now, gw;
-      float gb = 0;
-      ctx.read(w, w_now);
-      ctx.read(b, b_now);
-      loss_and_grad(w_now, b_now[0], begin, begin + per, &gw, &gb);
-      std::vector<float> gbv = {gb};
-      ctx.apply_gradient(w, gw);
-      ctx.apply_gradient(b, gbv);
-      ctx.increment_global_step();
-    });
-  }
-  strategy.read(w, wv);
-  strategy.read(b, bv);
-  const float after = loss_and_grad(wv, bv[0], 0, 2000, nullptr, nullptr);
-  std::printf("worker %d: loss %.4f -> %.4f (global step %lld)\n", strategy.worker_index(), before, after,
-              static_cast<long long>(strategy.global_step()));
-  strategy.finish();
-  return after < before * 0.5f ? 0 : 1;
 }

@@ -7,6 +7,7 @@
 // from the file (rows of each variable the model uses), without the parameter servers.
 #include "train/evaluator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -122,8 +123,27 @@ EvaluatorOutcome run_evaluator(const Model& model, const data::Dataset& eval, co
   std::ofstream jsonl;
   bool done = false;
   std::string final_name;
+  // A restarted job (requeue, --restore latest) continues where its evaluator stopped: what
+  // eval.jsonl lists is not evaluated again, and best/ keeps competing.
+  const fs::path jsonl_path = fs::path(opts.model_dir) / "eval.jsonl";
+  {
+    std::ifstream in(jsonl_path);
+    std::string line;
+    while (in && std::getline(in, line)) {
+      const auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_object() && j.contains("global_step"))
+        last_step = std::max(last_step, j["global_step"].get<std::int64_t>());
+    }
+    std::ifstream best_in(fs::path(opts.model_dir) / "best" / "best.json");
+    const auto b = nlohmann::json::parse(best_in, nullptr, false);
+    if (b.is_object() && b.value("metric", "") == spec.best_metric && b.contains("value")) {
+      have_best = true;
+      best_value = b["value"].get<double>();
+    }
+  }
   std::cout << "eval: evaluator watching " << opts.model_dir << " for checkpoints (" << eval.size
-            << " eval examples)" << std::endl;
+            << " eval examples" << (last_step >= 0 ? ", after global step " + std::to_string(last_step) : "")
+            << ")" << std::endl;
   while (true) {
     // 1. Has training ended? The final checkpoint was committed before the message was sent, so
     //    the listing below sees it.
@@ -169,8 +189,8 @@ EvaluatorOutcome run_evaluator(const Model& model, const data::Dataset& eval, co
         ++out.evaluated;
         out.final_checkpoint = path;
         if (!jsonl.is_open()) {
-          jsonl.open((fs::path(opts.model_dir) / "eval.jsonl").string(), std::ios::app);
-          if (!jsonl) throw Error("eval: cannot append to " + (fs::path(opts.model_dir) / "eval.jsonl").string());
+          jsonl.open(jsonl_path.string(), std::ios::app);
+          if (!jsonl) throw Error("eval: cannot append to " + jsonl_path.string());
         }
         jsonl << nlohmann::ordered_json{{"checkpoint", target.file},
                                         {"global_step", e.global_step},

@@ -373,11 +373,11 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
     dist.start_epoch(epoch, skip);
     PerReplica<data::Batch> parts;
     for (long long b = skip / cfg.global_batch; b < epoch_batches && !ctx.stop_requested(); ++b) {
-      for (auto& h : hooks) h->before_run(ctx);
       auto t0 = Clock::now();
       if (!dist.next(parts)) break;
       RunValues v;
       v.input_s = since(t0);
+      for (auto& h : hooks) h->before_run(ctx);
       v.batch_size = 0;
       for (const auto& p : parts) v.batch_size += p.size;
       PerReplica<double> losses(replicas);
@@ -553,7 +553,7 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
   summary.job_staleness_sum = stale_tot[0];
   summary.job_staleness_count = stale_tot[1];
   for (auto& h : hooks) h->end(ctx);
-  result.global_step = ctx.global_step;
+  result.global_step = strategy.global_step();  // every worker's increments are done by now
   result.final_checkpoint = strategy.final_checkpoint();
   strategy.finish(ctx.position);
   result.status = strategy.save_error_stopped() ? kStatusFailure : strategy.stopped() ? kStatusPreempted : kStatusOk;

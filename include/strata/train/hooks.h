@@ -6,7 +6,8 @@
 //                              whole job (the trace file) make it here.
 //   after_create_session(ctx)  training workers: variables materialised (and restored); ctx.step,
 //                              ctx.global_step and ctx.position hold where training resumes.
-//   before_run(ctx)            training workers, before each step.
+//   before_run(ctx)            training workers, before each step's compute (its input batch is
+//                              already fetched; the loop ends without a call when input runs out).
 //   after_run(ctx, values)     training workers, after each step (the step's checkpoint boundary
 //                              is already passed: values.outcome says whether it saved, failed or
 //                              was a preemption save).
