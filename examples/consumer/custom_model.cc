@@ -7,10 +7,12 @@
 //
 //   mpirun -np 3 ./custom_model                       # 1 PS + 2 workers; prints each worker's loss
 //   mpirun -np 3 ./custom_model /scratch/logreg       # with checkpoints; run again to resume
+//   mpirun -np 3 ./custom_model /scratch/logreg 3000  # ... and 3000 steps per worker (default 150)
 //   strata-mpirun --ps 1 --workers 2 --evaluator 1 -- ./custom_model /scratch/logreg
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <random>
 #include <vector>
 
@@ -95,7 +97,7 @@ class LossReport : public strata::train::SessionRunHook {
   void end(strata::train::RunContext& ctx) override {
     after_ = loss_now(ctx);
     std::printf("worker %d: loss %.4f -> %.4f (global step %lld)\n", ctx.strategy->worker_index(), before_, after_,
-                static_cast<long long>(ctx.global_step));
+                static_cast<long long>(ctx.strategy->global_step()));
     std::fflush(stdout);
   }
   // Only a worker that trained from the initializers is held to halving its loss (a resumed one
@@ -126,14 +128,15 @@ int run(int argc, char** argv) {
   if (argc > 1) {
     config.model_dir = argv[1];       // checkpoints, and where a restarted job resumes
     config.save_checkpoints_steps = 100;
-    config.restore = "latest";
+    // Resume from the newest valid checkpoint there, if any (a missing directory: a fresh start).
+    if (std::filesystem::exists(config.model_dir)) config.restore = "latest";
   }
   LogisticRegression model;
   auto report = std::make_shared<LossReport>(model);
   strata::train::TrainSpec train;
   train.input_fn = [] { return examples(100000, 40000); };
   train.data_name = "synthetic logistic";
-  train.max_steps = 150;
+  train.max_steps = argc > 2 ? strata::parse_int64(argv[2], "MAX_STEPS") : 150;
   train.hooks.push_back(report);
   strata::train::EvalSpec eval;
   eval.input_fn = [] { return examples(0, 2000); };

@@ -34,4 +34,32 @@ if grep -rEn '#include *<(cuda|nccl|ucp|uct|ucs|hdf5|H5)' "$tmp/prefix/include/s
   echo "FAIL: a public header includes a GPU/UCX/HDF5 header"
   exit 1
 fi
+# The same user model through train_and_evaluate's checkpoints: SIGKILL of a worker in the middle
+# ends the job; run again, it resumes from its last committed checkpoint and finishes, and an
+# evaluator task (STRATA_JOBS, as strata-mpirun --evaluator sets it) evaluates the final checkpoint.
+dir="$tmp/model"
+timeout 120 mpirun "${flags[@]}" -np 3 "$tmp/consumer/custom_model" "$dir" 6000 > "$tmp/run1.log" 2>&1 &
+launcher=$!
+for _ in $(seq 1 600); do
+  [ -f "$dir/checkpoint.json" ] && break
+  sleep 0.05
+done
+[ -f "$dir/checkpoint.json" ] || { echo "FAIL: no checkpoint committed before the kill"; cat "$tmp/run1.log"; exit 1; }
+mpirun_pid=$(pgrep -P "$launcher" | head -1)
+victim=$(pgrep -P "$mpirun_pid" | tail -1)   # the last rank: worker:1
+[ -n "$victim" ] || { echo "FAIL: no rank to kill"; exit 1; }
+kill -9 "$victim"
+rc1=0; wait "$launcher" || rc1=$?
+[ "$rc1" != 0 ] || { echo "FAIL: the job survived the SIGKILL of a worker (or ended before it)"; cat "$tmp/run1.log"; exit 1; }
+out=$(timeout 120 mpirun "${flags[@]}" -x STRATA_JOBS=ps=1,worker=2,evaluator=1 -np 4 \
+      env STRATA_JOBS=ps=1,worker=2,evaluator=1 "$tmp/consumer/custom_model" "$dir" 6000 2>&1) ||
+  { echo "FAIL: the resumed job: $out"; exit 1; }
+echo "$out" | grep -v auto-shard | grep -v '^{' | tail -8
+echo "$out" | grep -q "^resuming at epoch" || { echo "FAIL: the job did not resume"; exit 1; }
+[ "$(echo "$out" | grep -c 'loss .* -> ')" = 2 ] || { echo "FAIL: expected a loss line from each worker"; exit 1; }
+python3 - "$dir/eval.jsonl" <<'PY' || { echo "FAIL: the evaluator did not evaluate the final checkpoint"; exit 1; }
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert rows and rows[-1]["global_step"] == 12000 and rows[-1]["accuracy"] > 0.9, rows
+PY
 echo "package test passed"

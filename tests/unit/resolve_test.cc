@@ -1173,5 +1173,29 @@ TEST(SlurmNumPs, FirstTasksBecomeParameterServers) {
   EXPECT_THROW(resolve(env, options, process), ConfigError);
 }
 
+// STRATA_JOBS (strata-mpirun --evaluator) stands in for --jobs, under MPI and Slurm, unless a PS
+// count or --jobs is given.
+TEST(StrataJobs, StandsInForJobsUnlessAPsCountOrJobsIsGiven) {
+  const Env jobs(Env::Vars{{"STRATA_JOBS", "ps=1,worker=2,evaluator=1"}});
+  ResolvedCluster r = resolve_mpi(jobs, ResolveOptions{}, process_info(3, 4));
+  EXPECT_EQ(r.cluster.summary(), "evaluator=1,ps=1,worker=2");
+  EXPECT_EQ(r.task.str(), "evaluator:0");
+  ResolveOptions ps;
+  ps.num_ps = 1;
+  EXPECT_EQ(resolve_mpi(jobs, ps, process_info(3, 4)).cluster.summary(), "ps=1,worker=3");
+  ResolveOptions explicit_jobs;
+  explicit_jobs.jobs = parse_jobs_spec("ps=2,worker=2");
+  EXPECT_EQ(resolve_mpi(jobs, explicit_jobs, process_info(3, 4)).cluster.summary(), "ps=2,worker=2");
+  Env slurm({{"SLURM_PROCID", "3"},
+             {"SLURM_STEP_NUM_TASKS", "4"},
+             {"SLURM_STEP_NODELIST", "n1"},
+             {"SLURM_STEP_TASKS_PER_NODE", "4"},
+             {"STRATA_JOBS", "ps=1,worker=2,evaluator=1"}});
+  ProcessInfo process;
+  EXPECT_EQ(resolve(slurm, ResolveOptions{}, process).task.str(), "evaluator:0");
+  EXPECT_THROW(resolve_mpi(Env(Env::Vars{{"STRATA_JOBS", "ps=1,worker=x"}}), ResolveOptions{}, process_info(0, 4)),
+               ConfigError);
+}
+
 }  // namespace
 }  // namespace strata::cluster
