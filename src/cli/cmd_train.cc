@@ -65,6 +65,7 @@ struct TrainCommand {
   std::vector<int> hidden;
   int epochs = 0;           // 0: default for the model
   std::int64_t steps = -1;  // >= 0: stop after this many steps of this worker (0: none at all)
+  train::EvalSpec eval;     // steps, start delay, throttle, best metric (input_fn: run_train's)
 };
 
 int run_train(const TrainCommand& cmd, int* argc, char*** argv) {
@@ -88,6 +89,10 @@ int run_train(const TrainCommand& cmd, int* argc, char*** argv) {
   auto make_model = [name, hidden, seed](const data::Dataset& train) -> std::unique_ptr<train::Model> {
     return train::make_builtin_model(name, hidden, seed, train);
   };
+  eval_spec.steps = cmd.eval.steps;
+  eval_spec.start_delay_secs = cmd.eval.start_delay_secs;
+  eval_spec.throttle_secs = cmd.eval.throttle_secs;
+  eval_spec.best_metric = cmd.eval.best_metric;
   const train::TrainResult result = train::train_and_evaluate(make_model, cmd.config, train_spec, eval_spec);
   if (!result.error.empty() && result.report_error)
     std::fprintf(stderr, "strata train: error: %s\n", result.error.c_str());
@@ -136,6 +141,17 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& f) {
                   "keep training (default STRATA_ON_SAVE_ERROR or stop); the previous checkpoint stays committed");
   cmd->add_option("--restore", f.restore, "latest (the --checkpoint-dir's newest valid checkpoint) | FILE.h5 | DIR");
   cmd->add_flag("--expect-partial", f.expect_partial, "do not report checkpoint variables the model does not use");
+  cmd->add_option("--eval-steps", f.eval_steps,
+                  "evaluate at most N batches of 1000 test examples (the chief's final evaluation and the "
+                  "evaluator task; default 0 = all)");
+  cmd->add_option("--eval-start-delay-secs", f.eval_start_delay_secs,
+                  "evaluator task: wait this long before the first evaluation (default 0)");
+  cmd->add_option("--eval-throttle-secs", f.eval_throttle_secs,
+                  "evaluator task: at least this long between evaluations; the final checkpoint is always "
+                  "evaluated (default 0)");
+  cmd->add_option("--eval-best-metric", f.eval_best_metric,
+                  "evaluator task: accuracy|loss, which evaluation's checkpoint <checkpoint-dir>/best/ keeps "
+                  "(default accuracy)");
   cmd->add_option("--timeout", f.timeout, "seconds any wait may take before naming who is late (default 120)");
   cmd->add_option("--stall-timeout", f.stall_timeout,
                   "seconds without a heartbeat after which a rank counts as stopped and the job ends naming it "
@@ -211,6 +227,18 @@ int run_train_command(const TrainFlags& f, int* argc, char*** argv) {
       throw ConfigError("--on-save-error: '" + f.on_save_error + "' is not stop or continue");
     cfg.stop_on_save_error = f.on_save_error == "stop";
   }
+  if (!f.eval_steps.empty()) {
+    cmd.eval.steps = parse_int64(f.eval_steps, "--eval-steps");
+    if (cmd.eval.steps < 0) throw ConfigError("--eval-steps must not be negative");
+  }
+  if (!f.eval_start_delay_secs.empty())
+    cmd.eval.start_delay_secs = parse_double(f.eval_start_delay_secs, "--eval-start-delay-secs");
+  if (cmd.eval.start_delay_secs < 0) throw ConfigError("--eval-start-delay-secs must not be negative");
+  if (!f.eval_throttle_secs.empty()) cmd.eval.throttle_secs = parse_double(f.eval_throttle_secs, "--eval-throttle-secs");
+  if (cmd.eval.throttle_secs < 0) throw ConfigError("--eval-throttle-secs must not be negative");
+  if (!f.eval_best_metric.empty()) cmd.eval.best_metric = f.eval_best_metric;
+  if (cmd.eval.best_metric != "accuracy" && cmd.eval.best_metric != "loss")
+    throw ConfigError("--eval-best-metric: '" + cmd.eval.best_metric + "' is not accuracy or loss");
   cfg.restore = f.restore;
   cfg.expect_partial = f.expect_partial;
   if (cfg.restore == "latest" && cfg.model_dir.empty())

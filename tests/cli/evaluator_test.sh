@@ -81,6 +81,22 @@ expect_rc 0
 check_eval "$D" "$before"
 expect_stdout_has "after global step 200"
 
+case_begin "--eval-throttle-secs: the first and the final checkpoint only; --eval-best-metric loss"
+D="$TEST_TMP/run4"
+mpi 4 "$STRATA_BIN" train --jobs ps=1,worker=2,evaluator=1 --model softmax --steps 300 --checkpoint-dir "$D" \
+  --save-every-steps 50 --eval-throttle-secs 600 --eval-best-metric loss "${QUIET[@]}"
+expect_rc 0
+[ "$(wc -l < "$D/eval.jsonl")" -le 2 ] || fail "throttled evaluator evaluated $(wc -l < "$D/eval.jsonl") checkpoints"
+python3 - "$D" <<'PY' || fail "best by loss"
+import json, os, sys
+rows = [json.loads(l) for l in open(os.path.join(sys.argv[1], "eval.jsonl"))]
+best = json.load(open(os.path.join(sys.argv[1], "best", "best.json")))
+assert rows[-1]["global_step"] == 600, rows
+assert best["metric"] == "loss" and best["value"] == min(r["loss"] for r in rows), (best, rows)
+PY
+run "$STRATA_BIN" train --eval-best-metric f1
+expect_rc 2; expect_one_stderr_line; expect_stderr_has "--eval-best-metric: 'f1'"
+
 case_begin "TF_CONFIG with chief, worker, ps and evaluator tasks"
 D="$TEST_TMP/run3"
 cluster='{"chief": ["localhost:2220"], "worker": ["localhost:2221"], "ps": ["localhost:2222"], "evaluator": ["localhost:2223"]}'
