@@ -74,6 +74,7 @@ struct TrainConfig {
   CheckpointOptions checkpoint;
   std::string restore;  // "" none, "latest" = the checkpoint dir's newest valid one, else a path
   bool expect_partial = false;
+  std::int64_t restarts = 0;  // STRATA_RESTART_COUNT: relaunches of this job by its launcher (summary only)
 };
 
 // Examples [begin, end) of `all` as a dataset of their own.
@@ -660,6 +661,7 @@ int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
     }
     if (strategy.restore_report()) summary["restored_from"] = strategy.restore_report()->path;
     if (preempted) summary["preempted"] = true;
+    summary["restarts"] = cfg.restarts;
     if (cfg.profile) {
       summary["comm_fraction"] = (prof.pull + prof.push) / std::max(prof.total, 1e-9);
       summary["ps_busy_fraction"] = ps_busy;
@@ -771,6 +773,8 @@ int run_train_command(const TrainFlags& f, int* argc, char*** argv) {
   if (cfg.stall_timeout_s <= 0) throw ConfigError("--stall-timeout must be positive");
   cfg.progress_timeout_s = env.get_double("STRATA_PROGRESS_TIMEOUT_S", 120.0);
   if (cfg.progress_timeout_s < 0) throw ConfigError("STRATA_PROGRESS_TIMEOUT_S must not be negative");
+  cfg.restarts = env.get_int("STRATA_RESTART_COUNT", 0);
+  if (cfg.restarts < 0) throw ConfigError("STRATA_RESTART_COUNT must not be negative");
   if (cfg.timeout_s <= 0) throw ConfigError("--timeout must be positive");
   cfg.checkpoint.directory = f.checkpoint_dir;
   if (!f.save_every_steps.empty())

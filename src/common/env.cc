@@ -81,7 +81,11 @@ const std::vector<EnvVarDoc>& env_table() {
       {"STRATA_TEST_DELAY_RANK", "RANK:SECONDS", "", "test hook: that rank sleeps before the bootstrap exchange"},
       {"STRATA_UCX_DIRECT", "bool", "1", "ucx transport: plain loads/stores through ucp_rkey_ptr mappings for co-located ranks"},
       {"STRATA_ON_SAVE_ERROR", "enum", "stop", "strata train: after a failed checkpoint save, stop (exit 1) or continue (--on-save-error)"},
+      {"STRATA_MAX_RESTARTS", "int", "0", "strata-mpirun and the sbatch templates: relaunch a failed strata train up to N times with --restore latest (--max-restarts; not after status 0, 2 or 75)"},
+      {"STRATA_RESTART_COUNT", "int", "0", "strata train: set by those launchers, the relaunches before this run; reported as \"restarts\" in the summary"},
       {"STRATA_TEST_SAVE_DELAY_S", "seconds", "", "test hook: every PS rank holds each checkpoint save open this long before closing it"},
+      {"STRATA_TEST_PHASE_DIR", "dir", "", "test hook: each rank creates DIR/<rank>.<phase> when it enters a liveness phase (start, restore, train, checkpoint-save, final-barrier, serve)"},
+      {"STRATA_TEST_HOLD_PHASE", "PHASE:SECONDS", "", "test hook: every rank entering that liveness phase (e.g. final-barrier) sleeps this long first"},
       {"STRATA_TEST_SKIP_SPACE_CHECK", "bool", "", "test hook: checkpoint saves skip the free-space check, so a full disk fails inside HDF5's writes"},
       {"STRATA_TEST_TIMEOUT_S", "seconds", "120", "mpi test tier: a test running longer aborts the job, naming it"},
       // TensorFlow
