@@ -59,6 +59,7 @@ int run_verify(const ClusterFlags& flags, int* argc, char*** argv) {
     return kExitOk;
   } catch (const ConfigError& e) {
     print_line(stderr, "strata cluster --verify: error: " + std::string(e.what()));
+    mpi.set_exit_status(kExitUsage);
     return kExitUsage;
   } catch (const std::exception& e) {
     print_line(stderr, "strata cluster --verify: " + std::string(e.what()));

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <iomanip>
@@ -239,7 +241,34 @@ MpiSession::~MpiSession() {
   if (std::uncaught_exceptions() > 0) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  double limit = 30;
+  if (const char* v = std::getenv("STRATA_FINALIZE_TIMEOUT_S"); v && *v) {
+    char* end = nullptr;
+    const double parsed = std::strtod(v, &end);
+    if (end != v && *end == '\0' && parsed > 0) limit = parsed;
+  }
+  const int status = exit_status_;
+  // Test hook (documented in the env table): RANK:SECONDS holds that world rank back before its
+  // fence, so its peers' fences wait for it.
+  if (const char* hold = std::getenv("STRATA_TEST_FINALIZE_DELAY_RANK"); hold && *hold) {
+    int me = -1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    const char* colon = std::strchr(hold, ':');
+    if (colon && std::atoi(hold) == me) std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(colon + 1)));
+  }
+  // Seen once in the cluster tier: a hetjob's step stayed RUNNING after every rank had printed its
+  // result. A peer or the PMIx server that never answers the fence must not hang the job.
+  Watchdog watchdog(std::chrono::duration<double>(limit), [limit, status] {
+    const std::string who = current_rank_context().prefix();
+    std::fprintf(stderr, "strata: %s%sMPI_Finalize did not return within %g s (STRATA_FINALIZE_TIMEOUT_S): a peer rank "
+                 "or the launcher's PMIx server did not answer its final fence; exiting with status %d without it\n",
+                 who.c_str(), who.empty() ? "" : " ", limit, status);
+    std::fflush(stderr);
+    std::fflush(stdout);
+    std::_Exit(status);
+  });
+  MPI_Finalize();
 }
 
 Communicators::~Communicators() {
