@@ -194,8 +194,18 @@ double evaluate(const model::Model& model, ParameterServerStrategy& strategy, co
   return seen ? static_cast<double>(correct) / static_cast<double>(seen) : 0;
 }
 
+int train_in_session(const TrainConfig& cfg);
+
+// MPI lives around the whole job; the status the job returns is also the one a rank exits with if
+// MPI_Finalize never returns (strata/cluster/runtime.h).
 int run_train(const TrainConfig& cfg, int* argc, char*** argv) {
   MpiSession mpi(argc, argv);
+  const int status = train_in_session(cfg);
+  mpi.set_exit_status(status);
+  return status;
+}
+
+int train_in_session(const TrainConfig& cfg) {
   Env env = Env::from_process();
   auto t_start = Clock::now();
   BootstrapOptions boot;
