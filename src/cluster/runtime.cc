@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "cluster/bootstrap_check.h"
+#include "strata/cluster/liveness.h"
 #include "strata/common/error.h"
 #include "strata/common/logging.h"
 #include "strata/common/parse.h"
@@ -300,6 +301,10 @@ std::unique_ptr<Runtime> Runtime::bootstrap(MPI_Comm world, const Env& env, cons
           [&] { STRATA_CHECK_MPI(MPI_Comm_dup(world, &rt->comms_.runtime_)); });
   MPI_Comm comm = rt->comms_.runtime_;
   set_errors_return(comm);
+
+  // The job's first phase (strata/cluster/liveness.h); with STRATA_TEST_PHASE_DIR set it also marks
+  // this rank as inside the bootstrap for tests/fault.
+  liveness::set_phase(liveness::Phase::kStart);
 
   // Test hook (documented in the env table): delay chosen ranks so tests can show that a late rank
   // is named instead of hanging the job.
