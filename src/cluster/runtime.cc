@@ -113,20 +113,24 @@ std::vector<char> exchange(MPI_Comm comm, const void* mine, int bytes, double ti
                              " s (STRATA_TIMEOUT_S); are they running the same program?",
                          missing);
     }
-  } else {
+  }
+  // Rank 0 reports missing peers at `deadline`; the others give it time to do so (half the timeout
+  // + 2 s more) before blaming rank 0, and say how long they really waited.
+  std::ostringstream waited;
+  waited << 1.5 * timeout_s + 2 << " s (the timeout of " << timeout_s << " s, plus time for rank 0 to report)";
+  if (rank != 0) {
     std::vector<MPI_Request> send(1, MPI_REQUEST_NULL);
     STRATA_CHECK_MPI(MPI_Isend(mine, bytes, MPI_BYTE, 0, kGatherTag, comm, &send[0]));
-    // Rank 0 reports missing peers at `deadline`; give it time to do so before blaming rank 0.
     if (!wait_until(send, deadline + timeout / 2 + std::chrono::seconds(2)).empty()) {
       cancel_all(send);
-      throw TimeoutError(what + ": rank 0 did not collect this rank's record within " + seconds.str() + " s", {0});
+      throw TimeoutError(what + ": rank 0 did not collect this rank's record within " + waited.str(), {0});
     }
   }
   std::vector<MPI_Request> bcast(1, MPI_REQUEST_NULL);
   STRATA_CHECK_MPI(MPI_Ibcast(all.data(), bytes * size, MPI_BYTE, 0, comm, &bcast[0]));
   if (!wait_until(bcast, deadline + timeout / 2 + std::chrono::seconds(2)).empty()) {
     // A pending Ibcast cannot be cancelled; the caller aborts the job.
-    throw TimeoutError(what + ": the table from rank 0 did not arrive within " + seconds.str() + " s", {0});
+    throw TimeoutError(what + ": the table from rank 0 did not arrive within " + waited.str(), {0});
   }
   return all;
 }

@@ -18,13 +18,13 @@ source "$(dirname "$0")/lib.sh"
 
 CASE_NAME=${1:?usage: fault_test.sh CASE (see the header)}
 
-# make_seed DIR: a short clean run whose final checkpoint (global step 40: 20 steps of each
-# worker) every case resumes from.
+# make_seed ROOT: a short clean run whose final checkpoint (ROOT/ckpt, global step 40: 20 steps of
+# each worker) every case resumes from.
 make_seed() {
-  local dir=$1
-  rm -rf "$dir"
+  local root=$1 dir=$1/ckpt
+  rm -rf "$root"
   mkdir -p "$dir"
-  start_job -- --checkpoint-dir "$dir" --steps 20 --epochs 3 --stall-timeout "$STALL_S" --log-every 0 --log-every-secs 0
+  start_job -- --checkpoint-dir "$dir" --steps 20 --epochs 3 --log-every 0 --log-every-secs 0
   T_FAULT=$(now)
   while running "$JOB" && le "$(elapsed_since "$T_FAULT")" 60; do sleep 0.05; done
   if running "$JOB"; then
@@ -46,12 +46,12 @@ make_seed() {
 prepare_checkpoints() {
   CK=${1:-$CASE_TMP/ckpt}
   local seed=${STRATA_FAULT_SEED:-}
-  if [ -z "$seed" ] || [ ! -e "$seed/checkpoint.json" ]; then
+  if [ -z "$seed" ] || [ ! -e "$seed/ckpt/checkpoint.json" ]; then
     seed=$CASE_TMP/seed
     make_seed "$seed" || return 1
   fi
   mkdir -p "$CK"
-  cp -a "$seed"/. "$CK"/
+  cp -a "$seed"/ckpt/. "$CK"/
   SEED_STEP=$(latest_step "$CK")
 }
 
@@ -105,13 +105,13 @@ signal_case() {
     train_async | train_sync)
       local mode=async
       [ "$phase" = train_sync ] && mode=sync
-      start_job "${envs[@]}" -- "${args[@]}" --epochs 3 --consistency "$mode"
+      start_job "${envs[@]}" -- "${args[@]}" --epochs 20 --consistency "$mode"
       wait_for "training progress" 30 training_started || { show_job_output; record; }
       ;;
     save)
       # Each save is held open 3 s (data written, file not yet closed or committed).
       envs+=(STRATA_TEST_SAVE_DELAY_S=3)
-      start_job "${envs[@]}" -- "${args[@]}" --epochs 3 --save-every-steps 30
+      start_job "${envs[@]}" -- "${args[@]}" --epochs 20 --save-every-steps 30
       wait_for "a checkpoint save" 30 have_file "$marks/0.checkpoint-save" || { show_job_output; record; }
       sleep 0.5  # into the held part of the save
       ;;
@@ -155,8 +155,10 @@ signal_case() {
   elif [ "$phase" = bootstrap ]; then
     if [ "$rank" = 0 ]; then
       # (the others' records went out eagerly, so they wait for rank 0's table)
-      grep -qE "bootstrap \(host names\): (rank 0 did not collect this rank's record|the table from rank 0 did not arrive)" "$ERR" ||
-        fail "no rank blamed rank 0 for the stalled bootstrap"
+      local waited
+      waited=$(awk -v t="$BOOT_TIMEOUT_S" 'BEGIN { print 1.5 * t + 2 }')
+      grep -qE "bootstrap \(host names\): (rank 0 did not collect this rank's record|the table from rank 0 did not arrive) within $waited s \(the timeout of $BOOT_TIMEOUT_S s" "$ERR" ||
+        fail "no rank blamed rank 0 for the stalled bootstrap, saying how long it waited ($waited s)"
     else
       expect_err "bootstrap (host names): rank $rank of 3 did not arrive within $BOOT_TIMEOUT_S s"
     fi
@@ -184,7 +186,7 @@ disk_full_case() {
   local envs=()
   [ "$skip_check" = 1 ] && envs+=(STRATA_TEST_SKIP_SPACE_CHECK=1)
   start_job ${envs[@]+"${envs[@]}"} -- --checkpoint-dir "$CK" --restore latest --stall-timeout "$STALL_S" \
-    --log-every 5 --log-every-secs 0 --epochs 3 --save-every-steps 30
+    --log-every 5 --log-every-secs 0 --epochs 20 --save-every-steps 30
   # The fault is the save that finds the disk full: the time to end runs from its message.
   wait_for "a failed save" 60 grep -q '^checkpoint: ERROR' "$ERR" || { show_job_output; record; }
   T_FAULT=$(now)
@@ -249,7 +251,7 @@ case $CASE_NAME in
   seed)
     dir=${2:?usage: fault_test.sh seed DIR}
     make_seed "$dir" || exit 1
-    echo "seed checkpoint: $dir (global step $(latest_step "$dir"))"
+    echo "seed: $dir/ckpt (global step $(latest_step "$dir/ckpt"))"
     exit 0
     ;;
   disk_full) disk_full_case 0 ;;

@@ -214,8 +214,9 @@ resume() {
   worker_step=$(timeout 60 "$STRATA_BIN" ckpt show --json "$dir" 2>/dev/null |
     python3 -c 'import json,sys; print(max(w["step"] for w in json.load(sys.stdin)["training_position"]["workers"]))' 2>/dev/null)
   [ -n "$worker_step" ] || { fail "cannot read the training position of $dir's latest checkpoint"; return; }
+  # (the default --stall-timeout: this run measures nothing, and must not fail on a loaded machine)
   start_job -- --checkpoint-dir "$dir" --restore latest --steps $((worker_step + 5)) --epochs 50 \
-    --stall-timeout "$STALL_S" --log-every 0 --log-every-secs 0 "$@"
+    --log-every 0 --log-every-secs 0 "$@"
   local t0
   t0=$(now)
   while running "$JOB" && le "$(elapsed_since "$t0")" 60; do sleep 0.05; done
