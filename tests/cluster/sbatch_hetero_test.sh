@@ -54,9 +54,9 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 source "$here/slurm_jobs_lib.sh"
 require_fashion_mnist
 LIMIT=${STRATA_SBATCH_TIMEOUT:-120}
-# A job whose srun outlives its step by this long is cancelled and submitted again once
-# (slurm_jobs_lib.sh, wait_job): the template's srun, not strata, is what hangs then.
-export STEP_GONE_GRACE=${STRATA_STEP_GONE_GRACE:-15}
+# The template ends an srun that outlives its step by this long (step_watchdog); run_job then
+# submits the job once more (slurm_jobs_lib.sh): Slurm's srun, not strata, is what hung.
+export STRATA_STEP_EXIT_GRACE=${STRATA_STEP_EXIT_GRACE:-10}
 
 work=$(mktemp -d "$STRATA_CLUSTER_DIR/sbatch-hetero.XXXXXX")
 trap 'rm -rf "$work"' EXIT
