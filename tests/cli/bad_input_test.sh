@@ -119,4 +119,14 @@ case_begin "--num-ps leaving no worker"
 run "$STRATA_BIN" cluster --resolver mpi --num-ps 1
 expect_rc 2; expect_one_stderr_line; expect_stderr_has "leaves no worker"
 
+case_begin "a usage error under mpirun is said once for the job, not once per rank"
+mpi 3 "$STRATA_BIN" train --epochs 1 --no-such-flag
+expect_rc 2
+[ "$(grep -c '^strata: error: ' "$ERR")" = 1 ] || fail "expected one 'strata: error:' line for 3 ranks"
+expect_stderr_has "strata: error: The following argument was not expected: --no-such-flag"
+mpi 3 "$STRATA_BIN" train --stall-timeout=-1
+expect_rc 2
+[ "$(grep -c '^strata: error: ' "$ERR")" = 1 ] || fail "expected one '--stall-timeout must be positive' line for 3 ranks"
+expect_stderr_has "strata: error: --stall-timeout must be positive"
+
 finish
