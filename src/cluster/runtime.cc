@@ -110,7 +110,7 @@ std::vector<char> exchange(MPI_Comm comm, const void* mine, int bytes, double ti
       throw TimeoutError(what + ": " + (missing.size() == 1 ? "rank " : "ranks ") +
                              cluster::format_rank_set(missing) + " of " + std::to_string(size) +
                              " did not arrive within " + seconds.str() +
-                             " s (STRATA_TIMEOUT_S); are they running the same program?",
+                             " s (--timeout / STRATA_TIMEOUT_S); are they running the same program?",
                          missing);
     }
   }
@@ -138,7 +138,7 @@ std::vector<char> exchange(MPI_Comm comm, const void* mine, int bytes, double ti
 [[noreturn]] void abort_on_stall(MPI_Comm world, const std::string& what, double timeout_s) {
   std::ostringstream os;
   os << current_rank_context().prefix() << " bootstrap stalled: " << what << " did not complete within "
-     << timeout_s << " s (STRATA_TIMEOUT_S); aborting the job\n";
+     << timeout_s << " s (--timeout / STRATA_TIMEOUT_S); aborting the job\n";
   std::string text = os.str();
   std::fwrite(text.data(), 1, text.size(), stderr);
   std::fflush(stderr);

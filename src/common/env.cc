@@ -1,8 +1,10 @@
 #include "strata/common/env.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <sstream>
 
+#include "strata/common/error.h"
 #include "strata/common/parse.h"
 
 extern char** environ;
@@ -60,6 +62,27 @@ std::string Env::get_string(std::string_view name, const std::string& fallback) 
   return (value && !value->empty()) ? *value : fallback;
 }
 
+double timeout_from_env(const Env& env) {
+  const double t = env.get_double("STRATA_TIMEOUT_S", kDefaultTimeoutS);
+  if (!(t > 0)) throw ConfigError("STRATA_TIMEOUT_S must be positive, got " + env.get("STRATA_TIMEOUT_S").value_or(""));
+  return t;
+}
+
+double resolve_timeout(const std::string& flag_value, const Env& env) {
+  double t = 0;
+  if (flag_value.empty()) {
+    t = timeout_from_env(env);
+  } else {
+    t = parse_double(flag_value, "--timeout");
+    if (!(t > 0)) throw ConfigError("--timeout must be positive, got " + flag_value);
+  }
+  std::ostringstream text;
+  text.precision(17);
+  text << t;
+  ::setenv("STRATA_TIMEOUT_S", text.str().c_str(), 1);
+  return t;
+}
+
 const std::vector<EnvVarDoc>& env_table() {
   static const std::vector<EnvVarDoc> table = {
       // strata's own
@@ -67,7 +90,7 @@ const std::vector<EnvVarDoc>& env_table() {
       {"STRATA_LOG_RANKS", "int list", "(all)", "only these world ranks log, e.g. 0,3"},
       {"STRATA_CLUSTER", "file|json", "", "explicit cluster (TF_CONFIG-shaped JSON or a job map); beats TF_CONFIG"},
       {"STRATA_NUM_PS", "int", "0", "mpi/slurm resolvers without --jobs: the first N ranks are PS (strata-mpirun sets it)"},
-      {"STRATA_TIMEOUT_S", "seconds", "60", "deadline of every bootstrap wait; a stall names the missing ranks"},
+      {"STRATA_TIMEOUT_S", "seconds", "120", "bound on each single wait for another rank, in every command and phase (bootstrap, PS requests, collectives, barriers); past it the wait names who it waited for; --timeout overrides it"},
       {"STRATA_FINALIZE_TIMEOUT_S", "seconds", "30", "bound on MPI_Finalize (its PMIx fence has none): past it a rank prints one line and exits with its status"},
       {"STRATA_STALL_TIMEOUT_S", "seconds", "10", "strata train: a rank without a heartbeat this long has stopped; the job ends naming it (--stall-timeout)"},
       {"STRATA_PROGRESS_TIMEOUT_S", "seconds", "120", "strata train: a training worker whose step is frozen this long while the others move ends the job (0: off)"},

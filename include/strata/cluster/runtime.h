@@ -110,7 +110,7 @@ std::vector<std::string> allgather_strings(MPI_Comm comm, const std::string& min
 
 struct BootstrapOptions {
   cluster::ResolveOptions resolve;
-  double timeout_s = 60.0;  // deadline of each bootstrap wait (STRATA_TIMEOUT_S)
+  double timeout_s = kDefaultTimeoutS;  // deadline of each bootstrap wait (--timeout / STRATA_TIMEOUT_S)
 };
 
 class Runtime {
