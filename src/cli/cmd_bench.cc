@@ -62,7 +62,7 @@ struct BenchConfig {
   std::uint64_t rows = 1 << 20;  // sparse table rows
   int row_elems = 64;            // sparse row width (floats)
   std::string json_path;
-  double timeout_s = 60;
+  double timeout_s = kDefaultTimeoutS;
   std::string optimizer = "adam";  // update
   int ps_threads = 1;              // update
 };
@@ -467,7 +467,7 @@ CLI::App* add_bench_command(CLI::App& app, BenchFlags& f) {
   cmd->add_option("--json", f.json, "also write the rows as JSON to this file");
   cmd->add_option("--dir", f.dir, "checkpoint: directory for the files (default a fresh one under $TMPDIR or /tmp)");
   cmd->add_flag("--keep", f.keep, "checkpoint: keep the last checkpoint written");
-  cmd->add_option("--timeout", f.timeout, "seconds any barrier may take (default STRATA_TIMEOUT_S or 60)");
+  cmd->add_option("--timeout", f.timeout, "seconds each wait for another rank may take (default STRATA_TIMEOUT_S or 120)");
   cmd->add_option("--optimizer", f.optimizer, "apply, update: sgd|momentum|adagrad|adam|rmsprop[:key=value,...] (default adam)");
   cmd->add_option("--ps-threads", f.ps_threads, "apply: threads compared with one (default 2); update: the PS's apply threads (default 1)");
   return cmd;
@@ -560,7 +560,7 @@ int run_bench_command(const BenchFlags& f, int* argc, char*** argv) {
   if (!f.row_elems.empty()) cfg.row_elems = parse_int(f.row_elems, "--row-elems", 1, 1 << 20);
   if (cfg.op == Op::kSparse && cfg.rows == 0) throw ConfigError("--rows must be positive");
   cfg.json_path = f.json;
-  cfg.timeout_s = f.timeout.empty() ? env.get_double("STRATA_TIMEOUT_S", 60.0) : parse_double(f.timeout, "--timeout");
+  cfg.timeout_s = resolve_timeout(f.timeout, env);
   // Pushes count accumulates in float: keep the expected sums exact (below 2^24).
   if ((cfg.op == Op::kPush || cfg.op == Op::kPushPull) &&
       static_cast<double>(cfg.warmup + cfg.iters) * 4096 > (1 << 24))

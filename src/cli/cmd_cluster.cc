@@ -34,8 +34,7 @@ cluster::ResolveOptions resolve_options(const ClusterFlags& f) {
 }
 
 double timeout_seconds(const ClusterFlags& f, const Env& env) {
-  double t = f.timeout.empty() ? env.get_double("STRATA_TIMEOUT_S", 60.0) : parse_double(f.timeout, "--timeout");
-  if (t <= 0) throw ConfigError("--timeout / STRATA_TIMEOUT_S must be positive, got " + std::to_string(t));
+  const double t = resolve_timeout(f.timeout, env);
   return t;
 }
 
@@ -59,6 +58,7 @@ int run_verify(const ClusterFlags& flags, int* argc, char*** argv) {
     return kExitOk;
   } catch (const ConfigError& e) {
     print_line(stderr, "strata cluster --verify: error: " + std::string(e.what()));
+    mpi.set_exit_status(kExitUsage);
     return kExitUsage;
   } catch (const std::exception& e) {
     print_line(stderr, "strata cluster --verify: " + std::string(e.what()));
@@ -84,7 +84,7 @@ CLI::App* add_cluster_command(CLI::App& app, ClusterFlags& f) {
   cmd->add_option("--task-type", f.task_type, "override the resolved task type");
   cmd->add_option("--task-id", f.task_id, "override the resolved task index");
   cmd->add_option("--num-ps", f.num_ps, "mpi resolver: the first N world ranks are PS (default 0)");
-  cmd->add_option("--timeout", f.timeout, "seconds each bootstrap wait may take (default STRATA_TIMEOUT_S or 60)");
+  cmd->add_option("--timeout", f.timeout, "seconds each wait for another rank may take (default STRATA_TIMEOUT_S or 120)");
   cmd->add_flag("--verify", f.verify, "under mpirun/srun: cross-check every rank and print the rank table");
   return cmd;
 }

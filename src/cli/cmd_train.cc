@@ -96,6 +96,9 @@ int run_train(const TrainCommand& cmd, int* argc, char*** argv) {
   const train::TrainResult result = train::train_and_evaluate(make_model, cmd.config, train_spec, eval_spec);
   if (!result.error.empty() && result.report_error)
     std::fprintf(stderr, "strata train: error: %s\n", result.error.c_str());
+  // The job's status is also the one this rank exits with if MPI_Finalize never returns
+  // (strata/cluster/runtime.h): 75 after preemption, 2 after a usage verdict.
+  mpi.set_exit_status(result.status);
   return result.status;
 }
 
@@ -152,7 +155,7 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& f) {
   cmd->add_option("--eval-best-metric", f.eval_best_metric,
                   "evaluator task: accuracy|loss, which evaluation's checkpoint <checkpoint-dir>/best/ keeps "
                   "(default accuracy)");
-  cmd->add_option("--timeout", f.timeout, "seconds any wait may take before naming who is late (default 120)");
+  cmd->add_option("--timeout", f.timeout, "seconds each wait for another rank may take before naming who is late (default STRATA_TIMEOUT_S or 120)");
   cmd->add_option("--stall-timeout", f.stall_timeout,
                   "seconds without a heartbeat after which a rank counts as stopped and the job ends naming it "
                   "(default STRATA_STALL_TIMEOUT_S or 10)");
@@ -167,6 +170,7 @@ int run_train_command(const TrainFlags& f, int* argc, char*** argv) {
   if (!f.cpu_replicas.empty()) vars.erase("STRATA_CPU_REPLICAS");
   if (!f.ps_threads.empty()) vars.erase("STRATA_PS_THREADS");
   if (!f.stall_timeout.empty()) vars.erase("STRATA_STALL_TIMEOUT_S");
+  if (!f.timeout.empty()) vars.erase("STRATA_TIMEOUT_S");
   if (!f.on_save_error.empty()) vars.erase("STRATA_ON_SAVE_ERROR");
   const Env env(std::move(vars));
   TrainCommand cmd;
@@ -203,11 +207,10 @@ int run_train_command(const TrainFlags& f, int* argc, char*** argv) {
   cfg.metrics_path = f.metrics;
   cfg.trace_path = f.trace;
   cfg.profile = f.profile;
-  if (!f.timeout.empty()) cfg.timeout_s = parse_double(f.timeout, "--timeout");
+  cfg.timeout_s = resolve_timeout(f.timeout, env);
   if (!f.stall_timeout.empty()) cfg.stall_timeout_s = parse_double(f.stall_timeout, "--stall-timeout");
   if (cfg.stall_timeout_s <= 0) throw ConfigError("--stall-timeout must be positive");
   if (cfg.progress_timeout_s < 0) throw ConfigError("STRATA_PROGRESS_TIMEOUT_S must not be negative");
-  if (cfg.timeout_s <= 0) throw ConfigError("--timeout must be positive");
   cfg.model_dir = f.checkpoint_dir;
   if (!f.save_every_steps.empty()) cfg.save_checkpoints_steps = parse_int64(f.save_every_steps, "--save-every-steps");
   if (cfg.save_checkpoints_steps < 0) throw ConfigError("--save-every-steps must not be negative");

@@ -1,7 +1,11 @@
 // strata: the command-line tool. Usage and configuration errors print one line on stderr and exit
 // with status 2; runtime failures exit 1 with a rank-tagged message (DESIGN.md section 7).
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <string>
+
+#include <mpi.h>
 
 #include "cli/commands.h"
 #include "strata/cluster/runtime.h"
@@ -18,6 +22,29 @@ std::string one_line(std::string text) {
     if (c == '\n') c = ' ';
   while (!text.empty() && text.back() == ' ') text.pop_back();
   return text;
+}
+
+// A usage error found before MPI starts is found by every rank of the job alike (the same argv):
+// only the launcher's rank 0 prints it, so the job says it once, the others exit 2 silently.
+// Outside a launcher this process is rank 0.
+bool speaks_for_the_job() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    const char* v = std::getenv(var);
+    if (!v || !*v) continue;
+    // Only a well-formed other rank stays silent: a malformed value is itself the error to report.
+    const std::string r(v);
+    return r.find_first_not_of("0123456789") != std::string::npos || r.find_first_not_of('0') == std::string::npos;
+  }
+  return true;
+}
+
+// Prints a usage error line unless MPI has not started and another rank speaks for the job.
+void usage_error(const std::string& text) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized && !speaks_for_the_job()) return;
+  std::fprintf(stderr, "%s\n", text.c_str());
+  std::fflush(stderr);
 }
 
 }  // namespace
@@ -54,7 +81,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "strata: error: %s (see strata --help)\n", one_line(e.what()).c_str());
+    usage_error("strata: error: " + one_line(e.what()) + " (see strata --help)");
     return kExitUsage;
   }
 
@@ -74,11 +101,10 @@ int main(int argc, char** argv) {
     if (ckpt_cmd->parsed()) return run_ckpt_command(ckpt_flags);
     if (hostnames_cmd->parsed()) return run_slurm_hostnames(slurm_flags);
     if (tasks_cmd->parsed()) return run_slurm_tasks_per_node(slurm_flags);
-    std::fprintf(stderr, "strata: error: no command given (see strata --help)\n");
+    usage_error("strata: error: no command given (see strata --help)");
     return kExitUsage;
   } catch (const strata::ConfigError& e) {
-    std::fprintf(stderr, "strata: error: %s\n", one_line(e.what()).c_str());
-    std::fflush(stderr);
+    usage_error("strata: error: " + one_line(e.what()));
     // A configuration error found by one rank after MPI started: its peers cannot know, so end
     // the job (agreed verdicts are handled inside the commands and never reach here).
     strata::abort_job(kExitUsage);

@@ -21,6 +21,7 @@
 
 #include "strata/cluster/runtime.h"
 #include "strata/common/error.h"
+#include "strata/common/rank_context.h"
 
 namespace strata {
 namespace liveness {
@@ -42,7 +43,38 @@ const char* to_string(Phase phase) {
   }
   return "?";
 }
-void set_phase(Phase phase) { g_phase.store(static_cast<std::int64_t>(phase), std::memory_order_relaxed); }
+namespace {
+// "checkpoint save" -> "checkpoint-save": a file name.
+std::string slug(const char* name) {
+  std::string s(name);
+  for (char& c : s)
+    if (c == ' ') c = '-';
+  return s;
+}
+}  // namespace
+
+void set_phase(Phase phase) {
+  g_phase.store(static_cast<std::int64_t>(phase), std::memory_order_relaxed);
+  // Test hooks (tests/fault; documented in the env table). Phase changes are rare (a handful per
+  // job), so reading the environment here costs nothing.
+  //   STRATA_TEST_PHASE_DIR=DIR       this rank creates DIR/<world rank>.<phase> on entering a phase,
+  //                                   so a test can inject a fault while the job is in it
+  //   STRATA_TEST_HOLD_PHASE=P:SECS   entering phase P (its file name, e.g. final-barrier), the rank
+  //                                   sleeps SECS first, so a short phase lasts long enough to hit
+  if (phase == Phase::kDone) return;  // the monitor thread's last beat: never held
+  const std::string name = slug(to_string(phase));
+  if (const char* dir = std::getenv("STRATA_TEST_PHASE_DIR"); dir && *dir) {
+    const RankContext ctx = current_rank_context();
+    const std::string path = std::string(dir) + "/" + std::to_string(ctx.rank) + "." + name;
+    if (std::FILE* f = std::fopen(path.c_str(), "w")) std::fclose(f);
+  }
+  if (const char* hold = std::getenv("STRATA_TEST_HOLD_PHASE"); hold && *hold) {
+    const std::string spec(hold);
+    const auto colon = spec.rfind(':');
+    if (colon != std::string::npos && spec.substr(0, colon) == name)
+      std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(spec.c_str() + colon + 1)));
+  }
+}
 void set_step(std::int64_t step) { g_step.store(step, std::memory_order_relaxed); }
 
 }  // namespace liveness

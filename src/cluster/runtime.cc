@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <iomanip>
@@ -12,6 +14,7 @@
 #include <thread>
 
 #include "cluster/bootstrap_check.h"
+#include "strata/cluster/liveness.h"
 #include "strata/common/error.h"
 #include "strata/common/logging.h"
 #include "strata/common/parse.h"
@@ -107,23 +110,27 @@ std::vector<char> exchange(MPI_Comm comm, const void* mine, int bytes, double ti
       throw TimeoutError(what + ": " + (missing.size() == 1 ? "rank " : "ranks ") +
                              cluster::format_rank_set(missing) + " of " + std::to_string(size) +
                              " did not arrive within " + seconds.str() +
-                             " s (STRATA_TIMEOUT_S); are they running the same program?",
+                             " s (--timeout / STRATA_TIMEOUT_S); are they running the same program?",
                          missing);
     }
-  } else {
+  }
+  // Rank 0 reports missing peers at `deadline`; the others give it time to do so (half the timeout
+  // + 2 s more) before blaming rank 0, and say how long they really waited.
+  std::ostringstream waited;
+  waited << 1.5 * timeout_s + 2 << " s (the timeout of " << timeout_s << " s, plus time for rank 0 to report)";
+  if (rank != 0) {
     std::vector<MPI_Request> send(1, MPI_REQUEST_NULL);
     STRATA_CHECK_MPI(MPI_Isend(mine, bytes, MPI_BYTE, 0, kGatherTag, comm, &send[0]));
-    // Rank 0 reports missing peers at `deadline`; give it time to do so before blaming rank 0.
     if (!wait_until(send, deadline + timeout / 2 + std::chrono::seconds(2)).empty()) {
       cancel_all(send);
-      throw TimeoutError(what + ": rank 0 did not collect this rank's record within " + seconds.str() + " s", {0});
+      throw TimeoutError(what + ": rank 0 did not collect this rank's record within " + waited.str(), {0});
     }
   }
   std::vector<MPI_Request> bcast(1, MPI_REQUEST_NULL);
   STRATA_CHECK_MPI(MPI_Ibcast(all.data(), bytes * size, MPI_BYTE, 0, comm, &bcast[0]));
   if (!wait_until(bcast, deadline + timeout / 2 + std::chrono::seconds(2)).empty()) {
     // A pending Ibcast cannot be cancelled; the caller aborts the job.
-    throw TimeoutError(what + ": the table from rank 0 did not arrive within " + seconds.str() + " s", {0});
+    throw TimeoutError(what + ": the table from rank 0 did not arrive within " + waited.str(), {0});
   }
   return all;
 }
@@ -131,7 +138,7 @@ std::vector<char> exchange(MPI_Comm comm, const void* mine, int bytes, double ti
 [[noreturn]] void abort_on_stall(MPI_Comm world, const std::string& what, double timeout_s) {
   std::ostringstream os;
   os << current_rank_context().prefix() << " bootstrap stalled: " << what << " did not complete within "
-     << timeout_s << " s (STRATA_TIMEOUT_S); aborting the job\n";
+     << timeout_s << " s (--timeout / STRATA_TIMEOUT_S); aborting the job\n";
   std::string text = os.str();
   std::fwrite(text.data(), 1, text.size(), stderr);
   std::fflush(stderr);
@@ -239,7 +246,34 @@ MpiSession::~MpiSession() {
   if (std::uncaught_exceptions() > 0) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  double limit = 30;
+  if (const char* v = std::getenv("STRATA_FINALIZE_TIMEOUT_S"); v && *v) {
+    char* end = nullptr;
+    const double parsed = std::strtod(v, &end);
+    if (end != v && *end == '\0' && parsed > 0) limit = parsed;
+  }
+  const int status = exit_status_;
+  // Test hook (documented in the env table): RANK:SECONDS holds that world rank back before its
+  // fence, so its peers' fences wait for it.
+  if (const char* hold = std::getenv("STRATA_TEST_FINALIZE_DELAY_RANK"); hold && *hold) {
+    int me = -1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    const char* colon = std::strchr(hold, ':');
+    if (colon && std::atoi(hold) == me) std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(colon + 1)));
+  }
+  // Seen once in the cluster tier: a hetjob's step stayed RUNNING after every rank had printed its
+  // result. A peer or the PMIx server that never answers the fence must not hang the job.
+  Watchdog watchdog(std::chrono::duration<double>(limit), [limit, status] {
+    const std::string who = current_rank_context().prefix();
+    std::fprintf(stderr, "strata: %s%sMPI_Finalize did not return within %g s (STRATA_FINALIZE_TIMEOUT_S): a peer rank "
+                 "or the launcher's PMIx server did not answer its final fence; exiting with status %d without it\n",
+                 who.c_str(), who.empty() ? "" : " ", limit, status);
+    std::fflush(stderr);
+    std::fflush(stdout);
+    std::_Exit(status);
+  });
+  MPI_Finalize();
 }
 
 Communicators::~Communicators() {
@@ -271,6 +305,10 @@ std::unique_ptr<Runtime> Runtime::bootstrap(MPI_Comm world, const Env& env, cons
           [&] { STRATA_CHECK_MPI(MPI_Comm_dup(world, &rt->comms_.runtime_)); });
   MPI_Comm comm = rt->comms_.runtime_;
   set_errors_return(comm);
+
+  // The job's first phase (strata/cluster/liveness.h); with STRATA_TEST_PHASE_DIR set it also marks
+  // this rank as inside the bootstrap for tests/fault.
+  liveness::set_phase(liveness::Phase::kStart);
 
   // Test hook (documented in the env table): delay chosen ranks so tests can show that a late rank
   // is named instead of hanging the job.

@@ -1,8 +1,10 @@
 #include "strata/common/env.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <sstream>
 
+#include "strata/common/error.h"
 #include "strata/common/parse.h"
 
 extern char** environ;
@@ -60,6 +62,27 @@ std::string Env::get_string(std::string_view name, const std::string& fallback) 
   return (value && !value->empty()) ? *value : fallback;
 }
 
+double timeout_from_env(const Env& env) {
+  const double t = env.get_double("STRATA_TIMEOUT_S", kDefaultTimeoutS);
+  if (!(t > 0)) throw ConfigError("STRATA_TIMEOUT_S must be positive, got " + env.get("STRATA_TIMEOUT_S").value_or(""));
+  return t;
+}
+
+double resolve_timeout(const std::string& flag_value, const Env& env) {
+  double t = 0;
+  if (flag_value.empty()) {
+    t = timeout_from_env(env);
+  } else {
+    t = parse_double(flag_value, "--timeout");
+    if (!(t > 0)) throw ConfigError("--timeout must be positive, got " + flag_value);
+  }
+  std::ostringstream text;
+  text.precision(17);
+  text << t;
+  ::setenv("STRATA_TIMEOUT_S", text.str().c_str(), 1);
+  return t;
+}
+
 const std::vector<EnvVarDoc>& env_table() {
   static const std::vector<EnvVarDoc> table = {
       // strata's own
@@ -68,7 +91,8 @@ const std::vector<EnvVarDoc>& env_table() {
       {"STRATA_CLUSTER", "file|json", "", "explicit cluster (TF_CONFIG-shaped JSON or a job map); beats TF_CONFIG"},
       {"STRATA_NUM_PS", "int", "0", "mpi/slurm resolvers without --jobs: the first N ranks are PS (strata-mpirun sets it)"},
       {"STRATA_JOBS", "jobs", "", "mpi/slurm resolvers without --jobs/--num-ps: roles in rank order, e.g. ps=1,worker=2,evaluator=1 (strata-mpirun --evaluator sets it)"},
-      {"STRATA_TIMEOUT_S", "seconds", "60", "deadline of every bootstrap wait; a stall names the missing ranks"},
+      {"STRATA_TIMEOUT_S", "seconds", "120", "bound on each single wait for another rank, in every command and phase (bootstrap, PS requests, collectives, barriers); past it the wait names who it waited for; --timeout overrides it"},
+      {"STRATA_FINALIZE_TIMEOUT_S", "seconds", "30", "bound on MPI_Finalize (its PMIx fence has none): past it a rank prints one line and exits with its status"},
       {"STRATA_STALL_TIMEOUT_S", "seconds", "10", "strata train: a rank without a heartbeat this long has stopped; the job ends naming it (--stall-timeout)"},
       {"STRATA_PROGRESS_TIMEOUT_S", "seconds", "120", "strata train: a training worker whose step is frozen this long while the others move ends the job (0: off)"},
       {"STRATA_TRANSPORT", "enum", "auto", "data-plane transport: auto (shared memory in a node; MPI RMA between nodes where probed one-sided, else tcp), mpi, tcp or ucx"},
@@ -82,7 +106,13 @@ const std::vector<EnvVarDoc>& env_table() {
       {"STRATA_TEST_DELAY_RANK", "RANK:SECONDS", "", "test hook: that rank sleeps before the bootstrap exchange"},
       {"STRATA_UCX_DIRECT", "bool", "1", "ucx transport: plain loads/stores through ucp_rkey_ptr mappings for co-located ranks"},
       {"STRATA_ON_SAVE_ERROR", "enum", "stop", "strata train: after a failed checkpoint save, stop (exit 1) or continue (--on-save-error)"},
+      {"STRATA_MAX_RESTARTS", "int", "0", "strata-mpirun and the sbatch templates: relaunch a failed strata train up to N times with --restore latest (--max-restarts; not after status 0, 2 or 75)"},
+      {"STRATA_RESTART_COUNT", "int", "0", "strata train: set by those launchers, the relaunches before this run; reported as \"restarts\" in the summary"},
+      {"STRATA_TEST_FINAL_DELAY_RANK", "RANK:SECONDS", "", "test hook: that rank sleeps before the workers' end-of-training barrier"},
+      {"STRATA_TEST_FINALIZE_DELAY_RANK", "RANK:SECONDS", "", "test hook: that rank sleeps before MPI_Finalize, so its peers' final fences wait for it"},
       {"STRATA_TEST_SAVE_DELAY_S", "seconds", "", "test hook: every PS rank holds each checkpoint save open this long before closing it"},
+      {"STRATA_TEST_PHASE_DIR", "dir", "", "test hook: each rank creates DIR/<rank>.<phase> when it enters a liveness phase (start, restore, train, checkpoint-save, final-barrier, serve)"},
+      {"STRATA_TEST_HOLD_PHASE", "PHASE:SECONDS", "", "test hook: every rank entering that liveness phase (e.g. final-barrier) sleeps this long first"},
       {"STRATA_TEST_SKIP_SPACE_CHECK", "bool", "", "test hook: checkpoint saves skip the free-space check, so a full disk fails inside HDF5's writes"},
       {"STRATA_TEST_TIMEOUT_S", "seconds", "120", "mpi test tier: a test running longer aborts the job, naming it"},
       // TensorFlow

@@ -26,6 +26,7 @@
 #include <sstream>
 
 #include "strata/checkpoint/checkpoint.h"
+#include "strata/cluster/liveness.h"
 #include "strata/cluster/runtime.h"
 #include "strata/common/error.h"
 #include "strata/common/logging.h"
@@ -258,6 +259,11 @@ void ParameterServerStrategy::prepare_checkpoint_hooks() {
       const Runtime* rt = &runtime_;
       // Called from serve(), i.e. after materialisation: ps_ is set by then.
       hooks.save = [this, st, copts, rt](const ps::SaveContext& ctx) -> ps::SaveStatus {
+        // The heartbeat says "checkpoint save" while this PS writes, then "serve" again.
+        struct SavePhase {
+          SavePhase() { liveness::set_phase(liveness::Phase::kSave); }
+          ~SavePhase() { liveness::set_phase(liveness::Phase::kServe); }
+        } save_phase;
         const bool reporter = rt->task().index == 0;
         if (ctx.final && st->last_saved_step == ctx.global_step) {
           // Nothing changed since this job's last save (it was at the final boundary): the file

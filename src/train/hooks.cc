@@ -226,6 +226,7 @@ void SummaryHook::end(RunContext& ctx) {
     summary["comm_fraction"] = s.comm_fraction;
     summary["ps_busy_fraction"] = s.ps_busy_fraction;
   }
+  summary["restarts"] = ctx.config->restarts;
   std::cout << summary.dump() << std::endl;
 }
 

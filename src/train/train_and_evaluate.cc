@@ -17,11 +17,21 @@
 // applied, job-wide figures reduced over the workers, then the hooks' end() and strategy.finish().
 #include "strata/train/train_and_evaluate.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "strata/cluster/liveness.h"
 #include "strata/common/env.h"
@@ -93,18 +103,116 @@ Params pull_params(const Model& model, ParameterServerStrategy& strategy, const 
   return params;
 }
 
-// Collective over the workers: a barrier that names nobody but cannot hang past its deadline.
-void workers_barrier(MPI_Comm comm, double timeout_s, const char* what) {
-  MPI_Request request;
-  STRATA_CHECK_MPI(MPI_Ibarrier(comm, &request));
-  const auto deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
-  int done = 0;
-  while (!done) {
-    STRATA_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
-    if (!done && Clock::now() > deadline) throw TimeoutError(what, {});
-    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+// The workers' meeting at the end of training. Workers finish at different times (async mode, a
+// slower node), so the bound is --timeout without progress, never a multiple of it: the deadline
+// moves on whenever a worker arrives or the job's global step moves (some worker still trains;
+// `global_step` reads it from the PS, about twice a second). Worker 0 collects one token from
+// every other worker, then releases them all; past the bound it names the workers that never
+// arrived (task and host) and the others name worker 0. Collective over `workers`; the calling
+// thread must own the PS client (no replica thread runs).
+void final_barrier(MPI_Comm workers, const Runtime& rt, double timeout_s,
+                   const std::function<std::int64_t()>& global_step) {
+  constexpr int kTag = 0x5346;  // "SF"
+  int me = 0, n = 1;
+  STRATA_CHECK_MPI(MPI_Comm_rank(workers, &me));
+  STRATA_CHECK_MPI(MPI_Comm_size(workers, &n));
+  if (n == 1) return;
+  // Who worker r is, for the message: its rank in the runtime communicator indexes rt.ranks().
+  auto describe = [&](int r) {
+    MPI_Group wg, rg;
+    int out = MPI_UNDEFINED;
+    MPI_Comm_group(workers, &wg);
+    MPI_Comm_group(rt.comms().runtime(), &rg);
+    MPI_Group_translate_ranks(wg, 1, &r, rg, &out);
+    MPI_Group_free(&wg);
+    MPI_Group_free(&rg);
+    if (out == MPI_UNDEFINED || out < 0 || out >= static_cast<int>(rt.ranks().size()))
+      return "worker rank " + std::to_string(r);
+    const RankInfo& info = rt.ranks()[static_cast<std::size_t>(out)];
+    return "rank " + std::to_string(out) + " (" + info.task.str() + " on " + info.host + ")";
+  };
+  char token = 1;
+  std::vector<MPI_Request> requests;
+  std::vector<char> inbox(static_cast<std::size_t>(n), 0);
+  if (me == 0) {
+    for (int r = 1; r < n; ++r) {
+      requests.emplace_back();
+      STRATA_CHECK_MPI(MPI_Irecv(&inbox[static_cast<std::size_t>(r)], 1, MPI_CHAR, r, kTag, workers, &requests.back()));
+    }
+  } else {
+    requests.resize(2);
+    STRATA_CHECK_MPI(MPI_Isend(&token, 1, MPI_CHAR, 0, kTag, workers, &requests[0]));
+    STRATA_CHECK_MPI(MPI_Irecv(&inbox[0], 1, MPI_CHAR, 0, kTag, workers, &requests[1]));
   }
+  // Worker 0, which can name the missing, gives up first; the others wait 5 s longer.
+  auto wait_all = [&](std::vector<MPI_Request>& reqs, bool collecting) {
+    const double limit = me == 0 ? timeout_s : timeout_s + 5;
+    const auto bound = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
+    auto deadline = Clock::now() + bound;
+    auto next_look = Clock::now();
+    std::int64_t last_step = -1;
+    int last_done = -1;
+    while (true) {
+      int done_count = 0;
+      for (auto& req : reqs) {
+        int flag = 0;
+        if (req != MPI_REQUEST_NULL) STRATA_CHECK_MPI(MPI_Test(&req, &flag, MPI_STATUS_IGNORE));
+        if (req == MPI_REQUEST_NULL) ++done_count;
+      }
+      if (done_count == static_cast<int>(reqs.size())) return;
+      const auto now = Clock::now();
+      if (done_count != last_done) {
+        last_done = done_count;
+        deadline = now + bound;
+      }
+      if (now >= next_look) {
+        next_look = now + std::chrono::milliseconds(500);
+        const std::int64_t step = global_step();
+        if (step != last_step) {
+          last_step = step;
+          deadline = now + bound;
+        }
+      }
+      if (now > deadline) {
+        std::string missing;
+        if (collecting) {
+          for (int r = 1; r < n; ++r)
+            if (!inbox[static_cast<std::size_t>(r)]) missing += (missing.empty() ? "" : ", ") + describe(r);
+        } else {
+          missing = describe(0);
+        }
+        throw TimeoutError("the workers' end-of-training barrier: no worker arrived and the global step (" +
+                               std::to_string(last_step) + ") did not move for " + std::to_string(static_cast<int>(limit)) +
+                               " s (--timeout / STRATA_TIMEOUT_S); still waiting for " + missing,
+                           {});
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+  wait_all(requests, me == 0);
+  if (me == 0) {
+    std::vector<MPI_Request> releases(static_cast<std::size_t>(n - 1));
+    for (int r = 1; r < n; ++r)
+      STRATA_CHECK_MPI(MPI_Isend(&token, 1, MPI_CHAR, r, kTag, workers, &releases[static_cast<std::size_t>(r - 1)]));
+    wait_all(releases, false);
+  }
+}
+
+// Creates `dir` if needed and writes, syncs and removes a small file in it; ConfigError naming the
+// directory and the system's reason otherwise.
+void check_writable(const std::string& dir, int rank) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw ConfigError("--checkpoint-dir '" + dir + "' cannot be created: " + ec.message());
+  const std::string probe = dir + "/.strata-write-check." + std::to_string(rank);
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw ConfigError("--checkpoint-dir '" + dir + "' is not writable: " + std::strerror(errno));
+  const char byte = 0;
+  const bool ok = ::write(fd, &byte, 1) == 1 && ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  ::unlink(probe.c_str());
+  if (!ok) throw ConfigError("--checkpoint-dir '" + dir + "' is not writable: " + std::strerror(err));
 }
 
 TrainResult config_failure(const std::string& message, bool report) {
@@ -211,6 +319,15 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
         ictx.get_per_replica_batch_size(cfg.global_batch);
         if (!train_spec.input_fn) throw ConfigError("TrainSpec has no input_fn");
         train_set = train_spec.input_fn();
+        // A batch larger than a worker's share of the data would train no step at all and end
+        // "successfully" with an untrained model: say so before anything runs.
+        const int trainers = rt->count_role(Role::kChief) + rt->count_role(Role::kWorker);
+        if (!evaluator && trainers > 0 && cfg.global_batch > train_set.size / trainers)
+          throw ConfigError("--global-batch " + std::to_string(cfg.global_batch) +
+                            " is larger than a worker's share of the training data (" +
+                            std::to_string(train_set.size / trainers) + " of " + std::to_string(train_set.size) +
+                            " examples over " + std::to_string(trainers) + " worker(s)): no step would run; use at most " +
+                            std::to_string(train_set.size / trainers));
         if (rt->is_chief() || evaluator) eval_set = eval_spec.input_fn ? eval_spec.input_fn() : train_set;
         if (evaluator && eval_set.size == 0) throw ConfigError("the evaluator's eval data is empty");
         // Workers (and the evaluator) build the model from the data's shape; PS ranks receive the
@@ -219,6 +336,10 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
         if (!net) throw ConfigError("the model function returned no model");
         if (cfg.optimizer.empty()) sopt.ps.optimizer = ps::OptimizerConfig::parse(optimizer_spec(cfg, net.get()));
       }
+      // The ranks that write checkpoints (the PS ranks, and the chief's checkpoint.json) really
+      // write a file there now, so an unusable directory is a usage error before the first step,
+      // not a failure at the first save (possibly after all the training).
+      if (!cfg.model_dir.empty() && (role == Role::kPs || rt->is_chief())) check_writable(cfg.model_dir, rt->rank());
     } catch (const ConfigError& e) {
       config_error = e.message();
     }
@@ -539,7 +660,14 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
   // the PS statistics): each worker waits for its own acks, then all meet.
   // (No replica thread runs here: the PS client is this thread's alone.)
   strategy.parameter_servers().wait_applied();
-  workers_barrier(rt->comms().workers(), cfg.timeout_s * 10, "workers did not all finish training");
+  // Test hook (documented in the env table): RANK:SECONDS holds that world rank back before the
+  // workers' final barrier, a worker alive but late.
+  if (auto hold = env.get("STRATA_TEST_FINAL_DELAY_RANK"); hold && !hold->empty()) {
+    const auto colon = hold->find(':');
+    if (colon != std::string::npos && std::atoi(hold->c_str()) == rt->rank())
+      std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(hold->c_str() + colon + 1)));
+  }
+  final_barrier(rt->comms().workers(), *rt, cfg.timeout_s, [&strategy] { return strategy.global_step(); });
   // Sum of every worker's throughput: the job's examples/s.
   double my_eps = examples / std::max(summary.train_s, 1e-9);
   STRATA_CHECK_MPI(

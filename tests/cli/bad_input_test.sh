@@ -119,4 +119,38 @@ case_begin "--num-ps leaving no worker"
 run "$STRATA_BIN" cluster --resolver mpi --num-ps 1
 expect_rc 2; expect_one_stderr_line; expect_stderr_has "leaves no worker"
 
+case_begin "a usage error under mpirun is said once for the job, not once per rank"
+mpi 3 "$STRATA_BIN" train --epochs 1 --no-such-flag
+expect_rc 2
+[ "$(grep -c '^strata: error: ' "$ERR")" = 1 ] || fail "expected one 'strata: error:' line for 3 ranks"
+expect_stderr_has "strata: error: The following argument was not expected: --no-such-flag"
+mpi 3 "$STRATA_BIN" train --stall-timeout=-1
+expect_rc 2
+[ "$(grep -c '^strata: error: ' "$ERR")" = 1 ] || fail "expected one '--stall-timeout must be positive' line for 3 ranks"
+expect_stderr_has "strata: error: --stall-timeout must be positive"
+
+case_begin "a global batch larger than a worker's share of the data is a usage error naming both numbers"
+mpi 3 env STRATA_NUM_PS=1 "$STRATA_BIN" train --epochs 1 --global-batch 40000
+expect_rc 2
+[ "$(grep -c '^strata train: error: ' "$ERR")" = 1 ] || fail "expected one 'strata train: error:' line"
+expect_stderr_has "--global-batch 40000 is larger than a worker's share of the training data (30000 of 60000 examples over 2 worker(s))"
+
+case_begin "an unusable --checkpoint-dir is a usage error before the first step"
+mpi 3 env STRATA_NUM_PS=1 "$STRATA_BIN" train --epochs 1 --checkpoint-dir /proc/strata-no-such-dir
+expect_rc 2
+[ "$(grep -c '^strata train: error: ' "$ERR")" = 1 ] || fail "expected one 'strata train: error:' line"
+expect_stderr_has "--checkpoint-dir '/proc/strata-no-such-dir' cannot be created"
+grep -q '^step ' "$OUT" && fail "training started although the checkpoint directory is unusable"
+mkdir -p "$TEST_TMP/ro" && chmod 0555 "$TEST_TMP/ro"
+# As root the mode bits do not stop a write: a read-only bind mount does, where mounts are allowed.
+if mount --bind "$TEST_TMP/ro" "$TEST_TMP/ro" 2>/dev/null && mount -o remount,bind,ro "$TEST_TMP/ro" 2>/dev/null; then
+  mpi 3 env STRATA_NUM_PS=1 "$STRATA_BIN" train --epochs 1 --checkpoint-dir "$TEST_TMP/ro"
+  umount "$TEST_TMP/ro"
+  expect_rc 2
+  expect_stderr_has "--checkpoint-dir '$TEST_TMP/ro' is not writable: Read-only file system"
+else
+  umount "$TEST_TMP/ro" 2>/dev/null
+  echo "   (read-only case skipped: no bind mounts here)"
+fi
+
 finish

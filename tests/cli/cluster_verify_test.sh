@@ -45,4 +45,21 @@ expect_rc 0
 expect_stdout_has "resolver explicit"
 rows | awk '$1 == 2 && ($2 != "worker:1" || $5 != "h2:5000") {exit 1}' || fail "rank 2 should be worker:1 at h2:5000"
 
+case_begin "a rank late to MPI_Finalize: its peers' bounded finalize names itself and the job ends"
+# Rank 1 sleeps 20 s before its final fence; the others give up on theirs after 2 s, each with one
+# line, instead of waiting (a fence with no timeout of its own). mpirun then reports them as ending
+# without finalize and tears rank 1 down: the job ends in seconds, not 20 s, and not with status 0.
+export STRATA_FINALIZE_TIMEOUT_S=2 STRATA_TEST_FINALIZE_DELAY_RANK=1:20
+start=$SECONDS
+mpi 3 -x STRATA_FINALIZE_TIMEOUT_S -x STRATA_TEST_FINALIZE_DELAY_RANK "$STRATA_BIN" cluster --verify --num-ps 1
+took=$((SECONDS - start))
+unset STRATA_FINALIZE_TIMEOUT_S STRATA_TEST_FINALIZE_DELAY_RANK
+expect_stdout_has "# ok: 3 ranks agree"
+expect_stderr_has "[rank 0/3 ps:0 "
+expect_stderr_has "MPI_Finalize did not return within 2 s (STRATA_FINALIZE_TIMEOUT_S)"
+[ "$(grep -c 'MPI_Finalize did not return' "$ERR")" -ge 1 ] || fail "no finalize line"
+grep 'MPI_Finalize did not return' "$ERR" | grep -q 'rank 1/3' && fail "rank 1 was late, not stuck: it must not report"
+[ "$RC" != 0 ] || fail "mpirun must not report success for ranks that left without MPI_Finalize"
+[ "$took" -lt 15 ] || fail "the job took $took s; the late rank's 20 s should not have been waited for"
+
 finish

@@ -76,6 +76,18 @@ mpi 3 env STRATA_NUM_PS=1 "$STRATA_BIN" train --epochs 1 --stall-timeout 3
 expect_rc 0
 grep -q "liveness" "$ERR" && fail "the monitor spoke in a healthy run: $(grep liveness "$ERR")"
 
+case_begin "a worker alive but late to the end-of-training barrier is named by worker 0 after --timeout"
+# Rank 2 (worker:1) sleeps 60 s before the barrier; the global step no longer moves, so worker 0
+# gives up after --timeout 4 (not 10 x 4) and names it. A live rank sends heartbeats: liveness
+# stays silent.
+start=$SECONDS
+mpi 3 -x STRATA_TEST_FINAL_DELAY_RANK=2:60 env STRATA_NUM_PS=1 "$STRATA_BIN" train --epochs 1 --timeout 4
+took=$((SECONDS - start))
+expect_rc_nonzero
+expect_stderr_has "[rank 1/3 worker:0 $(hostname -s)] the workers' end-of-training barrier: no worker arrived and the global step"
+expect_stderr_has "did not move for 4 s (--timeout / STRATA_TIMEOUT_S); still waiting for rank 2 (worker:1 on $(hostname -s))"
+[ "$took" -lt 45 ] || fail "the job took $took s; the barrier should have given up 4 s after the last progress"
+
 case_begin "bad values"
 run "$STRATA_BIN" train --stall-timeout 0
 expect_rc 2; expect_one_stderr_line; expect_stderr_has "--stall-timeout must be positive"

@@ -73,16 +73,36 @@ expand_tpn() {
 # verify_case NAME ORDER SRUN-OPTIONS...: one srun of 5 tasks, checked against its own step
 # layout. ORDER "block": ranks fill the nodes in list order, so the rank -> node sequence is
 # known; "any": only the number of ranks on each node is (cyclic and plane distributions).
+# run_step NAME SRUN-ARGS...: srun SRUN-ARGS under the step timeout, output in $work/NAME.{out,err},
+# status in rc. A step that lost a rank to SIGSEGV before strata printed anything (the known Open MPI
+# 4.1.4 crash in MPI_Init_thread, tests/cluster/README.md "Known issues"; seen here under load) is
+# run once more, with a NOTE line; the same crash twice stays a failure for the checks to report.
+run_step() {
+  local name=$1 attempt
+  shift
+  for attempt in 1 2; do
+    timeout --kill-after=10 "$STEP_TIMEOUT" srun "$@" >"$work/$name.out" 2>"$work/$name.err"
+    rc=$?
+    if [[ $attempt == 1 && $rc -ne 0 && $rc -ne 124 && $rc -ne 137 ]] \
+       && grep -qE '^srun: error: [^ ]+: tasks? [0-9,-]+: Segmentation fault|Caught signal 11 \(Segmentation fault' "$work/$name.err" \
+       && ! grep -qE '^# strata cluster|strata cluster --verify' "$work/$name.out" "$work/$name.err"; then
+      echo "NOTE: $name: a rank died with SIGSEGV before strata printed anything ($(grep -m1 'Segmentation fault' "$work/$name.err")):" \
+        "the known Open MPI 4.1.4 crash in MPI_Init_thread; running the step again once"
+      continue
+    fi
+    return 0
+  done
+}
+
 verify_case() {
   local name=$1 order=$2; shift 2
   echo "== $name: srun $* strata cluster --verify --jobs ps=1,worker=4"
   case_failed=0
   # Task 0 reports the layout Slurm chose, on stderr, before becoming strata.
   # shellcheck disable=SC2016  # expanded by the task's shell
-  timeout --kill-after=10 "$STEP_TIMEOUT" srun "$@" --mpi=pmix --kill-on-bad-exit=1 --export="$EXPORT" \
+  run_step "$name" "$@" --mpi=pmix --kill-on-bad-exit=1 --export="$EXPORT" \
     sh -c '[ "$SLURM_PROCID" = 0 ] && echo "STEP_LAYOUT $SLURM_STEP_TASKS_PER_NODE $SLURM_STEP_NODELIST" >&2; exec "$0" "$@"' \
-    "$BIN" cluster --verify --jobs ps=1,worker=4 >"$work/$name.out" 2>"$work/$name.err"
-  local rc=$?
+    "$BIN" cluster --verify --jobs ps=1,worker=4
   if [[ $rc -eq 124 || $rc -eq 137 ]]; then fail "$name: did not finish within ${STEP_TIMEOUT} s (hang)"
   elif [[ $rc -eq 0 ]]; then pass "$name: exit status 0"
   else fail "$name: exit status $rc, expected 0"; fi
@@ -156,10 +176,9 @@ name=wrong_layout
 echo "== $name: srun -N 3 -n 5 -m cyclic, tasks told SLURM_DISTRIBUTION=block without SLURM_PMIX_MAPPING_SERV"
 case_failed=0
 # shellcheck disable=SC2016  # expanded by the task's shell
-timeout --kill-after=10 "$STEP_TIMEOUT" srun -N 3 -n 5 -m cyclic --mpi=pmix --kill-on-bad-exit=1 --export="$EXPORT" \
+run_step "$name" -N 3 -n 5 -m cyclic --mpi=pmix --kill-on-bad-exit=1 --export="$EXPORT" \
   sh -c 'unset SLURM_PMIX_MAPPING_SERV; export SLURM_DISTRIBUTION=block; exec "$0" "$@"' \
-  "$BIN" cluster --verify --jobs ps=1,worker=4 >"$work/$name.out" 2>"$work/$name.err"
-rc=$?
+  "$BIN" cluster --verify --jobs ps=1,worker=4
 if [[ $rc -eq 124 || $rc -eq 137 ]]; then fail "$name: did not finish within ${STEP_TIMEOUT} s (hang)"
 elif [[ $rc -ne 0 ]]; then pass "$name: exit status $rc (non-zero)"
 else fail "$name: exit status 0, expected an error"; fi

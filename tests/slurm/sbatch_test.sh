@@ -22,6 +22,8 @@
 #   4. strata-gpu.sbatch (STRATA_GPUS_PER_NODE=1 on this GPU-less node), step never launches,
 #      STRATA_LAUNCH_ATTEMPTS=1: FAILED with its own "strata-gpu.sbatch: the strata step did
 #      not launch" line. (strata-hetero.sbatch needs 2+ nodes: launch_step_test.sh covers it.)
+#   5. an srun that outlives its step (a stub srun that runs the real one, then stays), with
+#      STRATA_STEP_EXIT_GRACE=4: FAILED within seconds, one 'srun still runs' line, the table.
 # Before the launch check, cases 2 and 4 ended COMPLETED with ExitCode=0:0.
 #
 # Environment: STRATA_SBATCH_TIMEOUT (default 60 s) bounds each job, pending included.
@@ -165,6 +167,30 @@ if run_job gpu - STRATA_GPUS_PER_NODE=1 STRATA_SRUN_ARGS="--output=$work/no-such
   last=$(tail -n1 <<<"$out")
   grep -qE '^strata-gpu.sbatch: the strata step did not launch \(srun status 0\): task 0 launch failed: .*giving up after 1 attempt\(s\)' <<<"$last" \
     && pass "gpu: final line: $last" || fail "gpu: the last line is not 'strata-gpu.sbatch: the strata step did not launch ...': '$last'"
+fi
+show
+
+# --- 5. an srun that outlives its step ------------------------------------------------------
+# What Slurm 22.05's srun did with a heterogeneous step (tests/cluster/README.md, Known issues):
+# the step ends, srun does not. A wrapper named srun first on the job's PATH runs the real srun,
+# then stays (its sleep ends with it). With STRATA_STEP_EXIT_GRACE=4 the script's watchdog sees
+# the step gone from squeue, ends "srun" with one line, and the job FAILS within seconds instead
+# of holding the allocation.
+mkdir -p "$work/hang-bin"
+printf '%s
+' '#!/bin/bash' "$(command -v srun) \"\$@\"; rc=\$?" \
+  'sleep 300 & sp=$!' 'trap "kill \$sp 2>/dev/null; exit 143" TERM' 'wait $sp; exit $rc' >"$work/hang-bin/srun"
+chmod +x "$work/hang-bin/srun"
+start=$SECONDS
+if run_job hang - PATH="$work/hang-bin:$PATH" STRATA_STEP_EXIT_GRACE=4 -- --ntasks=4 "$SCRIPT" "${VERIFY[@]}"; then
+  took=$((SECONDS - start))
+  [[ $state == FAILED && $exitcode != 0:0 && -n $exitcode ]] && pass "hang: FAILED, ExitCode=$exitcode" \
+    || fail "hang: JobState=$state ExitCode=$exitcode, expected FAILED with a non-zero exit code"
+  has '^strata.sbatch: srun still runs 4 s after its step ended .*STRATA_STEP_EXIT_GRACE' \
+    && pass "hang: one line: $(grep -m1 'srun still runs' <<<"$out")" || fail "hang: no 'srun still runs 4 s after its step ended' line"
+  (( took < 40 )) && pass "hang: the job ended ${took} s after submission (the hung srun would have held it 300 s)" \
+    || fail "hang: the job took ${took} s"
+  check_table hang
 fi
 show
 

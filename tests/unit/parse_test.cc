@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <vector>
@@ -236,6 +237,23 @@ TEST(Env, TypedAccessorsNameTheVariableOnBadValues) {
   expect_names_and_quotes(config_error([&] { env.get_int("STRATA_N", 0); }), "STRATA_N", "4x");
   expect_names_and_quotes(config_error([&] { env.get_double("STRATA_TIMEOUT_S", 0); }), "STRATA_TIMEOUT_S", "60s");
   expect_names_and_quotes(config_error([&] { env.get_bool("STRATA_ON", false); }), "STRATA_ON", "maybe");
+}
+
+
+// The one timeout contract (strata/common/env.h): --timeout, else STRATA_TIMEOUT_S, else 120 s,
+// published back into the process environment for the layers that read the variable.
+TEST(Timeout, FlagThenEnvironmentThenDefaultAndPublished) {
+  EXPECT_EQ(resolve_timeout("", Env{}), kDefaultTimeoutS);
+  EXPECT_STREQ(std::getenv("STRATA_TIMEOUT_S"), "120");
+  EXPECT_EQ(resolve_timeout("", make_env({{"STRATA_TIMEOUT_S", "7.5"}})), 7.5);
+  EXPECT_STREQ(std::getenv("STRATA_TIMEOUT_S"), "7.5");
+  EXPECT_EQ(resolve_timeout("3", make_env({{"STRATA_TIMEOUT_S", "7.5"}})), 3.0);
+  EXPECT_EQ(timeout_from_env(Env::from_process()), 3.0);
+  EXPECT_THROW(resolve_timeout("0", Env{}), ConfigError);
+  EXPECT_THROW(resolve_timeout("soon", Env{}), ConfigError);
+  EXPECT_THROW(resolve_timeout("", make_env({{"STRATA_TIMEOUT_S", "-1"}})), ConfigError);
+  EXPECT_THROW(resolve_timeout("", make_env({{"STRATA_TIMEOUT_S", "soon"}})), ConfigError);
+  ::unsetenv("STRATA_TIMEOUT_S");
 }
 
 }  // namespace

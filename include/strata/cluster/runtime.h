@@ -37,6 +37,10 @@ Role role_of_job(const std::string& job);
 // Owns MPI initialisation for a program (the strata binary, a test main). Requests
 // MPI_THREAD_MULTIPLE and throws MpiError if the library provides less. Finalizes in the destructor
 // only if it initialised MPI and no exception is propagating (then the handler calls abort_job).
+// MPI_Finalize is bounded: Open MPI's ends in a PMIx fence with every rank and the launcher's
+// server, which has no timeout of its own; if it has not returned after STRATA_FINALIZE_TIMEOUT_S
+// (default 30 s) the process prints one line and exits with its exit status without it (all of its
+// own work, and every collective of the job, finished before the fence).
 // Not thread-safe; create one per process, on the main thread.
 class MpiSession {
  public:
@@ -46,10 +50,14 @@ class MpiSession {
   MpiSession& operator=(const MpiSession&) = delete;
   static constexpr int kRequiredThreadLevel = MPI_THREAD_MULTIPLE;
   int provided() const { return provided_; }
+  // The status this process exits with when MPI_Finalize does not return (below); a command that
+  // returns non-zero after a clean finalize (a usage verdict, preemption) sets it first.
+  void set_exit_status(int status) { exit_status_ = status; }
 
  private:
   bool owns_ = false;
   int provided_ = 0;
+  int exit_status_ = 0;
 };
 
 // Ends the whole job from this rank (MPI_Abort on the world) if MPI is initialised and not yet
@@ -102,7 +110,7 @@ std::vector<std::string> allgather_strings(MPI_Comm comm, const std::string& min
 
 struct BootstrapOptions {
   cluster::ResolveOptions resolve;
-  double timeout_s = 60.0;  // deadline of each bootstrap wait (STRATA_TIMEOUT_S)
+  double timeout_s = kDefaultTimeoutS;  // deadline of each bootstrap wait (--timeout / STRATA_TIMEOUT_S)
 };
 
 class Runtime {

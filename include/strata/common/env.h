@@ -35,6 +35,19 @@ class Env {
   Vars vars_;
 };
 
+// The one timeout contract (every command, every phase): `--timeout` where a command has it, else
+// STRATA_TIMEOUT_S, else kDefaultTimeoutS, bounds each single wait for another rank (a bootstrap
+// exchange, a PS request, a collective, a barrier); a wait past it names who it waited for.
+// Waits are never a multiple of it. Liveness (a stopped or stalled rank) has its own limits
+// (--stall-timeout, STRATA_PROGRESS_TIMEOUT_S).
+inline constexpr double kDefaultTimeoutS = 120;
+// STRATA_TIMEOUT_S or kDefaultTimeoutS; ConfigError when malformed or not positive.
+double timeout_from_env(const Env& env);
+// A command's timeout: `flag_value` (the --timeout text, "" when not given) or timeout_from_env.
+// The result is also published as STRATA_TIMEOUT_S in this process's environment, so layers that
+// read the variable (the transports) use the same bound. Call before any thread is started.
+double resolve_timeout(const std::string& flag_value, const Env& env);
+
 struct EnvVarDoc {
   const char* name;
   const char* type;

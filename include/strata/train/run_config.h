@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "strata/common/env.h"
 #include "strata/cluster/resolve.h"
 #include "strata/data/dataset.h"
 #include "strata/strategy/parameter_server_strategy.h"
@@ -82,9 +83,10 @@ struct RunConfig {
   MPI_Comm world = MPI_COMM_NULL;
 
   // ---- timeouts ----
-  double timeout_s = 120;            // any wait, before naming who is late
+  double timeout_s = kDefaultTimeoutS;  // each wait for another rank (--timeout / STRATA_TIMEOUT_S)
   double stall_timeout_s = 10;       // liveness: no heartbeat this long = stopped
   double progress_timeout_s = 120;   // liveness: a training worker frozen while others move (0: off)
+  std::int64_t restarts = 0;         // STRATA_RESTART_COUNT: relaunches by the launcher ("restarts" in the summary)
 
   // The defaults `strata train` starts from: the fields above, with the environment variables
   // listed at the top of this file applied. ConfigError naming the variable on a bad value.

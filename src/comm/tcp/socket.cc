@@ -99,7 +99,7 @@ void set_timeouts(int fd) {
 
 [[noreturn]] void timed_out(int peer_rank, const std::string& what) {
   throw TimeoutError(what + ": rank " + std::to_string(peer_rank) + " did not answer before the deadline "
-                         "(STRATA_TIMEOUT_S / --timeout)",
+                         "(--timeout / STRATA_TIMEOUT_S)",
                      {peer_rank});
 }
 
@@ -195,7 +195,7 @@ Socket connect_to(const Endpoint& to, Deadline deadline, const std::string& who)
       int n = ::poll(&p, 1, static_cast<int>(std::clamp<long long>(left, 0, 1000)));
       if (n == 0) {
         if (deadline.passed())
-          throw TimeoutError("connecting to " + who + " at " + to.str() + " timed out (STRATA_TIMEOUT_S / --timeout)", {});
+          throw TimeoutError("connecting to " + who + " at " + to.str() + " timed out (--timeout / STRATA_TIMEOUT_S)", {});
         continue;
       }
       socklen_t len = sizeof err;

@@ -113,7 +113,7 @@ TcpTransport::TcpTransport(MPI_Comm comm) {
   if (provided < MPI_THREAD_MULTIPLE)
     throw ConfigError("the tcp transport needs MPI_THREAD_MULTIPLE (its server thread applies updates through MPI)");
   const Env env = Env::from_process();
-  timeout_s_ = env.get_double("STRATA_TIMEOUT_S", 60.0);
+  timeout_s_ = timeout_from_env(env);
 
   // Node membership: a node is identified by the lowest world rank on it.
   // STRATA_TCP_FORCE_REMOTE=1 makes every rank its own "node", so the TCP path serves even

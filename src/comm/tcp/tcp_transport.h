@@ -42,6 +42,7 @@
 #include "comm/mpi/mpi_rma_transport.h"
 #include "comm/tcp/socket.h"
 #include "strata/comm/transport.h"
+#include "strata/common/env.h"
 
 namespace strata::comm::tcp {
 
@@ -51,7 +52,7 @@ class TcpTransport final : public Transport {
  public:
   // Collective over `comm` (dup'ed): splits the node communicator, starts the server thread,
   // allgathers every rank's endpoint. Connections to other nodes open on first use. Waits are
-  // bounded by STRATA_TIMEOUT_S (default 60 s).
+  // bounded by --timeout / STRATA_TIMEOUT_S (default 120 s).
   explicit TcpTransport(MPI_Comm comm);
   // Collective (a barrier, so no peer still sends us requests, then the server stops).
   ~TcpTransport() override;
@@ -128,7 +129,7 @@ class TcpTransport final : public Transport {
   std::unique_ptr<mpi::MpiRmaTransport> local_;
   std::vector<Endpoint> endpoints_;
   std::string address_why_;
-  double timeout_s_ = 60;
+  double timeout_s_ = kDefaultTimeoutS;
   std::vector<Peer> peers_;
 
   Socket listener_;

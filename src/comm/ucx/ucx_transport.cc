@@ -287,7 +287,7 @@ UcxTransport::UcxTransport(MPI_Comm comm) {
   STRATA_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
   STRATA_CHECK_MPI(MPI_Comm_size(comm_, &size_));
   const Env env = Env::from_process();
-  timeout_s_ = env.get_double("STRATA_TIMEOUT_S", 60.0);
+  timeout_s_ = timeout_from_env(env);
   direct_ = env.get_bool("STRATA_UCX_DIRECT", true);
 
   ucp_config_t* config = nullptr;
@@ -406,7 +406,7 @@ void UcxTransport::wait(ucs_status_ptr_t request, int peer, const char* what) {
       // The request is released by UCX when (if ever) it completes.
       ucp_request_free(request);
       throw TimeoutError(std::string("ucx: ") + what + " with " + to_peer(peer) + " did not complete within " +
-                             std::to_string(timeout_s_) + " s (STRATA_TIMEOUT_S)",
+                             std::to_string(timeout_s_) + " s (--timeout / STRATA_TIMEOUT_S)",
                          {peer});
     }
     if (!busy) backoff.pause();
@@ -437,7 +437,7 @@ void UcxTransport::wait_gets(int peer, const char* what) {
         std::string names;
         for (int r : late) names += (names.empty() ? "" : ",") + std::to_string(r);
         throw TimeoutError(std::string("ucx: ") + what + ": gets from rank(s) " + names +
-                               " did not complete within " + std::to_string(timeout_s_) + " s (STRATA_TIMEOUT_S)",
+                               " did not complete within " + std::to_string(timeout_s_) + " s (--timeout / STRATA_TIMEOUT_S)",
                            late);
       }
       if (!busy) backoff.pause();
@@ -468,7 +468,7 @@ void UcxTransport::progressing_barrier(const char* what) {
     const bool busy = ucp_worker_progress(worker_) != 0;
     if (deadline.passed())
       throw TimeoutError(std::string("ucx: barrier (") + what + ") did not complete within " +
-                             std::to_string(timeout_s_) + " s (STRATA_TIMEOUT_S); some rank of the transport's " +
+                             std::to_string(timeout_s_) + " s (--timeout / STRATA_TIMEOUT_S); some rank of the transport's " +
                              "communicator did not arrive",
                          {});
     if (!busy) backoff.pause();
@@ -563,7 +563,7 @@ void UcxTransport::lock_stripe(UcxRegion& r, int peer, std::uint64_t lock_offset
     if (deadline.passed()) {
       const int who = static_cast<int>(holder) - 1;
       throw TimeoutError("ucx accumulate: a stripe lock on " + to_peer(peer) + " stayed held by " + to_peer(who) +
-                             " for more than " + std::to_string(timeout_s_) + " s (STRATA_TIMEOUT_S)",
+                             " for more than " + std::to_string(timeout_s_) + " s (--timeout / STRATA_TIMEOUT_S)",
                          {peer, who});
     }
     ucp_worker_progress(worker_);

@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "strata/common/env.h"
 #include "strata/comm/transport.h"
 
 namespace strata::comm::ucx {
@@ -42,7 +43,7 @@ class UcxTransport final : public Transport {
  public:
   // Collective over `comm`, which is dup'ed (the caller keeps its handle). Creates the context and
   // worker, allgathers worker addresses, connects to every rank (itself included) and completes
-  // wire-up before returning. Waits are bounded by STRATA_TIMEOUT_S (default 60 s).
+  // wire-up before returning. Waits are bounded by --timeout / STRATA_TIMEOUT_S (default 120 s).
   explicit UcxTransport(MPI_Comm comm);
   // Collective. Every Region of this transport must be destroyed first.
   ~UcxTransport() override;
@@ -107,7 +108,7 @@ class UcxTransport final : public Transport {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 0;
-  double timeout_s_ = 60;
+  double timeout_s_ = kDefaultTimeoutS;
   bool direct_ = true;  // use ucp_rkey_ptr mappings where UCX offers them
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
