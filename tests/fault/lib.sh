@@ -109,8 +109,24 @@ start_job() {
   JOB=$!
 }
 
+# dump_ranks: what each rank of a job that did not get where it should is doing: the phases it
+# marked (STRATA_TEST_PHASE_DIR), its state and, where gdb is installed, every thread's stack.
+dump_ranks() {
+  local p r
+  echo "  --- ranks of the job (phase markers: $(ls "$CASE_TMP/marks" 2>/dev/null | tr '\n' ' ')) ---"
+  for p in $(descendants "$JOB"); do
+    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = strata ] || continue
+    r=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
+    echo "  rank $r pid $p state $(sed 's/^.*) //' "/proc/$p/stat" 2>/dev/null | cut -d' ' -f1) wchan $(cat "/proc/$p/wchan" 2>/dev/null)"
+    if command -v gdb >/dev/null; then
+      timeout 30 gdb -q -batch -p "$p" -ex 'thread apply all bt 14' 2>/dev/null |
+        grep -E '^Thread|^#' | sed 's/^/    /' | head -n 120
+    fi
+  done
+}
+
 # wait_for DESCRIPTION SECONDS COMMAND...: polls COMMAND every 50 ms until it succeeds; fails
-# (status 1) when the job ended first or SECONDS passed.
+# (status 1, after dump_ranks) when the job ended first or SECONDS passed.
 wait_for() {
   local what=$1 limit=$2 t0
   shift 2
@@ -122,6 +138,7 @@ wait_for() {
     fi
     if ! le "$(elapsed_since "$t0")" "$limit"; then
       fail "no $what within $limit s"
+      dump_ranks
       return 1
     fi
     sleep 0.05

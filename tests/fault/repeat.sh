@@ -85,7 +85,8 @@ for c in cases:
     med = f"{statistics.median(times):.1f}" if times else "-"
     mx = f"{max(times):.1f}" if times else "-"
     skipped = len(rs) - len(done)
-    rows.append(f"| `{c}` | {len(done)}{f' (+{skipped} skipped)' if skipped else ''} | {passed} | {med} | {mx} |")
+    retried = sum(int(r[3]) for r in done if len(r) > 3 and r[3].isdigit())
+    rows.append(f"| `{c}` | {len(done)}{f' (+{skipped} skipped)' if skipped else ''} | {passed} | {med} | {mx} | {retried} |")
 
 total_runs = sum(len([r for r in runs[c] if r[1] != 'skip']) for c in cases)
 total_pass = sum(1 for c in cases for r in runs[c] if r[1] == "1")
@@ -98,10 +99,11 @@ body = [
     f"{cores} cores, load average {load} at the end"
     + (f"; one round of the {len(cases)} cases took {min(rounds)}-{max(rounds)} s" if rounds else "") + ".",
     "Times are seconds from the fault to the job's exit (disk full: from the failed save's message;",
-    "corruption: from the damage to the end of the run that resumed past it).",
+    "corruption: from the damage to the end of the run that resumed past it). \"relaunched\": runs whose",
+    "job did not reach its phase within 30 s before any fault and was launched once more (stacks in the log).",
     "",
-    "| case | runs | passed | median s | max s |",
-    "|---|---:|---:|---:|---:|",
+    "| case | runs | passed | median s | max s | relaunched |",
+    "|---|---:|---:|---:|---:|---:|",
     *rows,
     "<!-- fault-matrix:end -->",
 ]

@@ -13,7 +13,7 @@
 #      without a newer checkpoint stopped with one line, no restart after status 2 or 75 or with
 #      STRATA_MAX_RESTARTS unset, and bad settings (status 2, srun never called).
 # tests/slurm/restart_test.sh does the same through a real Slurm with a real killed task.
-# shellcheck disable=SC2016  # the checks are eval'd strings
+# shellcheck disable=SC2016,SC2034,SC2054  # eval'd checks read err and prog; --jobs values have commas
 set -uo pipefail   # no -e: every assertion runs and reports
 
 [[ $# -eq 1 ]] || { echo "usage: restart_steps_test.sh REPO_ROOT" >&2; exit 2; }

@@ -16,7 +16,7 @@
 #   3. strata.sbatch, STRATA_MAX_RESTARTS=3, task 2 killed 0.5 s into every run (before any
 #      checkpoint): one restart, then "restart 1 made no progress", and the job FAILED.
 # Takes about 40 s. Every wait is bounded (3 x 60 s < SLURM_TEST_TIMEOUT).
-# shellcheck disable=SC2015  # `check && pass || fail`: pass (an echo) never fails
+# shellcheck disable=SC2015,SC2140  # `check && pass || fail`: pass (an echo) never fails; --export=A="x",B="y"
 set -uo pipefail   # no -e: every assertion runs and reports
 
 [[ $# -eq 2 ]] || { echo "usage: restart_test.sh STRATA_BIN REPO_ROOT" >&2; exit 2; }

@@ -18,7 +18,9 @@
 #   cost_s     detect_s + relaunch_s + lost_s
 #   total_s    the launcher's wall time, to compare with an uninterrupted run (--baseline runs
 #              the same command once without a fault first)
-# Environment: STRATA_BIN (default build/bin/strata of this checkout).
+#   load       the 1-minute load average when the fault was injected (a busy machine slows all)
+# Environment: STRATA_BIN (default build/bin/strata of this checkout); STRATA_KEEP_RUNS=1 keeps
+# every run's time-stamped output.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd -P)
 BIN=${STRATA_BIN:-$root/build/bin/strata}
@@ -35,7 +37,7 @@ while [ $# -gt 0 ]; do
 done
 case $fault in kill) sig=KILL ;; stop) sig=STOP ;; *) echo "restart_cost.sh: --fault kill|stop" >&2; exit 2 ;; esac
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+if [ "${STRATA_KEEP_RUNS:-0}" = 1 ]; then echo "runs kept in $work"; else trap 'rm -rf "$work"' EXIT; fi
 descendants() { local c; for c in $(pgrep -P "$1"); do echo "$c"; descendants "$c"; done; }
 stamp() { local line; while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done; }
 job() {  # job DIR: the measured command, time-stamped output in DIR/out and DIR/err
@@ -52,7 +54,7 @@ if [ "$baseline" = 1 ]; then
   echo "baseline: status $? total_s $(python3 -c "print(round($EPOCHREALTIME - $t0, 1))")"
   sleep 1
 fi
-echo "run fault at_step ckpt_step lost detect_s relaunch_s lost_s cost_s total_s status"
+echo "run fault at_step ckpt_step lost detect_s relaunch_s lost_s cost_s total_s status load"
 for ((i = 1; i <= runs; i++)); do
   d=$work/run$i
   mkdir "$d"
@@ -63,22 +65,29 @@ for ((i = 1; i <= runs; i++)); do
   for ((t = 0; t < 3000; t++)); do
     g=$(grep -oE ' global_step [0-9]+' "$d/out" 2>/dev/null | tail -n1 | awk '{print $2}')
     [ -n "$g" ] && [ "$g" -ge "$at" ] && break
+    kill -0 "$launcher" 2>/dev/null || break
     sleep 0.1
   done
   victim=""
   for p in $(descendants "$launcher"); do
     tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=2 && victim=$p
   done
-  [ -n "$victim" ] || { echo "run $i: rank 2 not found"; kill "$launcher"; wait; continue; }
+  if [ -z "$victim" ]; then
+    echo "run $i: rank 2 not found (the job ended before global step $at?); its last lines:"
+    kill "$launcher" 2>/dev/null; wait
+    tail -n 12 "$d/out" "$d/err" | sed 's/^/    /'
+    continue
+  fi
   t_fault=$EPOCHREALTIME
   kill -s "$sig" "$victim"
+  load=$(cut -d' ' -f1 /proc/loadavg)
   for ((t = 0; t < 3000; t++)); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
   wait "$launcher"
   st=$?
   t_end=$EPOCHREALTIME
-  python3 - "$d" "$t0" "$t_fault" "$t_end" "$i" "$fault" "$at" "$st" <<'EOF'
+  python3 - "$d" "$t0" "$t_fault" "$t_end" "$i" "$fault" "$at" "$st" "$load" <<'EOF'
 import json, re, sys
-d, t0, t_fault, t_end, i, fault, at, st = sys.argv[1:]
+d, t0, t_fault, t_end, i, fault, at, st, load = sys.argv[1:]
 t0, t_fault, t_end = float(t0), float(t_fault), float(t_end)
 out = [l.rstrip("\n").split(" ", 1) for l in open(d + "/out")]
 err = [l.rstrip("\n").split(" ", 1) for l in open(d + "/err")]
@@ -88,15 +97,18 @@ before = [int(m.group(1)) for t, l in out if float(t) < t_fault for m in [re.sea
 restored = next((int(m.group(1)) for t, l in out for m in [re.search(r"^checkpoint: restored .*\(global step (\d+)\)", l)] if m), None)
 summ = [json.loads(l) for t, l in out if l.startswith("{")]
 if None in (t_restart, t_resume, restored) or not before or not summ:
-    print("run %s: incomplete (restart line %s, resume %s, restored %s, summary %d)" % (i, t_restart, t_resume, restored, len(summ)))
+    print("run %s: incomplete (status %s; restart line %s, resume %s, restored %s, summary %d); its last lines:" % (
+        i, st, t_restart, t_resume, restored, len(summ)))
+    for t, l in (out[-3:] + err[-12:]):
+        print("   ", l)
     sys.exit(0)
 s = summ[-1]
 lost = before[-1] - restored
 # the restarted run's pace: it trained global_step - restored steps in train_s
 gps = (s["global_step"] - restored) / max(s["train_s"], 1e-9)
 detect, relaunch, lost_s = t_restart - t_fault, t_resume - t_restart, lost / gps
-print("%s %s %s %d %d %.1f %.1f %.1f %.1f %.1f %s restarts=%s" % (i, fault, at, restored, lost, detect, relaunch, lost_s,
-      detect + relaunch + lost_s, t_end - t0, st, s.get("restarts")))
+print("%s %s %s %d %d %.1f %.1f %.1f %.1f %.1f %s %s restarts=%s" % (i, fault, at, restored, lost, detect, relaunch, lost_s,
+      detect + relaunch + lost_s, t_end - t0, st, load, s.get("restarts")))
 EOF
   sleep 1
 done
