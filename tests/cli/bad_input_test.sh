@@ -129,6 +129,16 @@ expect_rc 2
 [ "$(grep -c '^strata: error: ' "$ERR")" = 1 ] || fail "expected one '--stall-timeout must be positive' line for 3 ranks"
 expect_stderr_has "strata: error: --stall-timeout must be positive"
 
+case_begin "strata-mpirun: a usage error ends without Open MPI's boilerplate"
+run "$STRATA_SOURCE_DIR/mpi_launch/strata-mpirun" --ps 1 --workers 2 -- "$STRATA_BIN" train --epochs 1 --no-such-flag
+expect_rc 2
+expect_one_stderr_line
+expect_stderr_has "strata: error: The following argument was not expected: --no-such-flag"
+run "$STRATA_SOURCE_DIR/mpi_launch/strata-mpirun" --ps 1 --workers 2 -- "$STRATA_BIN" train --epochs 1 --global-batch 40000
+expect_rc 2
+expect_one_stderr_line
+expect_stderr_has "strata train: error: --global-batch 40000 is larger"
+
 case_begin "a global batch larger than a worker's share of the data is a usage error naming both numbers"
 mpi 3 env STRATA_NUM_PS=1 "$STRATA_BIN" train --epochs 1 --global-batch 40000
 expect_rc 2
