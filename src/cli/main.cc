@@ -24,9 +24,11 @@ std::string one_line(std::string text) {
   return text;
 }
 
-// A usage error found before MPI starts is found by every rank of the job alike (the same argv):
-// only the launcher's rank 0 prints it, so the job says it once, the others exit 2 silently.
-// Outside a launcher this process is rank 0.
+// A usage error that comes from the command line alone, found before MPI starts, is found by every
+// rank of the job alike (the same argv): only the launcher's rank 0 prints it, so the job says it
+// once, the others exit 2 silently. Errors that may depend on a rank's own environment (its node's
+// GPUs, its SLURM_* values) are printed by every rank that finds them: a rank-specific problem must
+// never go unsaid. Outside a launcher this process is rank 0.
 bool speaks_for_the_job() {
   for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
     const char* v = std::getenv(var);
@@ -38,11 +40,12 @@ bool speaks_for_the_job() {
   return true;
 }
 
-// Prints a usage error line unless MPI has not started and another rank speaks for the job.
-void usage_error(const std::string& text) {
+// Prints a usage error line, unless it comes from the command line alone (`from_argv`), MPI has not
+// started and another rank speaks for the job.
+void usage_error(const std::string& text, bool from_argv) {
   int initialized = 0;
   MPI_Initialized(&initialized);
-  if (!initialized && !speaks_for_the_job()) return;
+  if (from_argv && !initialized && !speaks_for_the_job()) return;
   std::fprintf(stderr, "%s\n", text.c_str());
   std::fflush(stderr);
 }
@@ -81,7 +84,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    usage_error("strata: error: " + one_line(e.what()) + " (see strata --help)");
+    usage_error("strata: error: " + one_line(e.what()) + " (see strata --help)", true);
     return kExitUsage;
   }
 
@@ -101,10 +104,13 @@ int main(int argc, char** argv) {
     if (ckpt_cmd->parsed()) return run_ckpt_command(ckpt_flags);
     if (hostnames_cmd->parsed()) return run_slurm_hostnames(slurm_flags);
     if (tasks_cmd->parsed()) return run_slurm_tasks_per_node(slurm_flags);
-    usage_error("strata: error: no command given (see strata --help)");
+    usage_error("strata: error: no command given (see strata --help)", true);
     return kExitUsage;
   } catch (const strata::ConfigError& e) {
-    usage_error("strata: error: " + one_line(e.what()));
+    // A flag's own value ("--stall-timeout must be positive") is the same on every rank; anything
+    // else may come from this rank's environment.
+    const std::string what = one_line(e.what());
+    usage_error("strata: error: " + what, what.rfind("--", 0) == 0);
     // A configuration error found by one rank after MPI started: its peers cannot know, so end
     // the job (agreed verdicts are handled inside the commands and never reach here).
     strata::abort_job(kExitUsage);
