@@ -47,6 +47,7 @@ done
 #   ok        the step runs: a task line on stdout and on stderr, status 0
 #   exit:N    the step runs and a task fails: status N
 #   nolaunch[:N]  the step never launches (what 22.05 prints), status N (default 0)
+#   kill      a task dies of SIGKILL and srun ends the others: status 137
 cat >"$work/bin/srun" <<'EOF'
 #!/usr/bin/env bash
 n=$(( $(wc -l <"$STUB_DIR/srun.calls") + 1 ))
@@ -63,6 +64,8 @@ case $what in
     echo "srun: error: task 1 launch failed: Unspecified error" >&2
     [[ $what == nolaunch:* ]] && exit "${what#nolaunch:}"
     exit 0 ;;
+  kill) echo "task stderr $n" >&2; echo "srun: error: node1: task 1: Killed" >&2
+        echo "srun: error: node1: task 0: Terminated" >&2; exit 137 ;;
   *) echo "stub srun: bad STUB_PLAN entry '$what'" >&2; exit 99 ;;
 esac
 EOF
@@ -107,6 +110,10 @@ for s in "${scripts[@]}"; do
   run_script "$s" exit:3
   expect "a step whose task fails: srun's status 3, not launched again" \
     eval '[[ $st == 3 && $calls == 1 ]] && ! has "did not launch" "$err"'
+
+  run_script "$s" kill
+  expect "a task killed by a signal: srun's status, one line naming the strata task, its role and node" \
+    eval '[[ $st == 137 && $calls == 1 ]] && [[ $(count "^$s: task " "$err") == 1 ]] && has "^$s: task 1 \(worker:0 on node1\) died: Killed$" "$err"'
 
   run_script "$s" nolaunch,ok
   expect "a step that does not launch once: launched again 2 s later, then status 0" \
