@@ -256,11 +256,13 @@ MpiSession::~MpiSession() {
   const int status = exit_status_;
   // Test hook (documented in the env table): RANK:SECONDS holds that world rank back before its
   // fence, so its peers' fences wait for it.
-  if (const char* hold = std::getenv("STRATA_TEST_FINALIZE_DELAY_RANK"); hold && *hold) {
+  // (A destructor: a malformed value is ignored, not thrown.)
+  try {
     int me = -1;
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
-    const char* colon = std::strchr(hold, ':');
-    if (colon && std::atoi(hold) == me) std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(colon + 1)));
+    if (const double delay = test_hook_delay(Env::from_process(), "STRATA_TEST_FINALIZE_DELAY_RANK", me); delay > 0)
+      std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+  } catch (const ConfigError&) {
   }
   // Seen once in the cluster tier: a hetjob's step stayed RUNNING after every rank had printed its
   // result. A peer or the PMIx server that never answers the fence must not hang the job.
@@ -312,12 +314,8 @@ std::unique_ptr<Runtime> Runtime::bootstrap(MPI_Comm world, const Env& env, cons
 
   // Test hook (documented in the env table): delay chosen ranks so tests can show that a late rank
   // is named instead of hanging the job.
-  if (auto hook = env.get("STRATA_TEST_DELAY_RANK"); hook && !hook->empty()) {
-    auto fields = split(*hook, ':');
-    if (fields.size() != 2) throw ConfigError("STRATA_TEST_DELAY_RANK: expected RANK:SECONDS, got '" + *hook + "'");
-    if (parse_int(fields[0], "STRATA_TEST_DELAY_RANK rank", 0, 1 << 30) == rt->rank_)
-      std::this_thread::sleep_for(std::chrono::duration<double>(parse_double(fields[1], "STRATA_TEST_DELAY_RANK seconds")));
-  }
+  if (const double delay = test_hook_delay(env, "STRATA_TEST_DELAY_RANK", rt->rank_); delay > 0)
+    std::this_thread::sleep_for(std::chrono::duration<double>(delay));
 
   // Exchange 1: host names, which the MPI resolver needs for addresses.
   cluster::ProcessInfo process;

@@ -83,6 +83,16 @@ double resolve_timeout(const std::string& flag_value, const Env& env) {
   return t;
 }
 
+double test_hook_delay(const Env& env, const char* var, int rank) {
+  const auto hook = env.get(var);
+  if (!hook || hook->empty()) return 0;
+  const auto colon = hook->find(':');
+  if (colon == std::string::npos || hook->find(':', colon + 1) != std::string::npos)
+    throw ConfigError(std::string(var) + ": expected RANK:SECONDS, got '" + *hook + "'");
+  if (parse_int(hook->substr(0, colon), std::string(var) + " rank", 0, 1 << 30) != rank) return 0;
+  return parse_double(hook->substr(colon + 1), std::string(var) + " seconds");
+}
+
 const std::vector<EnvVarDoc>& env_table() {
   static const std::vector<EnvVarDoc> table = {
       // strata's own

@@ -662,11 +662,8 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
   strategy.parameter_servers().wait_applied();
   // Test hook (documented in the env table): RANK:SECONDS holds that world rank back before the
   // workers' final barrier, a worker alive but late.
-  if (auto hold = env.get("STRATA_TEST_FINAL_DELAY_RANK"); hold && !hold->empty()) {
-    const auto colon = hold->find(':');
-    if (colon != std::string::npos && std::atoi(hold->c_str()) == rt->rank())
-      std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(hold->c_str() + colon + 1)));
-  }
+  if (const double delay = test_hook_delay(env, "STRATA_TEST_FINAL_DELAY_RANK", rt->rank()); delay > 0)
+    std::this_thread::sleep_for(std::chrono::duration<double>(delay));
   final_barrier(rt->comms().workers(), *rt, cfg.timeout_s, [&strategy] { return strategy.global_step(); });
   // Sum of every worker's throughput: the job's examples/s.
   double my_eps = examples / std::max(summary.train_s, 1e-9);

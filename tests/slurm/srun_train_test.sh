@@ -18,11 +18,18 @@ check() {  # NAME EXPECTED_GLOBAL_STEP ARGS...
   local rc=$?
   local got
   got=$(tail -1 "$tmp/out" | python3 -c "import json,sys; j=json.load(sys.stdin); print(j['ps'], j['workers'], j['global_step'], int(j['test_accuracy'] > 0.5))" 2>&1)
-  if [ "$rc" = 0 ] && [ "$got" = "1 2 $want 1" ]; then
-    echo "PASS: $name"
+  [ "$rc" = 0 ] && [ "$got" = "1 2 $want 1" ]
+  report "$name" "exit $rc, summary '$got'"
+}
+
+# report NAME DETAIL: PASS when the last command succeeded, else FAIL with DETAIL and the step's
+# last output lines.
+report() {
+  if [ $? = 0 ]; then
+    echo "PASS: $1"
   else
-    echo "FAIL: $name (exit $rc, summary '$got')"
-    sed 's/^/  out: /' "$tmp/out" | tail -5
+    echo "FAIL: $1 ($2)"
+    sed 's/^/  out: /' "$tmp/out" | tail -8
     sed 's/^/  err: /' "$tmp/err" | tail -10
     failures=$((failures + 1))
   fi
@@ -53,14 +60,8 @@ ok = (summary["workers"] == 2 and summary["ps"] == 1 and summary["global_step"] 
 print("ok" if ok else "summary %s, eval.jsonl %s" % (summary, rows))
 PY
 )
-if [ "$rc" = 0 ] && [ "$got" = ok ] && grep -q '^eval: ' "$tmp/out" "$tmp/err"; then
-  echo "PASS: $name"
-else
-  echo "FAIL: $name (exit $rc: $got)"
-  sed 's/^/  out: /' "$tmp/out" | tail -8
-  sed 's/^/  err: /' "$tmp/err" | tail -10
-  failures=$((failures + 1))
-fi
+[ "$rc" = 0 ] && [ "$got" = ok ] && grep -q '^eval: ' "$tmp/out" "$tmp/err"
+report "$name" "exit $rc: $got"
 
 [ "$failures" = 0 ] || exit 1
 echo "srun train test passed"

@@ -48,6 +48,11 @@ double timeout_from_env(const Env& env);
 // read the variable (the transports) use the same bound. Call before any thread is started.
 double resolve_timeout(const std::string& flag_value, const Env& env);
 
+// Test hooks of the form RANK:SECONDS (STRATA_TEST_DELAY_RANK and its kin): the seconds that world
+// rank `rank` is to wait, 0 when the variable is unset or names another rank; ConfigError naming
+// the variable when it does not parse.
+double test_hook_delay(const Env& env, const char* var, int rank);
+
 struct EnvVarDoc {
   const char* name;
   const char* type;
