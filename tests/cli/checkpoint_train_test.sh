@@ -48,7 +48,7 @@ rank_pid() {
   for _ in $(seq 1 100); do
     for m in $(pgrep -P "$LAUNCHER" 2>/dev/null); do
       for p in $(pgrep -P "$m" 2>/dev/null); do
-        if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$r"; then
+        if grep -qxz "OMPI_COMM_WORLD_RANK=$r" "/proc/$p/environ" 2>/dev/null; then
           echo "$p"; return
         fi
       done

@@ -25,7 +25,7 @@ stop_case() {
   # environment (OMPI_COMM_WORLD_RANK).
   local victim=""
   for p in $(pgrep -P "$mp"); do
-    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank"; then victim=$p; fi
+    if grep -qxz "OMPI_COMM_WORLD_RANK=$rank" "/proc/$p/environ" 2>/dev/null; then victim=$p; fi
   done
   if [ -z "$victim" ]; then
     fail "could not find world rank $rank among mpirun's children"

@@ -120,7 +120,7 @@ ps_pid=""
 for _ in $(seq 1 100); do
   for m in $(pgrep -P "$launcher" 2>/dev/null); do
     for p in $(pgrep -P "$m" 2>/dev/null); do
-      if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=0'; then ps_pid=$p; fi
+      if grep -qxz 'OMPI_COMM_WORLD_RANK=0' "/proc/$p/environ" 2>/dev/null; then ps_pid=$p; fi
     done
   done
   [ -n "$ps_pid" ] && break

@@ -103,7 +103,7 @@ job_diagnostics() {
   if command -v gdb >/dev/null; then
     pids=$(pgrep -f "^$BIN " 2>/dev/null)
     for p in $pids; do
-      tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qxE "SLURM_(HET_)?JOB_ID=$id" || continue
+      grep -qxzE "SLURM_(HET_)?JOB_ID=$id" "/proc/$p/environ" 2>/dev/null || continue
       echo "-- stacks of pid $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-120)"
       timeout 20 gdb -q -batch -p "$p" -ex 'thread apply all bt 12' 2>/dev/null \
         | grep -E '^(Thread|#)' | head -n 60

@@ -150,7 +150,7 @@ rank_pid() {
   local p
   for p in $(descendants "$JOB"); do
     [ "$(cat "/proc/$p/comm" 2>/dev/null)" = strata ] || continue
-    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then
+    if grep -qxz "OMPI_COMM_WORLD_RANK=$1" "/proc/$p/environ" 2>/dev/null; then
       echo "$p"
       return 0
     fi

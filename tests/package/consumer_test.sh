@@ -22,7 +22,7 @@ if [ "$got_tasks" != "$expected_tasks" ]; then
   echo "FAIL: expected tasks '$expected_tasks', got '$got_tasks'"
   exit 1
 fi
-echo "$out" | grep -q "is worker:0 on .* (chief: yes)" || { echo "FAIL: worker:0 should be the chief"; exit 1; }
+grep -q "is worker:0 on .* (chief: yes)" <<<"$out" || { echo "FAIL: worker:0 should be the chief"; exit 1; }
 # A user's own model, written against the public strategy API only: 1 PS + 2 workers, each with 2
 # CPU replicas; it exits non-zero unless the loss at least halves.
 out=$(timeout 120 mpirun "${flags[@]}" -np 3 "$tmp/consumer/custom_model") || { echo "FAIL: custom_model: $out"; exit 1; }
@@ -55,7 +55,7 @@ out=$(timeout 120 mpirun "${flags[@]}" -x STRATA_JOBS=ps=1,worker=2,evaluator=1 
       env STRATA_JOBS=ps=1,worker=2,evaluator=1 "$tmp/consumer/custom_model" "$dir" 6000 2>&1) ||
   { echo "FAIL: the resumed job: $out"; exit 1; }
 echo "$out" | grep -v auto-shard | grep -v '^{' | tail -8
-echo "$out" | grep -q "^resuming at epoch" || { echo "FAIL: the job did not resume"; exit 1; }
+grep -q "^resuming at epoch" <<<"$out" || { echo "FAIL: the job did not resume"; exit 1; }
 [ "$(echo "$out" | grep -c 'loss .* -> ')" = 2 ] || { echo "FAIL: expected a loss line from each worker"; exit 1; }
 python3 - "$dir/eval.jsonl" <<'PY' || { echo "FAIL: the evaluator did not evaluate the final checkpoint"; exit 1; }
 import json, sys

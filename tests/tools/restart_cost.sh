@@ -70,7 +70,7 @@ for ((i = 1; i <= runs; i++)); do
   done
   victim=""
   for p in $(descendants "$launcher"); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=2 && victim=$p
+    grep -qxz OMPI_COMM_WORLD_RANK=2 "/proc/$p/environ" 2>/dev/null && victim=$p
   done
   if [ -z "$victim" ]; then
     echo "run $i: rank 2 not found (the job ended before global step $at?); its last lines:"
