@@ -9,11 +9,14 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdlib>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
+#include <exception>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -26,13 +29,13 @@
 namespace strata {
 namespace liveness {
 namespace {
-std::atomic<std::int64_t> g_phase{static_cast<std::int64_t>(Phase::kStart)};
+std::atomic<std::int64_t> g_phase{static_cast<std::int64_t>(Phase::kBootstrap)};
 std::atomic<std::int64_t> g_step{0};
 }  // namespace
 
 const char* to_string(Phase phase) {
   switch (phase) {
-    case Phase::kStart: return "start";
+    case Phase::kBootstrap: return "bootstrap";
     case Phase::kRestore: return "restore";
     case Phase::kTrain: return "train";
     case Phase::kSave: return "checkpoint save";
@@ -84,6 +87,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr int kTagBeat = 1;  // rank r -> rank 0
 constexpr int kTagBack = 2;  // rank 0 -> rank r
+constexpr int kTagHello = 3;  // rank r -> rank 0 (and rank 0 -> rank 1): the sender's host name, once
+constexpr int kHostBytes = 64;
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -100,7 +105,11 @@ struct LivenessMonitor::Impl {
   LivenessOptions options;
   MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0, size = 1;
-  std::vector<std::string> names;  // "worker:1 on cn3" per rank
+  // "worker:1 on cn3" per rank once the runtime's table is known (name_ranks), "on cn3" from the
+  // host-name hellos before that. Written by the caller's thread, read by the monitor's: names_mu.
+  std::mutex names_mu;
+  std::vector<std::string> names;
+  bool named_by_runtime = false;
   std::mutex mu;
   std::condition_variable cv;
   bool stop = false;
@@ -110,6 +119,45 @@ struct LivenessMonitor::Impl {
   std::vector<MPI_Request> recv_req, send_req;
   std::vector<std::array<std::int64_t, 2>> recv_buf, send_buf;
   std::vector<Seen> seen;
+  // The host-name hellos: this rank's (sent once), and those this rank watches (received once).
+  std::array<char, kHostBytes> my_host{};
+  std::vector<MPI_Request> hello_send, hello_recv;
+  std::vector<std::array<char, kHostBytes>> hello_buf;
+
+  std::string name_of(int r) {
+    std::lock_guard<std::mutex> lock(names_mu);
+    return names[r];
+  }
+
+  // Which ranks this rank watches: rank 0 all others, rank 1 rank 0.
+  bool watches(int r) const { return r != rank && (rank == 0 || (rank == 1 && r == 0)); }
+
+  void start_hellos() {
+    hello_send.assign(size, MPI_REQUEST_NULL);
+    hello_recv.assign(size, MPI_REQUEST_NULL);
+    hello_buf.assign(size, {});
+    const RankContext ctx = current_rank_context();
+    const std::string host = ctx.host.empty() ? short_hostname() : ctx.host;
+    std::memcpy(my_host.data(), host.data(), std::min<std::size_t>(host.size(), kHostBytes - 1));
+    for (int r = 0; r < size; ++r) {
+      if (watches(r)) MPI_Irecv(hello_buf[r].data(), kHostBytes, MPI_CHAR, r, kTagHello, comm, &hello_recv[r]);
+      // Everyone tells rank 0; rank 0 tells rank 1, its watcher.
+      if (r != rank && (r == 0 || (rank == 0 && r == 1)))
+        MPI_Isend(my_host.data(), kHostBytes, MPI_CHAR, r, kTagHello, comm, &hello_send[r]);
+    }
+  }
+
+  void take_hellos() {
+    for (int r = 0; r < size; ++r) {
+      if (hello_recv[r] == MPI_REQUEST_NULL) continue;
+      int done = 0;
+      MPI_Test(&hello_recv[r], &done, MPI_STATUS_IGNORE);
+      if (!done) continue;
+      hello_buf[r][kHostBytes - 1] = '\0';
+      std::lock_guard<std::mutex> lock(names_mu);
+      if (!named_by_runtime) names[r] = std::string("on ") + hello_buf[r].data();
+    }
+  }
 
   void post_recv(int from, int tag) {
     MPI_Irecv(recv_buf[from].data(), 2, MPI_INT64_T, from, tag, comm, &recv_req[from]);
@@ -143,7 +191,7 @@ struct LivenessMonitor::Impl {
 
   [[noreturn]] void verdict(int r, const std::string& what) {
     const Seen& s = seen[r];
-    std::fprintf(stderr, "strata: liveness: rank %d (%s) %s; last step %lld, phase %s\n", r, names[r].c_str(),
+    std::fprintf(stderr, "strata: liveness: rank %d (%s) %s; last step %lld, phase %s\n", r, name_of(r).c_str(),
                  what.c_str(), static_cast<long long>(s.step),
                  liveness::to_string(static_cast<liveness::Phase>(s.phase)));
     std::fflush(stderr);
@@ -155,8 +203,7 @@ struct LivenessMonitor::Impl {
     auto done = [&](int r) { return seen[r].phase == static_cast<std::int64_t>(liveness::Phase::kDone); };
     // Rank 0 watches everyone; rank 1 watches rank 0.
     for (int r = 0; r < size; ++r) {
-      if (r == rank || done(r)) continue;
-      if (rank != 0 && !(rank == 1 && r == 0)) continue;
+      if (!watches(r) || done(r)) continue;
       const double silent = seconds(now - seen[r].last);
       if (silent > options.stop_timeout_s) {
         std::ostringstream os;
@@ -178,7 +225,7 @@ struct LivenessMonitor::Impl {
           std::ostringstream os;
           os.precision(3);
           os << "makes no progress: its step has not moved for " << frozen << " s while rank " << q << " ("
-             << names[q] << ") reached step " << seen[q].step << " (STRATA_PROGRESS_TIMEOUT_S "
+             << name_of(q) << ") reached step " << seen[q].step << " (STRATA_PROGRESS_TIMEOUT_S "
              << options.stall_timeout_s << " s)";
           verdict(r, os.str());
         }
@@ -198,6 +245,7 @@ struct LivenessMonitor::Impl {
     while (!stop) {
       lock.unlock();
       const auto now = Clock::now();
+      take_hellos();
       if (rank == 0) {
         for (int r = 1; r < size; ++r) take(r, kTagBeat, now);
         for (int r = 1; r < size; ++r) beat(r, kTagBack);
@@ -217,14 +265,17 @@ struct LivenessMonitor::Impl {
     } else {
       beat(0, kTagBeat);
     }
-    for (auto& req : recv_req)
-      if (req != MPI_REQUEST_NULL) {
-        MPI_Cancel(&req);
-        MPI_Wait(&req, MPI_STATUS_IGNORE);
-      }
+    for (auto* reqs : {&recv_req, &hello_recv})
+      for (auto& req : *reqs)
+        if (req != MPI_REQUEST_NULL) {
+          MPI_Cancel(&req);
+          MPI_Wait(&req, MPI_STATUS_IGNORE);
+        }
     // Small messages are sent eagerly: these complete without the peer; bounded anyway.
     const auto deadline = Clock::now() + std::chrono::seconds(2);
-    for (auto& req : send_req) {
+    std::vector<MPI_Request> sends = send_req;
+    sends.insert(sends.end(), hello_send.begin(), hello_send.end());
+    for (auto& req : sends) {
       int done = req == MPI_REQUEST_NULL;
       while (!done && Clock::now() < deadline) {
         MPI_Test(&req, &done, MPI_STATUS_IGNORE);
@@ -239,19 +290,34 @@ struct LivenessMonitor::Impl {
 };
 
 LivenessMonitor::LivenessMonitor(const Runtime& runtime, const LivenessOptions& options)
-    : impl_(std::make_unique<Impl>()) {
+    : LivenessMonitor(runtime.comms().runtime(), options) {
+  name_ranks(runtime);
+}
+
+LivenessMonitor::LivenessMonitor(MPI_Comm comm, const LivenessOptions& options) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.options = options;
-  STRATA_CHECK_MPI(MPI_Comm_dup(runtime.comms().runtime(), &m.comm));
-  m.rank = runtime.rank();
-  m.size = runtime.size();
-  for (const auto& info : runtime.ranks()) m.names.push_back(info.task.str() + " on " + info.host);
+  STRATA_CHECK_MPI(MPI_Comm_dup(comm, &m.comm));
+  MPI_Comm_set_errhandler(m.comm, MPI_ERRORS_RETURN);
+  STRATA_CHECK_MPI(MPI_Comm_rank(m.comm, &m.rank));
+  STRATA_CHECK_MPI(MPI_Comm_size(m.comm, &m.size));
+  m.names.assign(m.size, "host not yet known");
   m.recv_req.assign(m.size, MPI_REQUEST_NULL);
   m.send_req.assign(m.size, MPI_REQUEST_NULL);
   m.recv_buf.assign(m.size, {0, 0});
   m.send_buf.assign(m.size, {0, 0});
   m.seen.resize(m.size);
+  m.start_hellos();
   if (m.size > 1) m.thread = std::thread([&m] { m.run(); });
+}
+
+void LivenessMonitor::name_ranks(const Runtime& runtime) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.names_mu);
+  const auto& ranks = runtime.ranks();
+  for (std::size_t r = 0; r < ranks.size() && r < m.names.size(); ++r)
+    m.names[r] = ranks[r].task.str() + " on " + ranks[r].host;
+  m.named_by_runtime = true;
 }
 
 LivenessMonitor::~LivenessMonitor() {
@@ -263,7 +329,9 @@ LivenessMonitor::~LivenessMonitor() {
   if (impl_->thread.joinable()) impl_->thread.join();
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized && impl_->comm != MPI_COMM_NULL) MPI_Comm_free(&impl_->comm);
+  // MPI_Comm_free is collective: skip it while an error unwinds (the job is about to be aborted,
+  // and the peers may never get here).
+  if (!finalized && impl_->comm != MPI_COMM_NULL && std::uncaught_exceptions() == 0) MPI_Comm_free(&impl_->comm);
 }
 
 }  // namespace strata

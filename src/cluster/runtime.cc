@@ -310,7 +310,7 @@ std::unique_ptr<Runtime> Runtime::bootstrap(MPI_Comm world, const Env& env, cons
 
   // The job's first phase (strata/cluster/liveness.h); with STRATA_TEST_PHASE_DIR set it also marks
   // this rank as inside the bootstrap for tests/fault.
-  liveness::set_phase(liveness::Phase::kStart);
+  liveness::set_phase(liveness::Phase::kBootstrap);
 
   // Test hook (documented in the env table): delay chosen ranks so tests can show that a late rank
   // is named instead of hanging the job.

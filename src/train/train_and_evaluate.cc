@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <chrono>
 #include <cstring>
@@ -38,6 +39,7 @@
 #include "strata/common/error.h"
 #include "strata/common/logging.h"
 #include "strata/common/signals.h"
+#include "strata/common/watchdog.h"
 #include "strata/replica/gpu.h"
 #include "train/evaluator.h"
 
@@ -262,20 +264,34 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
   boot.timeout_s = cfg.timeout_s;
   if (cfg.num_ps >= 0) boot.resolve.num_ps = cfg.num_ps;
   boot.resolve.jobs = cfg.jobs;
-  std::unique_ptr<Runtime> rt;
   int world_rank = 0;
   MPI_Comm_rank(world, &world_rank);
+  // Heartbeats from the start of the job, the bootstrap included: a stopped or frozen rank ends the
+  // job within seconds, named (strata/cluster/liveness.h). Before the bootstrap has assigned roles
+  // a rank is named by its host. Declared before the runtime, so it still watches while the
+  // runtime frees its communicators at the end.
+  LivenessOptions live_opt;
+  live_opt.stop_timeout_s = cfg.stall_timeout_s;
+  live_opt.stall_timeout_s = cfg.progress_timeout_s;
+  std::unique_ptr<LivenessMonitor> live;
+  {
+    // The monitor's own MPI_Comm_dup is the one wait no heartbeat can cover yet.
+    const double limit = cfg.timeout_s;
+    Watchdog watchdog(std::chrono::duration<double>(limit), [limit, world] {
+      std::fprintf(stderr, "strata: bootstrap stalled: MPI_Comm_dup for the liveness monitor did not complete within %g s "
+                   "(--timeout / STRATA_TIMEOUT_S): a rank did not start; aborting the job\n", limit);
+      std::fflush(stderr);
+      MPI_Abort(world, 1);
+    });
+    live = std::make_unique<LivenessMonitor>(world, live_opt);
+  }
+  std::unique_ptr<Runtime> rt;
   try {
     rt = Runtime::bootstrap(world, env, boot);
   } catch (const ConfigError& e) {
     return config_failure(e.message(), world_rank == 0);
   }
-  // Heartbeats from here on: a stopped or frozen rank ends the job within seconds, named
-  // (strata/cluster/liveness.h). Declared after the runtime, so it stops before the runtime goes.
-  LivenessOptions live_opt;
-  live_opt.stop_timeout_s = cfg.stall_timeout_s;
-  live_opt.stall_timeout_s = cfg.progress_timeout_s;
-  LivenessMonitor live(*rt, live_opt);
+  live->name_ranks(*rt);
   liveness::set_phase(liveness::Phase::kRestore);
 
   const Role role = rt->role();

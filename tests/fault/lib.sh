@@ -23,7 +23,6 @@ while IFS= read -r var; do unset "$var"; done < <(compgen -e | grep '^STRATA_TES
 STALL_S=${STRATA_FAULT_STALL_S:-4}          # --stall-timeout of every job
 KILL_BOUND_S=${STRATA_FAULT_KILL_BOUND_S:-10} # a killed rank: the job ends within this
 STOP_SLACK_S=${STRATA_FAULT_STOP_SLACK_S:-8}  # a stopped rank: within --stall-timeout + this
-BOOT_TIMEOUT_S=${STRATA_FAULT_BOOT_TIMEOUT_S:-5} # --timeout of the bootstrap stop cases
 GUARD_S=90                                    # no wait of a case ever exceeds this
 
 CASE_TMP=$(mktemp -d /tmp/strata-fault.XXXXXX)

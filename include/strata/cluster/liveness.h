@@ -5,7 +5,10 @@
 //
 // Protocol: on a communicator of its own, each rank's monitor thread sends rank 0 a small
 // heartbeat {step, phase} every 250 ms and rank 0 sends every rank one back. Rank 0 watches every
-// rank; rank 1 watches rank 0. Heartbeats come from a thread, not from the training loop, so a
+// rank; rank 1 watches rank 0. Before the first heartbeat each rank sends its host name (rank 0
+// sends its own to rank 1), so a rank that stops inside the bootstrap, before roles are known, is
+// still named by rank and host; Runtime-derived names ("worker:1 on cn3") replace these once the
+// bootstrap is done (name_ranks). Heartbeats come from a thread, not from the training loop, so a
 // rank busy computing or blocked in a collective is still alive; only a stopped or dead process
 // (or one whose MPI library no longer makes progress) falls silent.
 //   stopped   no heartbeat for `stop_timeout_s` (default 10 s, --stall-timeout / STRATA_STALL_TIMEOUT_S)
@@ -24,13 +27,15 @@
 #include <memory>
 #include <thread>
 
+#include <mpi.h>
+
 namespace strata {
 
 class Runtime;
 
 namespace liveness {
 
-enum class Phase : std::int64_t { kStart = 0, kRestore, kTrain, kSave, kFinal, kServe, kEvaluate, kDone };
+enum class Phase : std::int64_t { kBootstrap = 0, kRestore, kTrain, kSave, kFinal, kServe, kEvaluate, kDone };
 const char* to_string(Phase phase);
 // This process's progress marks, read by the monitor thread.
 void set_phase(Phase phase);
@@ -46,8 +51,18 @@ struct LivenessOptions {
 
 class LivenessMonitor {
  public:
-  // Collective over the runtime's communicator (it dups it): starts the monitor thread.
+  // Collective over the runtime's communicator (it dups it): starts the monitor thread, ranks
+  // named by the runtime's table.
   LivenessMonitor(const Runtime& runtime, const LivenessOptions& options);
+  // Collective over `comm` (it dups it; `comm` itself is never used): starts the monitor before
+  // Runtime::bootstrap, so the bootstrap is watched too. Call right after MPI is initialised: the
+  // dup is the one wait no heartbeat covers (it is bounded by the caller's MPI watchdog, if any).
+  // Ranks are named "rank R (on HOST)" until name_ranks() is called.
+  LivenessMonitor(MPI_Comm comm, const LivenessOptions& options);
+  // Names every rank from the runtime's table (role and host) from now on. The runtime must have
+  // been bootstrapped on the communicator this monitor was created from (same ranks, same order).
+  // Thread-safe; not collective.
+  void name_ranks(const Runtime& runtime);
   // Collective (every rank stops its monitor at the end of the job, after its last collective
   // wait): stops the thread, cancels what it has pending, frees the communicator.
   ~LivenessMonitor();
