@@ -1,5 +1,5 @@
 # slurm_jobs_lib.sh -- helpers shared by the cluster tier's Slurm job tests (sourced, not run):
-# sbatch_train_test.sh, sbatch_preempt_test.sh, sbatch_hetero_test.sh, srun_gpus_test.sh.
+# sbatch_train_test.sh, sbatch_faults_test.sh, sbatch_preempt_test.sh, sbatch_hetero_test.sh, srun_gpus_test.sh.
 #
 # Provides PASS/FAIL bookkeeping, the network settings every job needs on the emulated nodes,
 # a job watcher, and the one retry the tier allows: the known Open MPI 4.1.4 crash in
