@@ -26,6 +26,8 @@ RunConfig RunConfig::from_environment(const Env& env) {
   c.timeout_s = timeout_from_env(env);
   c.restarts = env.get_int("STRATA_RESTART_COUNT", 0);
   if (c.restarts < 0) throw ConfigError("STRATA_RESTART_COUNT must not be negative");
+  c.evaluator_nice = static_cast<int>(env.get_int("STRATA_EVALUATOR_NICE", 10));
+  if (c.evaluator_nice < 0 || c.evaluator_nice > 19) throw ConfigError("STRATA_EVALUATOR_NICE must be between 0 and 19");
   const std::string policy = env.get_string("STRATA_ON_SAVE_ERROR", "stop");
   if (policy != "stop" && policy != "continue")
     throw ConfigError("STRATA_ON_SAVE_ERROR: '" + policy + "' is not stop or continue");

@@ -18,6 +18,8 @@
 #include "strata/train/train_and_evaluate.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -414,6 +416,13 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
   }
   if (evaluator) {
     liveness::set_phase(liveness::Phase::kEvaluate);
+    // A sidecar (TF runs it on a machine of its own): where it shares cores with trainers, its
+    // evaluations must not slow the training. Linux keeps the nice value per thread, so only this
+    // thread (and none of the liveness monitor's heartbeats) runs at the lower priority.
+    if (cfg.evaluator_nice > 0 &&
+        setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), getpriority(PRIO_PROCESS, 0) + cfg.evaluator_nice) != 0) {
+      STRATA_LOG(WARN) << "evaluator: could not lower its priority by " << cfg.evaluator_nice << ": " << std::strerror(errno);
+    }
     EvaluatorOptions eo;
     eo.model_dir = cfg.model_dir;
     eo.eval_spec = eval_spec;

@@ -111,6 +111,42 @@ run "$MPIEXEC" "${MPIEXEC_FLAGS[@]}" "${contexts[@]}"
 expect_rc 0
 check_eval "$D"
 
+case_begin "the evaluator evaluates at a lower priority (STRATA_EVALUATOR_NICE, 10); its heartbeat thread keeps its own"
+D="$TEST_TMP/run5"
+marks="$TEST_TMP/marks5"
+mkdir -p "$marks"
+STRATA_TEST_PHASE_DIR="$marks" timeout 120 "$MPIEXEC" "${MPIEXEC_FLAGS[@]}" -np 4 "$STRATA_BIN" train \
+  --jobs ps=1,worker=2,evaluator=1 --model softmax --steps 1500 --checkpoint-dir "$D" --save-every-steps 200 \
+  "${QUIET[@]}" >"$OUT" 2>"$ERR" &
+job=$!
+# nice_of PID TID: field 19 of the thread's stat (after the "(comm)" field, which may hold spaces).
+nice_of() { sed 's/.*) //' "/proc/$1/task/$2/stat" 2>/dev/null | awk '{print $17}'; }
+bin=$(readlink -f "$STRATA_BIN")
+main_nice="" other_nices=""
+for _ in $(seq 300); do
+  if [ -e "$marks/3.evaluate" ]; then
+    for p in /proc/[0-9]*; do
+      [ "$(readlink -f "$p/exe" 2>/dev/null)" = "$bin" ] || continue
+      grep -qxz 'OMPI_COMM_WORLD_RANK=3' "$p/environ" 2>/dev/null || continue
+      grep -qxz "STRATA_TEST_PHASE_DIR=$marks" "$p/environ" 2>/dev/null || continue
+      pid=${p#/proc/}
+      main_nice=$(nice_of "$pid" "$pid")
+      other_nices=$(for t in /proc/"$pid"/task/*; do [ "${t##*/}" = "$pid" ] || nice_of "$pid" "${t##*/}"; done | sort -u | tr '\n' ' ')
+    done
+  fi
+  [ "$main_nice" = 10 ] && break
+  kill -0 "$job" 2>/dev/null || break
+  sleep 0.1
+done
+wait "$job"
+RC=$?
+expect_rc 0
+[ "$main_nice" = 10 ] || fail "the evaluator's main thread runs at nice '${main_nice:-not found}', expected 10"
+[[ " $other_nices" == *" 0 "* ]] || fail "no thread of the evaluator kept nice 0 (threads: '$other_nices')"
+echo "   evaluator threads: main at nice $main_nice, others at nice $other_nices"
+run env STRATA_EVALUATOR_NICE=20 "$STRATA_BIN" train --steps 1
+expect_rc 2; expect_one_stderr_line; expect_stderr_has "STRATA_EVALUATOR_NICE must be between 0 and 19"
+
 case_begin "bad input: one line, exit status 2, never a hang"
 start=$SECONDS
 mpi 4 "$STRATA_BIN" train --jobs ps=1,worker=2,evaluator=1 --steps 10 "${QUIET[@]}"

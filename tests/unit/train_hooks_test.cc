@@ -6,7 +6,9 @@
 
 #include <typeinfo>
 
+#include "strata/common/error.h"
 #include "strata/train/hooks.h"
+#include "strata/train/run_config.h"
 
 namespace strata::train {
 namespace {
@@ -107,6 +109,14 @@ TEST(DefaultHooks, FollowTheRunConfigInTheDocumentedOrder) {
   cfg.profile = true;
   EXPECT_EQ(names(default_hooks(cfg, spec)), (std::vector<std::string>{"saver", "preemption", "stop", "logging",
                                                                        "metrics", "trace", "profiler", "summary"}));
+}
+
+TEST(RunConfig, EvaluatorNiceComesFromTheEnvironmentAndIsChecked) {
+  EXPECT_EQ(RunConfig::from_environment(Env()).evaluator_nice, 10);
+  EXPECT_EQ(RunConfig::from_environment(Env(Env::Vars{{"STRATA_EVALUATOR_NICE", "0"}})).evaluator_nice, 0);
+  EXPECT_EQ(RunConfig::from_environment(Env(Env::Vars{{"STRATA_EVALUATOR_NICE", "19"}})).evaluator_nice, 19);
+  for (const char* bad : {"20", "-1", "x"})
+    EXPECT_THROW(RunConfig::from_environment(Env(Env::Vars{{"STRATA_EVALUATOR_NICE", bad}})), ConfigError) << bad;
 }
 
 }  // namespace

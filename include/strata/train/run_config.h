@@ -12,7 +12,7 @@
 // RunConfig::from_environment() gives the defaults `strata train` uses, read from the environment
 // table (common/env.h): STRATA_TRANSPORT, STRATA_CPU_REPLICAS, STRATA_PS_THREADS,
 // STRATA_PS_MAX_ARENA_BYTES, STRATA_STALL_TIMEOUT_S, STRATA_PROGRESS_TIMEOUT_S,
-// STRATA_ON_SAVE_ERROR, STRATA_NUM_PS / STRATA_JOBS. The command line then overrides single fields.
+// STRATA_ON_SAVE_ERROR, STRATA_EVALUATOR_NICE, STRATA_NUM_PS / STRATA_JOBS. The command line then overrides single fields.
 // Plain value types: copyable, no thread-safety concerns.
 #pragma once
 
@@ -87,6 +87,12 @@ struct RunConfig {
   double stall_timeout_s = 10;       // liveness: no heartbeat this long = stopped
   double progress_timeout_s = 120;   // liveness: a training worker frozen while others move (0: off)
   std::int64_t restarts = 0;         // STRATA_RESTART_COUNT: relaunches by the launcher ("restarts" in the summary)
+
+  // ---- the evaluator task ----
+  // Nice increment of the evaluator's evaluating thread (STRATA_EVALUATOR_NICE; 0: unchanged). The
+  // evaluator is a sidecar: where it shares a node's cores with trainers (one workstation, or a
+  // task packed beside workers), its evaluations take only the CPU the training leaves idle.
+  int evaluator_nice = 10;
 
   // The defaults `strata train` starts from: the fields above, with the environment variables
   // listed at the top of this file applied. ConfigError naming the variable on a bad value.
