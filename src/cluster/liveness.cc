@@ -195,6 +195,15 @@ struct LivenessMonitor::Impl {
                  what.c_str(), static_cast<long long>(s.step),
                  liveness::to_string(static_cast<liveness::Phase>(s.phase)));
     std::fflush(stderr);
+    // MPI_Abort asks the launcher to end every rank; should that request itself stall (a launcher
+    // that is not scheduled, a daemon on the stopped rank's node that does not answer), this rank
+    // still ends, and the launcher ends the job on its unexpected exit.
+    std::thread([] {
+      std::this_thread::sleep_for(std::chrono::seconds(10));
+      std::fprintf(stderr, "strata: liveness: MPI_Abort did not end this rank within 10 s; exiting\n");
+      std::fflush(stderr);
+      std::_Exit(1);
+    }).detach();
     MPI_Abort(comm, 1);
     std::abort();
   }
