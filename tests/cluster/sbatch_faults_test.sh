@@ -21,24 +21,11 @@
 # Environment: STRATA_SBATCH_TIMEOUT (default 150 s) bounds the job, pending included.
 set -uo pipefail   # no -e: every assertion runs and reports, the summary decides
 
-[[ $# -eq 2 ]] || { echo "usage: sbatch_faults_test.sh STRATA_BIN REPO_ROOT" >&2; exit 2; }
-[[ -x $1 ]] || { echo "FAIL: strata binary not found or not executable: $1" >&2; exit 1; }
-BIN=$(cd "$(dirname "$1")" && pwd -P)/$(basename "$1")
-ROOT=$(cd "$2" && pwd -P) || exit 1
-SCRIPT=$ROOT/slurm/strata.sbatch
-[[ -f $SCRIPT ]] || { echo "FAIL: $SCRIPT not found" >&2; exit 1; }
-[[ -n ${SLURM_CONF:-} && -n ${STRATA_CLUSTER_DIR:-} ]] \
-  || { echo "sbatch_faults_test: SLURM_CONF/STRATA_CLUSTER_DIR not set; run under tests/cluster/run_on_cluster.sh --slurm 3" >&2; exit 2; }
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 # shellcheck source=tests/cluster/slurm_jobs_lib.sh
 source "$here/slurm_jobs_lib.sh"
-require_fashion_mnist
+sbatch_test_setup sbatch_faults_test strata.sbatch "$@"
 LIMIT=${STRATA_SBATCH_TIMEOUT:-150}
-
-# Under the cluster directory, not its tmp/ (node-local): every node sees it.
-work=$(mktemp -d "$STRATA_CLUSTER_DIR/sbatch-faults.XXXXXX")
-trap 'rm -rf "$work"' EXIT
-export_network_env
 
 BATCH=128
 EPOCHS=2

@@ -41,26 +41,14 @@
 # Environment: STRATA_SBATCH_TIMEOUT (default 120 s) bounds each job, pending included.
 set -uo pipefail   # no -e: every assertion runs and reports, the summary decides
 
-[[ $# -eq 2 ]] || { echo "usage: sbatch_hetero_test.sh STRATA_BIN REPO_ROOT" >&2; exit 2; }
-[[ -x $1 ]] || { echo "FAIL: strata binary not found or not executable: $1" >&2; exit 1; }
-BIN=$(cd "$(dirname "$1")" && pwd -P)/$(basename "$1")
-ROOT=$(cd "$2" && pwd -P) || exit 1
-SCRIPT=$ROOT/slurm/strata-hetero.sbatch
-[[ -f $SCRIPT ]] || { echo "FAIL: $SCRIPT not found" >&2; exit 1; }
-[[ -n ${SLURM_CONF:-} && -n ${STRATA_CLUSTER_DIR:-} ]] \
-  || { echo "sbatch_hetero_test: SLURM_CONF/STRATA_CLUSTER_DIR not set; run under tests/cluster/run_on_cluster.sh --slurm 3" >&2; exit 2; }
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 # shellcheck source=tests/cluster/slurm_jobs_lib.sh
 source "$here/slurm_jobs_lib.sh"
-require_fashion_mnist
+sbatch_test_setup sbatch_hetero_test strata-hetero.sbatch "$@"
 LIMIT=${STRATA_SBATCH_TIMEOUT:-120}
 # The template ends an srun that outlives its step by this long (step_watchdog); run_job then
 # submits the job once more (slurm_jobs_lib.sh): Slurm's srun, not strata, is what hung.
 export STRATA_STEP_EXIT_GRACE=${STRATA_STEP_EXIT_GRACE:-10}
-
-work=$(mktemp -d "$STRATA_CLUSTER_DIR/sbatch-hetero.XXXXXX")
-trap 'rm -rf "$work"' EXIT
-export_network_env
 export STRATA=$BIN
 
 # This cluster's own slurm.conf (cluster_up.sh writes one per run): a shorter backfill interval.

@@ -30,27 +30,10 @@
 # shellcheck disable=SC2015  # `check && pass || fail`: pass (an echo) never fails
 set -uo pipefail   # no -e: every assertion runs and reports
 
-[[ $# -eq 2 ]] || { echo "usage: sbatch_preempt_test.sh STRATA_BIN REPO_ROOT" >&2; exit 2; }
-[[ -x $1 ]] || { echo "FAIL: strata binary not found or not executable: $1" >&2; exit 1; }
-BIN=$(cd "$(dirname "$1")" && pwd -P)/$(basename "$1")
-ROOT=$(cd "$2" && pwd -P) || exit 1
-SCRIPT=$ROOT/slurm/strata-preempt.sbatch
-[[ -f $SCRIPT ]] || { echo "FAIL: $SCRIPT not found" >&2; exit 1; }
-[[ -n ${SLURM_CONF:-} && -n ${STRATA_CLUSTER_DIR:-} ]] \
-  || { echo "sbatch_preempt_test: SLURM_CONF/STRATA_CLUSTER_DIR not set; run under tests/cluster/run_on_cluster.sh --slurm 3" >&2; exit 2; }
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 # shellcheck source=tests/cluster/slurm_jobs_lib.sh
 source "$here/slurm_jobs_lib.sh"
-require_fashion_mnist
-
-work=$(mktemp -d "$STRATA_CLUSTER_DIR/sbatch-preempt.XXXXXX")
-jobid=""
-cleanup() {
-  [[ -n $jobid ]] && scancel "$jobid" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
-export_network_env
+sbatch_test_setup sbatch_preempt_test strata-preempt.sbatch "$@"
 export STRATA=$BIN
 
 EPOCHS=4

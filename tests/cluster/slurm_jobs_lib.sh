@@ -14,6 +14,31 @@
 
 failed=0
 case_failed=0
+jobid=""
+
+# sbatch_test_setup NAME TEMPLATE "$@": the common start of a test of slurm/TEMPLATE, called with
+# the test's own arguments (STRATA_BIN REPO_ROOT). Checks them and the environment that
+# run_on_cluster.sh --slurm provides (exit 2 with a usage line, 1 when a file is missing, 77 when
+# Fashion-MNIST is missing); sets BIN and ROOT (absolute), SCRIPT (the template) and work (a new
+# directory under STRATA_CLUSTER_DIR, outside its node-local tmp/, so every node sees it); on exit
+# cancels the last submitted job if it is still there and removes work; exports the network
+# settings (export_network_env).
+sbatch_test_setup() {
+  local name=$1 template=$2
+  shift 2
+  [[ $# -eq 2 ]] || { echo "usage: $name.sh STRATA_BIN REPO_ROOT" >&2; exit 2; }
+  [[ -x $1 ]] || { echo "FAIL: strata binary not found or not executable: $1" >&2; exit 1; }
+  BIN=$(cd "$(dirname "$1")" && pwd -P)/$(basename "$1")
+  ROOT=$(cd "$2" && pwd -P) || exit 1
+  SCRIPT=$ROOT/slurm/$template
+  [[ -f $SCRIPT ]] || { echo "FAIL: $SCRIPT not found" >&2; exit 1; }
+  [[ -n ${SLURM_CONF:-} && -n ${STRATA_CLUSTER_DIR:-} ]] \
+    || { echo "$name: SLURM_CONF/STRATA_CLUSTER_DIR not set; run under tests/cluster/run_on_cluster.sh --slurm 3" >&2; exit 2; }
+  require_fashion_mnist
+  work=$(mktemp -d "$STRATA_CLUSTER_DIR/${name//_/-}.XXXXXX")
+  trap 'if [[ -n $jobid ]]; then scancel "$jobid" 2>/dev/null; fi; rm -rf "$work"' EXIT
+  export_network_env
+}
 pass() { echo "PASS: $*"; }
 fail() { echo "FAIL: $*"; failed=$((failed + 1)); case_failed=1; }
 note() { echo "NOTE: $*"; }
