@@ -62,19 +62,26 @@ void set_phase(Phase phase) {
   // job), so reading the environment here costs nothing.
   //   STRATA_TEST_PHASE_DIR=DIR       this rank creates DIR/<world rank>.<phase> on entering a phase,
   //                                   so a test can inject a fault while the job is in it
-  //   STRATA_TEST_HOLD_PHASE=P:SECS   entering phase P (its file name, e.g. final-barrier), the rank
-  //                                   sleeps SECS first, so a short phase lasts long enough to hit
+  //   STRATA_TEST_HOLD_PHASE=P[@R]:SECS  entering phase P (its file name, e.g. final-barrier), the
+  //                                   rank (only world rank R, when given) sleeps SECS first, so a
+  //                                   short phase lasts long enough to hit, or one rank is late in it
   if (phase == Phase::kDone) return;  // the monitor thread's last beat: never held
   const std::string name = slug(to_string(phase));
+  const RankContext ctx = current_rank_context();
   if (const char* dir = std::getenv("STRATA_TEST_PHASE_DIR"); dir && *dir) {
-    const RankContext ctx = current_rank_context();
     const std::string path = std::string(dir) + "/" + std::to_string(ctx.rank) + "." + name;
     if (std::FILE* f = std::fopen(path.c_str(), "w")) std::fclose(f);
   }
   if (const char* hold = std::getenv("STRATA_TEST_HOLD_PHASE"); hold && *hold) {
     const std::string spec(hold);
     const auto colon = spec.rfind(':');
-    if (colon != std::string::npos && spec.substr(0, colon) == name)
+    std::string target = colon == std::string::npos ? spec : spec.substr(0, colon);
+    bool mine = true;
+    if (const auto at = target.find('@'); at != std::string::npos) {
+      mine = target.substr(at + 1) == std::to_string(ctx.rank);
+      target.resize(at);
+    }
+    if (colon != std::string::npos && target == name && mine)
       std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(spec.c_str() + colon + 1)));
   }
 }

@@ -210,6 +210,7 @@ struct ParameterServers::Impl {
     store_i64(base() + stats_offset() + 32, max_parts);
   }
   int ps0() const { return ps_rank[0]; }
+  int chief_rank = -1;  // worker 0's transport rank (the chief, which requests every save)
   std::int64_t read_ps0(std::uint64_t offset) { return transport->atomic_read(*region, ps0(), offset); }
   char* base() { return static_cast<char*>(region->local_base()); }
   const Shard& shard(std::size_t s) const { return map.shards()[s]; }
@@ -806,6 +807,7 @@ std::unique_ptr<ParameterServers> ParameterServers::materialize(const Runtime& r
   if (impl->is_ps) impl->ps_index = runtime.task().index;
   for (int w = 0; w < impl->num_workers; ++w)
     if (worker_ranks[w] == runtime.rank()) impl->worker = w;
+  impl->chief_rank = worker_ranks[0];
 
   // Between-graph replication check: every worker must have created the same variable sequence.
   const std::string mine = impl->worker >= 0 ? specs_to_json(specs) : std::string();
@@ -1160,9 +1162,13 @@ ParameterServers::Boundary ParameterServers::finish_checkpoints(const WorkerPosi
     return m.join_save(m.save_posted, position);
   }
   // Join whatever the chief still requests until its final (or a stop) save. The chief may still
-  // be training: wait as long as the job's own end-of-training barrier would.
-  const double limit = m.options.timeout_s * 10 + m.options.save_timeout_s;
-  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
+  // be training (async: legitimately for long), so the bound is the one of the job's end-of-training
+  // barrier: --timeout without progress. The deadline moves on while the job's global step moves
+  // or a save is joined; a chief alive but stuck (no step, no request) is named after --timeout.
+  const double limit = m.options.timeout_s;
+  const auto bound = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
+  auto deadline = Clock::now() + bound;
+  std::int64_t step = m.read_ps0(kGlobalStepOffset);
   Backoff backoff;
   while (true) {
     if (!m.preemption_reported && preemption_signal() != 0) report_preemption();
@@ -1171,13 +1177,20 @@ ParameterServers::Boundary ParameterServers::finish_checkpoints(const WorkerPosi
       last = m.join_save(n, position);
       if (last.stop || (m.last_flags & (kSaveFinal | kSaveStop)) != 0) return last;
       backoff.reset();
-      deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
+      deadline = Clock::now() + bound;
       continue;
     }
-    if (Clock::now() > deadline)
-      throw TimeoutError("worker " + std::to_string(m.worker) + " finished training and waited " +
-                             std::to_string(limit) + " s for the chief's final checkpoint request",
-                         {m.ps0()});
+    if (const std::int64_t now_step = m.read_ps0(kGlobalStepOffset); now_step != step) {
+      step = now_step;
+      deadline = Clock::now() + bound;
+    }
+    if (Clock::now() > deadline) {
+      std::ostringstream os;
+      os << "worker " << m.worker << " finished training and waited " << limit << " s for the chief (worker 0, rank "
+         << m.chief_rank << ") to request the final checkpoint, while the job's global step stayed at " << step
+         << " (--timeout / STRATA_TIMEOUT_S)";
+      throw TimeoutError(os.str(), {m.chief_rank});
+    }
     backoff.pause();
   }
 }

@@ -88,6 +88,18 @@ expect_stderr_has "[rank 1/3 worker:0 $(hostname -s)] the workers' end-of-traini
 expect_stderr_has "did not move for 4 s (--timeout / STRATA_TIMEOUT_S); still waiting for rank 2 (worker:1 on $(hostname -s))"
 [ "$took" -lt 45 ] || fail "the job took $took s; the barrier should have given up 4 s after the last progress"
 
+case_begin "with checkpoints, a worker waiting for the chief's final save names a chief that is alive but stuck after --timeout"
+# Rank 1 (the chief, worker:0) sleeps 60 s on entering its final phase, before it requests the
+# final checkpoint; worker:1 finished and waits for that request. The global step no longer moves,
+# so worker:1 gives up after --timeout 4 (it used to wait 10 x the timeout + the save timeout).
+start=$SECONDS
+mpi 3 -x STRATA_TEST_HOLD_PHASE=final-barrier@1:60 env STRATA_NUM_PS=1 "$STRATA_BIN" train --model softmax --steps 30 \
+  --checkpoint-dir "$TEST_TMP/ck_chief" --timeout 4
+took=$((SECONDS - start))
+expect_rc_nonzero
+expect_stderr_has "worker 1 finished training and waited 4 s for the chief (worker 0, rank 1) to request the final checkpoint, while the job's global step stayed at 60 (--timeout / STRATA_TIMEOUT_S)"
+[ "$took" -lt 45 ] || fail "the job took $took s; worker:1 should have given up 4 s after the last progress"
+
 case_begin "bad values"
 run "$STRATA_BIN" train --stall-timeout 0
 expect_rc 2; expect_one_stderr_line; expect_stderr_has "--stall-timeout must be positive"
