@@ -60,7 +60,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(0, 1);
   bool help_env = false;
   app.add_flag("--help-env", help_env, "Print every environment variable strata reads, then exit");
-  app.set_version_flag("--version", STRATA_VERSION_STRING);
+  // The instruction set too: a "native" binary copied to an older node dies of SIGILL, and this
+  // is the first thing to check.
+  app.set_version_flag("--version", STRATA_VERSION_STRING " (arch " STRATA_BUILD_ARCH ")");
 
   ClusterFlags cluster_flags;
   CLI::App* cluster_cmd = add_cluster_command(app, cluster_flags);

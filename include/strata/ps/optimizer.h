@@ -13,11 +13,12 @@
 //     rows, or on whether the vectorised path (apply_dense) or the scalar loop
 //     (apply_dense_reference) ran. Both paths are bit-identical; tests/unit/optimizer_test.cc
 //     checks this.
-//   * That requires no FMA contraction of a*b + c (the x86-64 baseline has no FMA; on FMA targets
-//     src/ps/optimizer.cc must be built with -ffp-contract=off -DSTRATA_FP_CONTRACT_OFF and refuses
-//     to compile otherwise) and Eigen's exact vector sqrt: optimizer.cc sets EIGEN_FAST_MATH=0,
-//     because Eigen 3.4's default replaces float sqrt by rsqrt plus one Newton step (1-2 ulp off,
-//     denormals flushed to zero), which would also make results depend on shard boundaries.
+//   * That requires no FMA contraction of a*b + c (strata is built with -ffp-contract=off for any
+//     STRATA_ARCH, cmake/StrataArch.cmake, and native has FMA on most machines; src/ps/optimizer.cc
+//     refuses to compile for an FMA target without it) and Eigen's exact vector sqrt:
+//     optimizer.cc sets EIGEN_FAST_MATH=0, because Eigen 3.4's default replaces float sqrt by
+//     rsqrt plus one Newton step (1-2 ulp off, denormals flushed to zero), which would also make
+//     results depend on shard boundaries.
 //   * Per-call scalar coefficients are computed in T as the TF kernels do. Adam's beta^t uses
 //     std::pow(T, T), which the C++ standard does not require to be correctly rounded: results are
 //     bit-identical across processes that share the same libm (one cluster image), not across
