@@ -203,7 +203,14 @@ void DenseStack::backward(const Params& params, const ConstMatrixRef& x, Activat
     // dW = x^T dY, db = sum over the batch of dY.
     if (l == 0) dw.noalias() = x.transpose() * *dy;
     else dw.noalias() = acts->hidden[l - 1].transpose() * *dy;
-    db = dy->colwise().sum();
+    // db row by row in batch order, so every element is ((0 + dy_0) + dy_1) + ... wherever db
+    // lives. Not dy->colwise().sum(): Eigen adds whole packets of rows in a pairwise tree but the
+    // columns it peels to reach db's alignment one by one, and which columns it peels depends on
+    // db's address. With 16-byte SSE packets malloc's alignment always sufficed; with AVX-512's
+    // 64-byte packets it did not, and the bias gradients (so sync training) changed from run to
+    // run with the heap layout.
+    db.setZero();
+    for (Eigen::Index i = 0; i < batch; ++i) db += dy->row(i);
     if (l > 0) {
       // dX = dY W^T, then through the ReLU: its output is > 0 exactly where its input was.
       scratch.resize(batch, layer.in);

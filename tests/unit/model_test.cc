@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <random>
@@ -624,6 +625,46 @@ TEST(ModelStep, ReusesGradientBuffersAndIsReentrant) {
     EXPECT_EQ(losses[static_cast<std::size_t>(t)], loss);
     EXPECT_EQ(grads[static_cast<std::size_t>(t)].dense.at("deep/dense_0/kernel").value, g.dense.at("deep/dense_0/kernel").value);
     EXPECT_EQ(grads[static_cast<std::size_t>(t)].sparse.at("deep/embedding").values, g.sparse.at("deep/embedding").values);
+  }
+}
+
+// Sync training is bit-reproducible only if a step's gradients do not depend on where its buffers
+// happen to lie: with AVX-512 (STRATA_ARCH=native) a reduction whose order followed the output's
+// alignment made the bias gradients differ with the heap layout. malloc aligns to 16 bytes, so
+// the gradient buffers are placed at each 16-byte offset within a 64-byte line.
+TEST(ModelStep, GradientsDoNotDependOnBufferAlignment) {
+  for (const std::string name : {"softmax", "mlp", "wide_deep"}) {
+    ModelConfig c = tiny(name);
+    if (name != "softmax") c.hidden = {37, 19};  // widths that are not multiples of a packet
+    const auto model = make_model(c);
+    const Params p = init_local_params(*model);
+    const Batch b = random_batch(model->config(), 33, 5);
+    Grads first;
+    model->train_step(p, b.view(), &first, nullptr);
+    std::set<std::uintptr_t> offsets;
+    for (std::uintptr_t want = 0; want < 64; want += 16) {
+      Grads g;
+      std::vector<std::vector<float>> held;  // keeps rejected buffers so malloc moves on
+      for (const auto& [var, d] : first.dense) {
+        // resize() in the model keeps a buffer of adequate capacity, so the gradient lands here.
+        std::vector<float>& v = g.dense[var].value;
+        for (std::size_t extra = 0; extra < 256; ++extra) {
+          std::vector<float> candidate;
+          candidate.reserve(d.value.size() + extra);
+          if (reinterpret_cast<std::uintptr_t>(candidate.data()) % 64 == want) {
+            v.swap(candidate);
+            break;
+          }
+          held.push_back(std::move(candidate));
+        }
+        offsets.insert(reinterpret_cast<std::uintptr_t>(v.data()) % 64);
+      }
+      model->train_step(p, b.view(), &g, nullptr);
+      for (const auto& [var, d] : first.dense)
+        EXPECT_EQ(0, std::memcmp(d.value.data(), g.dense.at(var).value.data(), d.value.size() * sizeof(float)))
+            << name << " " << var << " with its gradient buffers at offset " << want << " of a 64-byte line";
+    }
+    EXPECT_GE(offsets.size(), 3u) << name << ": the test did not manage to vary the buffers' alignment";
   }
 }
 
