@@ -2,6 +2,12 @@
 // protocols are narrated in include/strata/ps/parameter_servers.h.
 #include "strata/ps/parameter_servers.h"
 
+// Every strata translation unit that includes Eigen agrees on EIGEN_FAST_MATH (src/model/layers.h).
+#ifndef EIGEN_FAST_MATH
+#define EIGEN_FAST_MATH 0
+#endif
+#include <Eigen/Core>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -12,6 +18,7 @@
 #include <map>
 #include <sstream>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 
 #include "ps/apply_team.h"
@@ -123,6 +130,25 @@ void scale(T* out, const T* in, std::size_t n, T factor) {
   for (std::size_t i = 0; i < n; ++i) out[i] = in[i] * factor;
 }
 
+// A sync round's mean gradient: out[i] = (((0 + g[0][i]) + g[1][i]) + ...) / workers, the sum
+// in worker order starting from +0 (so a round is bit-identical to summing the workers one after
+// another, however many there are). Eigen vectorises each element-wise pass and never reorders
+// them; walking 4 KiB chunks keeps `out` in L1 across the passes. It runs on the PS between the
+// last worker's push and the apply, i.e. on the critical path of every sync step.
+template <typename T>
+void mean_in_worker_order(T* out, const std::vector<const T*>& grads, std::size_t n) {
+  using Vec = Eigen::Array<T, Eigen::Dynamic, 1>;
+  constexpr std::size_t kChunk = 4096 / sizeof(T);
+  const T workers = static_cast<T>(grads.size());
+  for (std::size_t begin = 0; begin < n; begin += kChunk) {
+    const auto len = static_cast<Eigen::Index>(std::min(kChunk, n - begin));
+    Eigen::Map<Vec> sum(out + begin, len);
+    sum.setZero();
+    for (const T* g : grads) sum += Eigen::Map<const Vec>(g + begin, len);
+    sum /= workers;
+  }
+}
+
 }  // namespace
 
 ConsistencyConfig ConsistencyConfig::parse(std::string_view text) {
@@ -194,6 +220,13 @@ struct ParameterServers::Impl {
   std::int64_t split_updates = 0;  // PS: applications split over the apply team
   std::int64_t max_parts = 1;       // PS: most threads one application used
   std::unique_ptr<ApplyTeam> team;  // PS: optimizer threads beyond the loop's own (serve())
+  std::vector<float> round_sum_f32;   // PS: a sync round's mean gradient (reused across rounds)
+  std::vector<double> round_sum_f64;
+  template <typename T>
+  std::vector<T>& round_sum() {
+    if constexpr (std::is_same_v<T, float>) return round_sum_f32;
+    else return round_sum_f64;
+  }
   std::int64_t saves_done = 0;  // PS: saves this PS took part in
   bool stopped = false;         // PS: a preemption save happened
 
@@ -558,12 +591,13 @@ struct ParameterServers::Impl {
     read_inbox<T>(s, 0, rows, &dense);  // every worker sends the same kind for a shard
     if (dense) {
       const std::size_t n = sh.bytes / sizeof(T);
-      std::vector<T> sum(n, static_cast<T>(0));
-      for (int w = 0; w < num_workers; ++w) {
-        const T* g = read_inbox<T>(s, w, rows, &dense);
-        for (std::size_t i = 0; i < n; ++i) sum[i] += g[i];
-      }
-      for (auto& x : sum) x /= static_cast<T>(num_workers);
+      // One buffer kept across rounds: a fresh vector of a large shard each round was an mmap,
+      // page faults and a memset on every sync step.
+      std::vector<T>& sum = round_sum<T>();
+      if (sum.size() < n) sum.resize(n);
+      std::vector<const T*> grads(static_cast<std::size_t>(num_workers));
+      for (int w = 0; w < num_workers; ++w) grads[static_cast<std::size_t>(w)] = read_inbox<T>(s, w, rows, &dense);
+      mean_in_worker_order(sum.data(), grads, n);
       busy_s += std::chrono::duration<double>(Clock::now() - t_sum).count();
       apply<T>(s, sum.data(), rows, nullptr);
     } else {
@@ -682,7 +716,16 @@ struct ParameterServers::Impl {
       transport->fetch_add(*region, peer, layout[s].doorbells + 8ull * worker, 1);
     }
     ++pushes[s];
-    if (options.consistency.mode == Consistency::kSync) wait_ack(s, "sync push");
+    // Under sync the round is waited for by this worker's next read (settle_sync), not here: the
+    // step's other pushes go out first, so the PS finds the whole step's rounds in one pass.
+  }
+
+  // Sync consistency: waits until every round this worker pushed is applied (one batched read of
+  // the acks, then a wait per shard still behind). Called before every read of parameters, so a
+  // sync worker never sees values without its own last step. No-op otherwise and on PS ranks.
+  void settle_sync(const char* why) {
+    if (options.consistency.mode != Consistency::kSync) return;
+    for (std::size_t s = 0; s < pushes.size(); ++s) wait_ack(s, why);
   }
 
   // A streamed push (see streams()): the chunks go out one after another, each remotely complete
@@ -943,6 +986,7 @@ void ParameterServers::pull(std::string_view variable, void* dst, std::size_t by
 
 void ParameterServers::pull_many(const std::vector<PullTarget>& targets) {
   Impl& m = *impl_;
+  m.settle_sync("sync pull");
   for (const PullTarget& t : targets) {
     const VariableSpec& spec = m.spec_of(t.variable, "pull");
     m.check_bytes(spec, t.bytes, "pull");
@@ -984,6 +1028,7 @@ void ParameterServers::pull_rows(std::string_view variable, const std::vector<st
   if (bytes != rows.size() * row_bytes)
     throw Error("pull_rows '" + spec.name + "': " + std::to_string(bytes) + " bytes given for " +
                 std::to_string(rows.size()) + " rows of " + std::to_string(row_bytes) + " bytes");
+  m.settle_sync("sync pull_rows");
   auto shards = m.map.shards_of(spec.name);
   // Group requested positions by shard, fetch each group with one indexed get, then scatter.
   std::vector<std::vector<std::size_t>> positions(shards.size());
@@ -1033,6 +1078,7 @@ void ParameterServers::assign(std::string_view variable, const void* values, std
   Impl& m = *impl_;
   const VariableSpec& spec = m.spec_of(variable, "assign");
   m.check_bytes(spec, bytes, "assign");
+  m.settle_sync("sync assign");  // a pending round must not land on top of the assigned values
   const std::size_t row_bytes = bytes / static_cast<std::size_t>(std::max<std::int64_t>(1, num_rows(spec.shape)));
   for (const Shard& sh : m.map.shards_of(spec.name)) {
     const std::size_t s = static_cast<std::size_t>(&sh - m.map.shards().data());

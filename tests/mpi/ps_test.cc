@@ -149,7 +149,7 @@ TEST_P(SyncOptimizer, MatchesSingleProcessReferenceBitForBit) {
     for (int t = 0; t < steps; ++t) {
       for (std::size_t i = 0; i < g.size(); ++i) g[i] = grad_of(ps->worker_index(), t, i);
       ps->push("w", g.data(), g.size() * 4);
-      // A sync push returns after the round is applied: everyone sees the same values now.
+      // The next pull waits until this worker's sync rounds are applied: everyone sees the same values.
     }
     ps->pull("w", got.data(), got.size() * 4);
     std::vector<float> want = reference(options.optimizer, init, shape, job.workers, steps);

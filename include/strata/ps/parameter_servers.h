@@ -27,8 +27,14 @@
 //                  the optimizer in its service loop and publishes an ack. A worker's next push to
 //                  the same shard waits for the ack (one push in flight per worker and shard).
 //   sync           inbox, and the PS applies once every worker's gradient for that round arrived
-//                  (mean of the gradients, summed in worker order, so results are reproducible);
-//                  push returns after the round is applied.
+//                  (mean of the gradients, summed in worker order, so results are reproducible).
+//                  push returns once the gradient is delivered, without waiting for the round:
+//                  this worker's next pull, pull_many, pull_rows, assign or wait_applied (and its
+//                  next push to the same shard) first waits until every round it pushed to is
+//                  applied, so it never reads parameters that lack its own last step. A step that
+//                  pushes several variables therefore has all of them in flight at once and the
+//                  PS applies them in one pass of its loop, instead of one round trip per
+//                  variable (each a PS wake-up and a worker wake-up).
 // Consistency: async readers may see a tensor mid-update (TF semantics). staleness:N makes
 // end_step() wait while this worker is more than N steps ahead of the slowest worker.
 // Thread-safety: one thread per rank uses a ParameterServers object at a time.
@@ -189,6 +195,7 @@ class ParameterServers {
 
   // ---- worker side ----
   // Dense pull of the whole (logical, reassembled) variable into `dst` (its full byte size).
+  // Under sync consistency it first waits until this worker's pushed rounds are applied (above).
   void pull(std::string_view variable, void* dst, std::size_t bytes);
   // Dense pulls of several variables with one completion wait for all of them (between nodes,
   // one network round trip for the lot instead of one per variable).
