@@ -29,6 +29,17 @@ out=$(timeout 120 mpirun "${flags[@]}" -np 3 "$tmp/consumer/custom_model") || { 
 echo "$out"
 [ "$(echo "$out" | grep -c 'loss .* -> ')" = 2 ] || { echo "FAIL: expected a loss line from each worker"; exit 1; }
 
+# The package says which instruction set its libraries were built for (STRATA_ARCH; a package for
+# other machines is built with -DSTRATA_ARCH=portable), the same in the CMake config and config.h,
+# and hands no -march to its users.
+cfg_arch=$(sed -n 's/^set(strata_ARCH "\(.*\)")$/\1/p' "$tmp"/prefix/lib*/cmake/strata/strataConfig.cmake)
+hdr_arch=$(sed -n 's/^#define STRATA_BUILD_ARCH "\(.*\)"$/\1/p' "$tmp/prefix/include/strata/config.h")
+[ -n "$cfg_arch" ] && [ "$cfg_arch" = "$hdr_arch" ] ||
+  { echo "FAIL: strata_ARCH '$cfg_arch' in strataConfig.cmake, STRATA_BUILD_ARCH '$hdr_arch' in config.h"; exit 1; }
+if grep -rq -e '-march=' -e 'ffp-contract' "$tmp"/prefix/lib*/cmake/strata/; then
+  echo "FAIL: the installed targets pass code-generation flags on to consumers"; exit 1
+fi
+
 # Public headers must not drag in CUDA, NCCL, UCX or HDF5.
 if grep -rEn '#include *<(cuda|nccl|ucp|uct|ucs|hdf5|H5)' "$tmp/prefix/include/strata"; then
   echo "FAIL: a public header includes a GPU/UCX/HDF5 header"
