@@ -46,8 +46,9 @@ try:
     import torch.distributed as dist
     import torch.multiprocessing as mp
     import torch.nn.functional as F
-except ImportError as e:  # the only dependency strata's own tests never need
-    sys.exit(f"pytorch_mlp.py: PyTorch is not installed ({e}); on Debian: apt-get install python3-torch")
+except ImportError as e:  # dependencies strata's own tests never need
+    sys.exit(f"pytorch_mlp.py: {sys.executable} cannot import {e.name or e} (this benchmark needs PyTorch "
+             "and NumPy); on Debian: apt-get install python3-torch, then run it with /usr/bin/python3")
 
 DATA_DIR = "/usr/share/datasets/fashion-mnist"
 
