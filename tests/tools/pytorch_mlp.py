@@ -24,7 +24,7 @@ the 10,000 test images after the last epoch.
 This is a benchmark helper, not a test and not a dependency of strata: it needs PyTorch
 (Debian: apt-get install python3-torch) and says so if it is missing.
 
-  python3 tests/tools/pytorch_mlp.py --variant both --epochs 20
+  /usr/bin/python3 tests/tools/pytorch_mlp.py --variant both --epochs 20
 """
 import argparse
 import gzip
