@@ -81,6 +81,19 @@ cmp -s "$TEST_TMP/ps_threads_1" "$TEST_TMP/ps_threads_3" ||
 run "$STRATA_BIN" train --ps-threads 0
 expect_rc 2; expect_stderr_has "--ps-threads"
 
+case_begin "sync: the same bits on every run and for 1 or 2 PS ranks"
+# What STRATA_ARCH=native must not break (docs/PERFORMANCE.md): with AVX-512, a reduction that
+# followed a buffer's alignment once made sync runs differ with the heap layout.
+for ps in 1 1 2; do
+  mpi $((ps + 2)) "$STRATA_BIN" train --model mlp --steps 40 --consistency sync --num-ps $ps \
+    --log-every 0 --log-every-secs 0
+  expect_rc 0
+  summary_get 'repr(j["test_loss"]), repr(j["final_loss"])' >>"$TEST_TMP/sync_bits_$ps"
+done
+[ "$(sort -u "$TEST_TMP/sync_bits_1" | wc -l)" = 1 ] || fail "two sync runs differ: $(cat "$TEST_TMP/sync_bits_1")"
+cmp -s <(head -1 "$TEST_TMP/sync_bits_1") "$TEST_TMP/sync_bits_2" ||
+  fail "1 PS vs 2 PS: $(head -1 "$TEST_TMP/sync_bits_1") vs $(cat "$TEST_TMP/sync_bits_2")"
+
 case_begin "2 CPU replicas per worker"
 mpi 2 "$STRATA_BIN" train --model softmax --steps 50 --cpu-replicas 2 --global-batch 64 --log-every 0 --log-every-secs 0
 expect_rc 0
