@@ -1,8 +1,11 @@
 // Runtime bootstrap; the protocol is narrated in include/strata/cluster/runtime.h.
 #include "strata/cluster/runtime.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -222,6 +225,12 @@ std::vector<std::string> allgather_strings(MPI_Comm comm, const std::string& min
 }
 
 MpiSession::MpiSession(int* argc, char*** argv) {
+  // Seen in the cluster tier: after a preemption save every rank exits with 75, but one whose
+  // MPI_Finalize (PMIx) or output write met an end already closed by the step's teardown died of
+  // SIGPIPE, and the job's status became 141 instead of 75 (no requeue). A program's own handler
+  // is left alone.
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
   int initialized = 0;
   STRATA_CHECK_MPI(MPI_Initialized(&initialized));
   if (!initialized) {

@@ -100,6 +100,19 @@ expect_rc_nonzero
 expect_stderr_has "worker 1 finished training and waited 4 s for the chief (worker 0, rank 1) to request the final checkpoint, while the job's global step stayed at 60 (--timeout / STRATA_TIMEOUT_S)"
 [ "$took" -lt 45 ] || fail "the job took $took s; worker:1 should have given up 4 s after the last progress"
 
+case_begin "a rank whose output pipe is closed early keeps training and exits with its own status (SIGPIPE ignored)"
+# The chief's stdout goes to 'head -n 1', which exits after the first line; every later progress
+# line then meets a closed pipe. Seen in the cluster tier as a task dying of SIGPIPE (status 141)
+# while the step was torn down after a preemption, which turned the job's 75 into 141.
+mpi 2 bash -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then
+    "$0" train --model softmax --steps 300 --log-every 1 --log-every-secs 0 2>/dev/null | head -n 1 >/dev/null
+    echo "chief status ${PIPESTATUS[0]}" >&2
+  else
+    exec "$0" train --model softmax --steps 300 --log-every 1 --log-every-secs 0 >/dev/null 2>&1
+  fi' "$STRATA_BIN"
+expect_rc 0
+expect_stderr_has "chief status 0"
+
 case_begin "bad values"
 run "$STRATA_BIN" train --stall-timeout 0
 expect_rc 2; expect_one_stderr_line; expect_stderr_has "--stall-timeout must be positive"

@@ -41,6 +41,10 @@ Role role_of_job(const std::string& job);
 // server, which has no timeout of its own; if it has not returned after STRATA_FINALIZE_TIMEOUT_S
 // (default 30 s) the process prints one line and exits with its exit status without it (all of its
 // own work, and every collective of the job, finished before the fence).
+// It also ignores SIGPIPE when the program left it at its default: a write to a peer, a launcher
+// daemon or an output pipe that is already gone (a step being torn down after a preemption, say)
+// then fails with EPIPE where it is handled, instead of killing the rank with status 141 and
+// hiding the status it was about to exit with.
 // Not thread-safe; create one per process, on the main thread.
 class MpiSession {
  public:
