@@ -25,6 +25,7 @@
 #include "strata/cluster/runtime.h"
 #include "strata/common/error.h"
 #include "strata/common/rank_context.h"
+#include "strata/common/watchdog.h"
 
 namespace strata {
 namespace liveness {
@@ -313,7 +314,16 @@ LivenessMonitor::LivenessMonitor(const Runtime& runtime, const LivenessOptions& 
 LivenessMonitor::LivenessMonitor(MPI_Comm comm, const LivenessOptions& options) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.options = options;
-  STRATA_CHECK_MPI(MPI_Comm_dup(comm, &m.comm));
+  {
+    const double limit = options.setup_timeout_s;
+    Watchdog watchdog(std::chrono::duration<double>(limit), [limit, comm] {
+      std::fprintf(stderr, "strata: liveness: MPI_Comm_dup for the monitor did not complete within %g s "
+                   "(--timeout / STRATA_TIMEOUT_S): a rank did not start; aborting the job\n", limit);
+      std::fflush(stderr);
+      MPI_Abort(comm, 1);
+    });
+    STRATA_CHECK_MPI(MPI_Comm_dup(comm, &m.comm));
+  }
   MPI_Comm_set_errhandler(m.comm, MPI_ERRORS_RETURN);
   STRATA_CHECK_MPI(MPI_Comm_rank(m.comm, &m.rank));
   STRATA_CHECK_MPI(MPI_Comm_size(m.comm, &m.size));

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -230,7 +229,10 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   // SIGPIPE, and the job's status became 141 instead of 75 (no requeue). A program's own handler
   // is left alone.
   struct sigaction current {};
-  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    current.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &current, nullptr);
+  }
   int initialized = 0;
   STRATA_CHECK_MPI(MPI_Initialized(&initialized));
   if (!initialized) {

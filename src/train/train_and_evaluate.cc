@@ -24,7 +24,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstdlib>
 #include <chrono>
 #include <cstring>
@@ -41,7 +40,6 @@
 #include "strata/common/error.h"
 #include "strata/common/logging.h"
 #include "strata/common/signals.h"
-#include "strata/common/watchdog.h"
 #include "strata/replica/gpu.h"
 #include "train/evaluator.h"
 
@@ -275,25 +273,15 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
   LivenessOptions live_opt;
   live_opt.stop_timeout_s = cfg.stall_timeout_s;
   live_opt.stall_timeout_s = cfg.progress_timeout_s;
-  std::unique_ptr<LivenessMonitor> live;
-  {
-    // The monitor's own MPI_Comm_dup is the one wait no heartbeat can cover yet.
-    const double limit = cfg.timeout_s;
-    Watchdog watchdog(std::chrono::duration<double>(limit), [limit, world] {
-      std::fprintf(stderr, "strata: bootstrap stalled: MPI_Comm_dup for the liveness monitor did not complete within %g s "
-                   "(--timeout / STRATA_TIMEOUT_S): a rank did not start; aborting the job\n", limit);
-      std::fflush(stderr);
-      MPI_Abort(world, 1);
-    });
-    live = std::make_unique<LivenessMonitor>(world, live_opt);
-  }
+  live_opt.setup_timeout_s = cfg.timeout_s;
+  LivenessMonitor live(world, live_opt);
   std::unique_ptr<Runtime> rt;
   try {
     rt = Runtime::bootstrap(world, env, boot);
   } catch (const ConfigError& e) {
     return config_failure(e.message(), world_rank == 0);
   }
-  live->name_ranks(*rt);
+  live.name_ranks(*rt);
   liveness::set_phase(liveness::Phase::kRestore);
 
   const Role role = rt->role();

@@ -47,6 +47,7 @@ struct LivenessOptions {
   double stop_timeout_s = 10;    // silence after which a rank is declared stopped
   double stall_timeout_s = 120;  // a training worker's step frozen while others move; 0: off
   double interval_s = 0.25;      // heartbeat period
+  double setup_timeout_s = 120;  // bound on the constructor's MPI_Comm_dup (the job's --timeout)
 };
 
 class LivenessMonitor {
@@ -56,7 +57,7 @@ class LivenessMonitor {
   LivenessMonitor(const Runtime& runtime, const LivenessOptions& options);
   // Collective over `comm` (it dups it; `comm` itself is never used): starts the monitor before
   // Runtime::bootstrap, so the bootstrap is watched too. Call right after MPI is initialised: the
-  // dup is the one wait no heartbeat covers (it is bounded by the caller's MPI watchdog, if any).
+  // dup is the one wait no heartbeat covers: past options.setup_timeout_s it aborts the job with one line.
   // Ranks are named "rank R (on HOST)" until name_ranks() is called.
   LivenessMonitor(MPI_Comm comm, const LivenessOptions& options);
   // Names every rank from the runtime's table (role and host) from now on. The runtime must have
