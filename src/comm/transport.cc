@@ -1,8 +1,32 @@
 #include "strata/comm/transport.h"
 
+#include <algorithm>
+#include <string>
+
+#include "strata/common/error.h"
+
 namespace strata::comm {
 
 Transport::~Transport() = default;
+
+void Transport::put_notify(Region& region, int peer, std::uint64_t offset, const void* src, std::size_t bytes,
+                           std::size_t piece_bytes, std::uint64_t counter_offset, std::int64_t* readback,
+                           std::uint64_t readback_offset) {
+  if (piece_bytes == 0) throw Error("put_notify: piece_bytes is 0");
+  const auto* p = static_cast<const char*>(src);
+  const std::int64_t one = 1;
+  const bool ordered = ordered_to(peer);  // else a flush puts each piece before its count
+  for (std::size_t done = 0; done < bytes; done += piece_bytes) {
+    const std::size_t len = std::min(piece_bytes, bytes - done);
+    put(region, peer, offset + done, p + done, len);
+    if (!ordered) flush(region, peer);
+    accumulate(region, peer, counter_offset, &one, 1, ElemType::kI64);
+  }
+  if (readback) {
+    if (!ordered) flush(region, peer);
+    get(region, peer, readback_offset, readback, sizeof *readback);
+  }
+}
 
 std::size_t elem_size(ElemType type) {
   switch (type) {

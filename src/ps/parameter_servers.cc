@@ -16,6 +16,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <thread>
 #include <type_traits>
@@ -194,6 +195,10 @@ struct ParameterServers::Impl {
   // Worker state.
   std::vector<std::int64_t> pushes;  // per shard: pushes this worker sent
   std::vector<std::int64_t> acked;   // per shard: the last ack of this worker's pushes read from its PS
+  // Per shard: the ack word a streamed push reads back (put_notify), valid once drained by a flush;
+  // readback_pending says one is on its way. Sized once: the transport writes into it.
+  std::vector<std::int64_t> ack_readback;
+  std::vector<char> readback_pending;
   std::int64_t clock = 0;
   std::int64_t max_staleness = 0;
   std::int64_t known_low = 0;  // worker: a lower bound of the slowest worker's clock (clocks only grow)
@@ -207,7 +212,11 @@ struct ParameterServers::Impl {
   std::int64_t saves_failed = 0;      // worker: saves joined that failed; PS: saves that failed here
   bool save_error_stop = false;       // a failed save stopped the job (stop_on_save_error)
   bool preemption_reported = false;
-  // PS state.
+  // PS state. The optimizer state (values, slots) and everything below up to `team` are written
+  // by the service loop and, for streamed pushes that the transport hands over
+  // (consume_notified), by the transport's thread: both hold apply_mu while they do.
+  std::mutex apply_mu;
+  std::vector<std::size_t> local_shards;  // shards served here through the inbox ("local shard" ls indexes it)
   std::vector<std::vector<std::int64_t>> consumed;  // per local shard, per worker: pushes applied
   std::vector<std::vector<std::int64_t>> bells_seen;   // per local shard, per worker: doorbell pushes applied
   std::vector<std::vector<std::int64_t>> chunks_seen;  // per local shard, per worker: streamed chunks applied
@@ -374,8 +383,13 @@ struct ParameterServers::Impl {
     transport->flush(*region, ps0());
     for (int w = 0; w < num_workers; ++w) ctx.positions.push_back({pos[3 * w], pos[3 * w + 1], pos[3 * w + 2]});
     transport->sync_local(*region);
-    for (std::size_t s = 0; s < map.shards().size(); ++s)
-      if (shard(s).ps == ps_index) ctx.shards.push_back(shard_buffers(s));
+    {
+      // The save itself reads values and slots without the lock: every worker arrived, so each
+      // of its pushes was applied (acknowledged) and none is in flight.
+      std::lock_guard<std::mutex> lock(apply_mu);
+      for (std::size_t s = 0; s < map.shards().size(); ++s)
+        if (shard(s).ps == ps_index) ctx.shards.push_back(shard_buffers(s));
+    }
     STRATA_LOG(DEBUG) << "saving checkpoint " << n << " at global step " << ctx.global_step;
     SaveStatus status = SaveStatus::kFailed;
     {
@@ -491,10 +505,14 @@ struct ParameterServers::Impl {
     publish_stats();
   }
 
-  // One chunk of a streamed push: elements [begin, begin + count) of shard s with `step`. The
-  // push counts as one application once its last chunk is in (`last`).
+  // One chunk of a streamed push: elements [begin, begin + count) of shard s with `step`, `grad`
+  // pointing at the chunk's first element. The push counts as one application once its last chunk
+  // is in (`last`). `on_loop`: called from the service loop, which drives the transport's progress
+  // between team parts; the transport's own thread (a handed-over chunk) needs none. Caller holds
+  // apply_mu.
   template <typename T>
-  void apply_chunk(std::size_t s, std::int64_t step, std::size_t begin, std::size_t count, const T* grad, bool last) {
+  void apply_chunk(std::size_t s, std::int64_t step, std::size_t begin, std::size_t count, const T* grad, bool last,
+                   bool on_loop) {
     const Shard& sh = shard(s);
     const int nslots = ps::num_slots(options.optimizer.kind);
     T* var = reinterpret_cast<T*>(base() + layout[s].values) + begin;
@@ -504,8 +522,9 @@ struct ParameterServers::Impl {
       slots[k] = reinterpret_cast<T*>(base() + layout[s].slots + static_cast<std::uint64_t>(k) * sh.bytes) + begin;
     const auto t0 = Clock::now();
     double progress_s = 0;
-    const int parts = apply_dense_team<T>(team.get(), options.optimizer, step, var, slots, nslots, grad + begin, count,
-                                          [this, &progress_s] {
+    const int parts = apply_dense_team<T>(team.get(), options.optimizer, step, var, slots, nslots, grad, count,
+                                          [this, &progress_s, on_loop] {
+                                            if (!on_loop) return;
                                             const auto p0 = Clock::now();
                                             transport->progress();
                                             progress_s += std::chrono::duration<double>(Clock::now() - p0).count();
@@ -567,7 +586,7 @@ struct ParameterServers::Impl {
         if (k == 0) stream_step[ls][w] = ++rounds[s] + step_base[s];
         const std::size_t begin = static_cast<std::size_t>(k) * per;
         const bool last = k == per_push - 1;
-        apply_chunk<T>(s, stream_step[ls][w], begin, std::min(per, n - begin), grad, last);
+        apply_chunk<T>(s, stream_step[ls][w], begin, std::min(per, n - begin), grad + begin, last, true);
         if (last) store_i64(base() + layout[s].acks + 8ull * w, ++consumed[ls][w]);
       }
       chunks_seen[ls][w] = arrived;
@@ -619,7 +638,55 @@ struct ParameterServers::Impl {
     return true;
   }
 
+  // PS: the service state, and a consumer for every streamed push the transport can hand over.
+  // Called once, after the shards are initialised and before the barrier that lets workers push.
+  void prepare_service() {
+    for (std::size_t s = 0; s < map.shards().size(); ++s)
+      if (shard(s).ps == ps_index && uses_inbox && trainable_shard(s)) local_shards.push_back(s);
+    consumed.assign(local_shards.size(), std::vector<std::int64_t>(num_workers, 0));
+    bells_seen = consumed;
+    chunks_seen = consumed;
+    stream_step = consumed;
+    if (options.apply_threads > 1) team = std::make_unique<ApplyTeam>(options.apply_threads);
+    for (std::size_t ls = 0; ls < local_shards.size(); ++ls) {
+      const std::size_t s = local_shards[ls];
+      if (layout[s].chunks == 0) continue;
+      const bool f32 = map.find(shard(s).variable)->dtype == DType::kF32;
+      for (int w = 0; w < num_workers; ++w) {
+        comm::Transport::PieceHandler h;
+        if (f32)
+          h = [this, ls, s, w](std::uint64_t off, const void* data, std::size_t n) { consume_chunk<float>(ls, s, w, off, data, n); };
+        else
+          h = [this, ls, s, w](std::uint64_t off, const void* data, std::size_t n) { consume_chunk<double>(ls, s, w, off, data, n); };
+        if (!transport->consume_notified(*region, layout[s].chunks + 8ull * static_cast<std::uint64_t>(w), std::move(h)))
+          return;  // this transport never hands pieces over: the service loop applies every chunk
+      }
+    }
+  }
+
+  // A chunk of worker w's streamed push to local shard ls (= shard s), handed over by the
+  // transport's thread (consume_notified) from a buffer in cache: applied there and then, as the
+  // service loop would apply it from the inbox, so the gradient is read once, while hot, and no
+  // core has to wake the loop. Same bits as the loop's path: same chunk bounds, same step.
+  template <typename T>
+  void consume_chunk(std::size_t ls, std::size_t s, int w, std::uint64_t offset, const void* data, std::size_t bytes) {
+    const std::uint64_t first = layout[s].inboxes + static_cast<std::uint64_t>(w) * layout[s].inbox_bytes + layout[s].payload;
+    const std::uint64_t end = first + shard(s).bytes;
+    if (offset < first || offset + bytes > end || (offset - first) % layout[s].chunk_bytes != 0 || bytes % sizeof(T) != 0 ||
+        (bytes != layout[s].chunk_bytes && offset + bytes != end))
+      throw Error("streamed push of worker " + std::to_string(w) + " to '" + shard(s).name + "': a piece of " +
+                  std::to_string(bytes) + " bytes at inbox offset " + std::to_string(offset - first) +
+                  " is not one of the shard's chunks");
+    std::lock_guard<std::mutex> lock(apply_mu);
+    const std::size_t begin = static_cast<std::size_t>(offset - first) / sizeof(T);
+    const bool last = offset + bytes == end;
+    if (offset == first) stream_step[ls][w] = ++rounds[s] + step_base[s];
+    apply_chunk<T>(s, stream_step[ls][w], begin, bytes / sizeof(T), static_cast<const T*>(data), last, false);
+    if (last) store_i64(base() + layout[s].acks + 8ull * static_cast<std::uint64_t>(w), ++consumed[ls][w]);
+  }
+
   bool serve_once(const std::vector<std::size_t>& local) {
+    std::lock_guard<std::mutex> lock(apply_mu);
     transport->sync_local(*region);
     bool worked = false;
     for (std::size_t ls = 0; ls < local.size(); ++ls) {
@@ -681,14 +748,19 @@ struct ParameterServers::Impl {
   void refresh_acks() {
     std::vector<std::size_t> pending;
     for (std::size_t t = 0; t < pushes.size(); ++t)
-      if (pushes[t] > acked[t]) pending.push_back(t);
+      if (pushes[t] > acked[t] && !readback_pending[t]) pending.push_back(t);
     std::vector<std::int64_t> words(pending.size(), 0);
     for (std::size_t i = 0; i < pending.size(); ++i) {
       const std::size_t t = pending[i];
       transport->get(*region, ps_rank[shard(t).ps], layout[t].acks + 8ull * worker, &words[i], 8);
     }
-    transport->flush_all(*region);
+    transport->flush_all(*region);  // drains the streamed pushes' read-backs too
     for (std::size_t i = 0; i < pending.size(); ++i) acked[pending[i]] = std::max(acked[pending[i]], words[i]);
+    for (std::size_t t = 0; t < pushes.size(); ++t)
+      if (readback_pending[t]) {
+        acked[t] = std::max(acked[t], ack_readback[t]);
+        readback_pending[t] = 0;
+      }
   }
 
 
@@ -728,23 +800,26 @@ struct ParameterServers::Impl {
     for (std::size_t s = 0; s < pushes.size(); ++s) wait_ack(s, why);
   }
 
-  // A streamed push (see streams()): the chunks go out one after another, each remotely complete
-  // before its count is added (so the PS never reads a chunk before its bytes), the count by a
-  // one-way int64 accumulate (no round trip per chunk beyond the flush).
+  // A streamed push (see streams()): one put_notify, which announces each chunk by adding 1 to
+  // this worker's chunk counter once the chunk's bytes are in the inbox (so the PS never reads a
+  // chunk before its bytes). Between nodes over tcp that is one request on the wire, answered
+  // with this worker's ack word once the whole push took effect; when the PS's transport hands
+  // chunks over (consume_notified) the PS applied them by then, so that answer is the ack.
   void send_streamed(std::size_t s, const void* payload) {
     wait_ack(s, "push");
     const int peer = ps_rank[shard(s).ps];
     const std::uint64_t inbox = layout[s].inboxes + static_cast<std::uint64_t>(worker) * layout[s].inbox_bytes;
-    const auto* bytes = static_cast<const char*>(payload);
-    const std::int64_t one = 1;
-    const bool ordered = transport->ordered_to(peer);  // else a flush orders each chunk before its count
-    for (std::uint64_t off = 0; off < shard(s).bytes; off += layout[s].chunk_bytes) {
-      const std::uint64_t len = std::min<std::uint64_t>(layout[s].chunk_bytes, shard(s).bytes - off);
-      transport->put(*region, peer, inbox + layout[s].payload + off, bytes + off, len);
-      if (!ordered) transport->flush(*region, peer);
-      transport->accumulate(*region, peer, layout[s].chunks + 8ull * worker, &one, 1, comm::ElemType::kI64);
+    const std::uint64_t ack = layout[s].acks + 8ull * worker;
+    if (transport->ordered_to(peer)) {
+      // No flush: the read-back is answered after the whole push, and wait_ack drains it.
+      transport->put_notify(*region, peer, inbox + layout[s].payload, payload, shard(s).bytes, layout[s].chunk_bytes,
+                            layout[s].chunks + 8ull * worker, &ack_readback[s], ack);
+      readback_pending[s] = 1;
+    } else {
+      transport->put_notify(*region, peer, inbox + layout[s].payload, payload, shard(s).bytes, layout[s].chunk_bytes,
+                            layout[s].chunks + 8ull * worker, nullptr, 0);
+      transport->flush(*region, peer);
     }
-    transport->flush(*region, peer);
     ++pushes[s];
   }
 
@@ -908,10 +983,16 @@ std::unique_ptr<ParameterServers> ParameterServers::materialize(const Runtime& r
   impl->region = impl->transport->allocate_region(impl->is_ps ? impl->arena_bytes[impl->ps_index] : 0);
   impl->pushes.assign(impl->map.shards().size(), 0);
   impl->acked.assign(impl->map.shards().size(), 0);
+  impl->ack_readback.assign(impl->map.shards().size(), 0);
+  impl->readback_pending.assign(impl->map.shards().size(), 0);
   impl->rounds.assign(impl->map.shards().size(), 0);
   impl->step_base.assign(impl->map.shards().size(), 0);
-  if (impl->is_ps) impl->initialise_local_shards();
-  // Values must be in place before any worker pulls.
+  if (impl->is_ps) {
+    impl->initialise_local_shards();
+    impl->prepare_service();
+  }
+  // Values must be in place before any worker pulls, and stream consumers registered before any
+  // worker pushes.
   STRATA_CHECK_MPI(MPI_Barrier(comm));
   STRATA_LOG(DEBUG) << "materialised " << impl->map.variables().size() << " variables, "
                     << impl->map.shards().size() << " shards on " << impl->ps_rank.size() << " PS";
@@ -952,14 +1033,7 @@ std::vector<ParameterServers::ServeStats> ParameterServers::ps_stats() {
 bool ParameterServers::serve() {
   Impl& m = *impl_;
   if (!m.is_ps) throw Error("serve() runs on PS ranks only");
-  std::vector<std::size_t> local;
-  for (std::size_t s = 0; s < m.map.shards().size(); ++s)
-    if (m.shard(s).ps == m.ps_index && m.uses_inbox && m.trainable_shard(s)) local.push_back(s);
-  m.consumed.assign(local.size(), std::vector<std::int64_t>(m.num_workers, 0));
-  m.bells_seen = m.consumed;
-  m.chunks_seen = m.consumed;
-  m.stream_step = m.consumed;
-  if (m.options.apply_threads > 1) m.team = std::make_unique<ApplyTeam>(m.options.apply_threads);
+  const std::vector<std::size_t>& local = m.local_shards;
   Backoff backoff;
   while (true) {
     // Read the done counter before draining: every push a worker made precedes its done().

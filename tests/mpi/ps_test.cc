@@ -230,10 +230,12 @@ TEST(ParameterServers, AsyncStatefulOptimizerAppliesEveryPush) {
   STRATA_EXPECT_ALL(comm.get(), total == static_cast<long long>(job.workers) * K * 2);
 }
 
-// Async stateful pushes of a shard of 2 MiB or more are streamed in 1 MiB chunks that the PS applies
-// as they arrive (parameter_servers.cc, streams()): the result must be the bits of applying each
-// whole gradient in order, including the last, shorter chunk, a split over the apply team, and the
-// optimizer step shared by every chunk of a push. Only worker 0 pushes, so the order is defined.
+// Async stateful pushes of a shard of 512 KiB or more are streamed in 256 KiB chunks that the PS
+// applies as they arrive (parameter_servers.cc, streams()), from the inbox in its service loop or,
+// where the transport hands chunks over (tcp between nodes), on the transport's thread: the result
+// must be the bits of applying each whole gradient in order, including the last, shorter chunk, a
+// split over the apply team, and the optimizer step shared by every chunk of a push. Only worker 0
+// pushes, so the order is defined.
 TEST_P(PsTransport, StreamedPushesMatchTheReferenceBitForBit) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
@@ -242,7 +244,7 @@ TEST_P(PsTransport, StreamedPushesMatchTheReferenceBitForBit) {
   options.optimizer = OptimizerConfig::parse("adam:lr=0.01");
   options.transport = GetParam();
   options.apply_threads = 2;
-  const Shape shape = {1000, 700};  // 2.8 MB: chunks of 262144, 262144 and 175712 floats
+  const Shape shape = {1000, 700};  // 2.8 MB: 10 chunks of 65536 floats and one of 44640
   const Initializer init = Initializer::uniform(-1.0, 1.0, 11);
   auto ps = ParameterServers::materialize(*job.runtime, options, {var("big", shape, Partitioner::none(), init)});
   const int steps = 4;
@@ -265,6 +267,53 @@ TEST_P(PsTransport, StreamedPushesMatchTheReferenceBitForBit) {
       for (const auto& st : ps->ps_stats()) updates += st.updates;
       ok = ok && updates == steps;
     }
+    ps->done();
+  }
+  STRATA_EXPECT_ALL(comm.get(), ok);
+}
+
+// Every worker streams pushes into the same shard at once (2 PS: the shard is split, so each PS
+// takes chunks from every worker). Momentum 0 with lr 1 makes each update var -= g exactly for
+// integer gradients, so the result is the same whatever the interleaving, as long as each chunk is
+// applied exactly once and no two applications of an element overlap (the service loop and the
+// transport's thread share the optimizer state under one lock).
+TEST_P(PsTransport, ConcurrentStreamedPushesEachApplyOnce) {
+  TestComm comm;
+  SKIP_WITHOUT_WORKERS(comm);
+  Job job = start(comm);
+  PsOptions options;
+  options.optimizer = OptimizerConfig::parse("momentum:lr=1,momentum=0");
+  options.transport = GetParam();
+  const Shape shape = {600, 1000};  // 2.4 MB, split over the PS ranks: each part is streamed
+  const std::size_t n = static_cast<std::size_t>(num_elements(shape));
+  auto ps = ParameterServers::materialize(*job.runtime, options,
+                                          {var("w", shape, Partitioner::fixed_shards(2), Initializer::constant(0.0))});
+  const int steps = 5;
+  if (ps->is_ps()) {
+    ps->serve();
+  } else {
+    std::vector<float> g(n);
+    const int w = ps->worker_index();
+    for (int t = 0; t < steps; ++t) {
+      for (std::size_t i = 0; i < n; ++i) g[i] = static_cast<float>((w + 1) * (t + 1) + static_cast<int>(i % 5));
+      ps->push("w", g.data(), n * 4);
+    }
+    ps->wait_applied();
+  }
+  // Read while the PS still serves (UCX over TCP needs its progress for a large get).
+  bool ok = true;
+  if (!ps->is_ps()) {
+    MPI_Barrier(job.runtime->comms().workers());  // every worker's pushes are applied
+    std::vector<float> got(n);
+    ps->pull("w", got.data(), n * 4);
+    const int workers = ps->num_workers();
+    const int sum_w = workers * (workers + 1) / 2, sum_t = steps * (steps + 1) / 2;
+    for (std::size_t i = 0; i < n; ++i)
+      ok = ok && got[i] == -static_cast<float>(sum_w * sum_t + workers * steps * static_cast<int>(i % 5));
+    std::int64_t updates = 0;
+    for (const auto& st : ps->ps_stats()) updates += st.updates;
+    // Each push is one update on every PS holding a part of the shard.
+    ok = ok && updates == static_cast<std::int64_t>(workers) * steps * static_cast<std::int64_t>(ps->shard_map().shards().size());
     ps->done();
   }
   STRATA_EXPECT_ALL(comm.get(), ok);

@@ -12,7 +12,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <numeric>
 
 #include "mpi/mpi_test.h"
@@ -348,6 +350,130 @@ TEST_P(TransportTest, BigRegionPutAndGetWhole) {
   bool ok = true;
   for (std::size_t i = 0; i < count; ++i) ok = ok && got[i] == pattern(i);
   barrier(comm.get(), *t);
+  STRATA_EXPECT_ALL(comm.get(), ok);
+}
+
+// put_notify: every rank writes a payload of 3.5 pieces into its own area on rank 0, twice. The
+// counter of each rank ends at 2 x 4 pieces, the bytes are the second payload, and the read-back
+// of the counter (a get ordered after the put) already sees all 4 pieces of each put.
+TEST_P(TransportTest, PutNotifyCountsEveryPieceAndReadsBackAfterIt) {
+  TestComm comm;
+  const int n = comm.size(), me = comm.rank();
+  auto t = comm::create_transport(GetParam(), comm.get());
+  const std::size_t piece = 1000, bytes = 3500, area = 4096;  // area: counter word + payload
+  auto region = t->allocate_region(me == 0 ? area * static_cast<std::size_t>(n) : 0);
+  barrier(comm.get(), *t);
+  const std::uint64_t mine = area * static_cast<std::uint64_t>(me);
+  std::vector<unsigned char> src(bytes);
+  std::int64_t readback[2] = {-1, -1};
+  for (int rep = 0; rep < 2; ++rep) {
+    for (std::size_t i = 0; i < bytes; ++i) src[i] = static_cast<unsigned char>((me * 31 + rep * 7 + i) & 0xff);
+    t->put_notify(*region, 0, mine + 8, src.data(), bytes, piece, mine, &readback[rep], mine);
+    t->flush(*region, 0);
+  }
+  const bool read_ok = readback[0] == 4 && readback[1] == 8;
+  barrier(comm.get(), *t);
+  STRATA_EXPECT_ALL(comm.get(), read_ok);
+  bool ok = true;
+  if (me == 0) {
+    t->sync_local(*region);
+    const auto* base = static_cast<const unsigned char*>(region->local_base());
+    for (int p = 0; p < n; ++p) {
+      std::int64_t count = 0;
+      std::memcpy(&count, base + area * p, 8);
+      ok = ok && count == 8;
+      for (std::size_t i = 0; i < bytes; ++i)
+        ok = ok && base[area * p + 8 + i] == static_cast<unsigned char>((p * 31 + 7 + i) & 0xff);
+    }
+  }
+  STRATA_EXPECT_ALL(comm.get(), ok);
+}
+
+// consume_notified: rank 0 takes the pieces of every rank's put_notify. A transport that serves
+// remote writes from its own thread (tcp between nodes, STRATA_TCP_FORCE_REMOTE here) hands each
+// piece of a remote rank to the handler, in order, instead of storing and counting it, and answers
+// the read-back only after the last piece's handler returned; every other piece (own rank,
+// co-located ranks, transports that never hand over) is stored and counted as usual. Each rank's
+// pieces take exactly one of the two paths.
+TEST_P(TransportTest, ConsumedPiecesReachTheHandlerBeforeTheReadBack) {
+  TestComm comm;
+  const int n = comm.size(), me = comm.rank();
+  auto t = comm::create_transport(GetParam(), comm.get());
+  const std::size_t piece = 1024, bytes = 5000, area = 8192;  // counter, done word, payload
+  auto region = t->allocate_region(me == 0 ? area * static_cast<std::size_t>(n) : 0);
+  struct Seen {
+    int rank;
+    std::uint64_t offset;
+    std::size_t bytes;
+    bool data_ok;
+  };
+  std::mutex mu;
+  std::vector<Seen> seen;
+  bool handing_over = false;
+  if (me == 0) {
+    for (int p = 0; p < n; ++p) {
+      const std::uint64_t at = area * static_cast<std::uint64_t>(p);
+      handing_over = t->consume_notified(*region, at, [&, p, at](std::uint64_t offset, const void* data, std::size_t len) {
+        const auto* d = static_cast<const unsigned char*>(data);
+        const std::uint64_t first = offset - (at + 16);
+        bool data_ok = true;
+        for (std::size_t i = 0; i < len; ++i)
+          data_ok = data_ok && d[i] == static_cast<unsigned char>((p * 13 + first + i) & 0xff);
+        std::lock_guard<std::mutex> lock(mu);
+        seen.push_back({p, offset, len, data_ok});
+        // The last piece marks the put done: the read-back must see this word.
+        if (offset + len == at + 16 + bytes)
+          __atomic_store_n(reinterpret_cast<std::int64_t*>(static_cast<char*>(region->local_base()) + at + 8), 1,
+                           __ATOMIC_RELEASE);
+      }) || handing_over;
+    }
+  }
+  barrier(comm.get(), *t);
+  const std::uint64_t mine = area * static_cast<std::uint64_t>(me);
+  std::vector<unsigned char> src(bytes);
+  for (std::size_t i = 0; i < bytes; ++i) src[i] = static_cast<unsigned char>((me * 13 + i) & 0xff);
+  std::int64_t done_word = -1;
+  t->put_notify(*region, 0, mine + 16, src.data(), bytes, piece, mine, &done_word, mine + 8);
+  t->flush(*region, 0);
+  std::int64_t handed = 0;  // did rank 0 hand this rank's pieces over? (known to rank 0 only)
+  barrier(comm.get(), *t);
+  bool ok = true;
+  if (me == 0) {
+    t->sync_local(*region);
+    const auto* base = static_cast<const unsigned char*>(region->local_base());
+    for (int p = 0; p < n; ++p) {
+      std::int64_t count = 0;
+      std::memcpy(&count, base + area * p, 8);
+      std::vector<Seen> mine_seen;
+      for (const Seen& s : seen)
+        if (s.rank == p) mine_seen.push_back(s);
+      if (mine_seen.empty()) {  // stored and counted
+        ok = ok && count == 5;
+        for (std::size_t i = 0; i < bytes; ++i)
+          ok = ok && base[area * p + 16 + i] == static_cast<unsigned char>((p * 13 + i) & 0xff);
+      } else {  // handed over: 5 pieces in order, nothing stored, nothing counted
+        ok = ok && handing_over && count == 0 && mine_seen.size() == 5;
+        for (std::size_t k = 0; k < mine_seen.size(); ++k)
+          ok = ok && mine_seen[k].data_ok && mine_seen[k].offset == area * p + 16 + k * piece &&
+               mine_seen[k].bytes == std::min(piece, bytes - k * piece);
+        ok = ok && std::all_of(base + area * p + 16, base + area * p + 16 + bytes, [](unsigned char b) { return b == 0; });
+      }
+      if (!mine_seen.empty()) ++handed;
+    }
+    // With every rank its own node, every other rank's pieces must have been handed over.
+    if (GetParam() == "tcp" && std::getenv("STRATA_TCP_FORCE_REMOTE")) ok = ok && handed == n - 1;
+    for (int p = 0; p < n; ++p) t->consume_notified(*region, area * static_cast<std::uint64_t>(p), nullptr);
+  }
+  // The read-back comes after the put took effect: the handler's done word, or (stored path) the
+  // word no one wrote.
+  std::vector<std::int64_t> words(static_cast<std::size_t>(n));
+  MPI_Gather(&done_word, 1, MPI_INT64_T, words.data(), 1, MPI_INT64_T, 0, comm.get());
+  if (me == 0)
+    for (int p = 0; p < n; ++p) {
+      bool was_handed = false;
+      for (const Seen& s : seen) was_handed = was_handed || s.rank == p;
+      ok = ok && words[static_cast<std::size_t>(p)] == (was_handed ? 1 : 0);
+    }
   STRATA_EXPECT_ALL(comm.get(), ok);
 }
 

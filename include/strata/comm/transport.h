@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -84,6 +85,41 @@ class Transport {
   // datatype undefined).
   virtual void accumulate_rows(Region& region, int peer, std::uint64_t offset, std::size_t row_elems,
                                ElemType type, const std::vector<std::int64_t>& rows, const void* src) = 0;
+
+  // A put announced piece by piece: writes `bytes` from `src` to the peer's region at `offset` as
+  // consecutive pieces of `piece_bytes` (the last may be shorter) and, once each piece's bytes are
+  // in place there, adds 1 to the int64 counter at `counter_offset` of the same region (an atomic
+  // sum, like accumulate). An owner that reads the counter as k with acquire ordering (after
+  // sync_local) may read the first k pieces, while later ones are still on their way: how a PS
+  // applies a streamed push as it arrives. Completion as put: returns once `src` may be reused,
+  // remotely complete after flush. With `readback` non-null it also reads the int64 at
+  // `readback_offset` into *readback as a get issued after the put would (valid after flush; on an
+  // ordered peer it sees the put's effects): a PS's ack word, read without a request of its own.
+  // The default issues put, a flush unless ordered_to(peer), and a one-element accumulate per
+  // piece, then the get; a transport that serves writes itself (tcp) sends one request, bumps the
+  // counter as it receives, and answers it with the read-back word.
+  virtual void put_notify(Region& region, int peer, std::uint64_t offset, const void* src, std::size_t bytes,
+                          std::size_t piece_bytes, std::uint64_t counter_offset, std::int64_t* readback,
+                          std::uint64_t readback_offset);
+
+  // Receives the pieces of put_notify calls that other ranks make to this rank's `region` with
+  // counter `counter_offset`: on a transport that serves remote writes from its own thread (tcp
+  // between nodes), each such piece is handed to `handler(offset, data, bytes)` on that thread
+  // instead of being stored at `offset` and counted (neither the region bytes nor the counter
+  // change; the handler owns the piece). `data` is valid for the call only. The handler runs
+  // concurrently with this rank's other threads: the caller synchronises. A put_notify is remotely
+  // complete (flush) only once the handler returned for each of its pieces. Pieces that do not pass
+  // the transport's own thread (a co-located peer through shared memory, or a transport without
+  // one) are stored and counted as usual. Returns false when this transport never hands pieces
+  // over. Register before any peer may send such a put (e.g. before the barrier that publishes the
+  // region) and for the region's lifetime; an empty handler unregisters. Not collective.
+  using PieceHandler = std::function<void(std::uint64_t offset, const void* data, std::size_t bytes)>;
+  virtual bool consume_notified(Region& region, std::uint64_t counter_offset, PieceHandler handler) {
+    (void)region;
+    (void)counter_offset;
+    (void)handler;
+    return false;
+  }
 
   // Blocking atomics on 8-byte integers; remote completion included.
   virtual std::int64_t fetch_add(Region& region, int peer, std::uint64_t offset, std::int64_t value) = 0;

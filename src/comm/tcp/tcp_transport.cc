@@ -14,6 +14,7 @@
 #include <cstring>
 #include <exception>
 #include <iostream>
+#include <map>
 
 #include "strata/common/env.h"
 #include "strata/common/error.h"
@@ -22,9 +23,10 @@
 namespace strata::comm::tcp {
 namespace {
 
-enum Op : std::uint32_t { kGet = 1, kPut, kAcc, kGetRows, kAccRows, kFetchAdd, kRead, kFlush };
+enum Op : std::uint32_t { kGet = 1, kPut, kAcc, kGetRows, kAccRows, kFetchAdd, kRead, kFlush, kPutNotify };
 constexpr std::uint32_t kHello = 0x53545443;  // "STTC"
 constexpr std::uint64_t kAccPieceBytes = 256 << 10;     // a served accumulate is summed in pieces of this
+constexpr std::uint64_t kNoReadback = ~std::uint64_t{0};  // put_notify without a read-back word
 constexpr std::uint64_t kGatherPieceBytes = 64 << 10;   // served rows are gathered and sent in pieces of this
 static_assert(sizeof(TcpTransport::Request) == 32, "wire format");
 
@@ -75,6 +77,27 @@ class TcpRegion final : public Region {
   Region& inner() { return *inner_; }
   std::uint32_t id() const { return id_; }
 
+  void set_handler(std::uint64_t counter, Transport::PieceHandler handler) {
+    std::lock_guard<std::mutex> lock(handlers_mu_);
+    if (handler)
+      handlers_[counter] = std::move(handler);
+    else
+      handlers_.erase(counter);
+  }
+  // Server thread: hands one piece to the handler of `counter`; false when none is registered.
+  // The lock is held during the call, so unregistering waits for a running handler.
+  bool hand_over(std::uint64_t counter, std::uint64_t offset, const void* data, std::size_t bytes) {
+    std::lock_guard<std::mutex> lock(handlers_mu_);
+    auto it = handlers_.find(counter);
+    if (it == handlers_.end()) return false;
+    it->second(offset, data, bytes);
+    return true;
+  }
+  bool has_handler(std::uint64_t counter) {
+    std::lock_guard<std::mutex> lock(handlers_mu_);
+    return handlers_.count(counter) != 0;
+  }
+
   // Served requests are checked against local_bytes(): the server may see a request before this
   // rank's allgather of the sizes has returned.
   void check_local(std::uint64_t offset, std::uint64_t bytes, const char* op) {
@@ -97,6 +120,8 @@ class TcpRegion final : public Region {
   std::unique_ptr<Region> inner_;
   std::vector<unsigned long long> sizes_;
   std::uint32_t id_ = 0;
+  std::mutex handlers_mu_;
+  std::map<std::uint64_t, Transport::PieceHandler> handlers_;  // counter offset -> consumer (consume_notified)
 };
 
 namespace {
@@ -320,6 +345,39 @@ void TcpTransport::accumulate_rows(Region& region, int peer, std::uint64_t offse
   peers_[peer].writes_unacked = true;
 }
 
+void TcpTransport::put_notify(Region& region, int peer, std::uint64_t offset, const void* src, std::size_t bytes,
+                              std::size_t piece_bytes, std::uint64_t counter_offset, std::int64_t* readback,
+                              std::uint64_t readback_offset) {
+  auto& r = as_tcp(region);
+  if (piece_bytes == 0) throw Error("put_notify: piece_bytes is 0");
+  r.check_range(peer, offset, bytes, "put_notify");
+  r.check_range(peer, counter_offset, 8, "put_notify (counter)");
+  if (counter_offset % 8 != 0)
+    throw Error("put_notify: counter offset " + std::to_string(counter_offset) + " is not aligned to int64");
+  if (readback) r.check_range(peer, readback_offset, 8, "put_notify (read-back)");
+  if (same_node(peer) || bytes == 0)
+    return Transport::put_notify(region, peer, offset, src, bytes, piece_bytes, counter_offset, readback,
+                                 readback_offset);
+  Request req;
+  req.op = kPutNotify;
+  req.region = r.id();
+  req.offset = offset;
+  req.a = bytes;
+  req.b = counter_offset;
+  // Payload: piece size, read-back offset (kNoReadback: no reply), then the bytes. The two words
+  // are sent before send_request returns.
+  const std::uint64_t words[2] = {piece_bytes, readback ? readback_offset : kNoReadback};
+  send_request(peer, req, {iovec{const_cast<std::uint64_t*>(words), sizeof words}, iovec{const_cast<void*>(src), bytes}},
+               "put_notify");
+  peers_[peer].writes_unacked = true;
+  if (readback) peers_[peer].gets.push_back({readback, sizeof *readback});
+}
+
+bool TcpTransport::consume_notified(Region& region, std::uint64_t counter_offset, PieceHandler handler) {
+  as_tcp(region).set_handler(counter_offset, std::move(handler));
+  return true;
+}
+
 std::int64_t TcpTransport::fetch_add(Region& region, int peer, std::uint64_t offset, std::int64_t value) {
   auto& r = as_tcp(region);
   r.check_range(peer, offset, 8, "fetch_add");
@@ -397,6 +455,50 @@ bool TcpTransport::handle(int fd, int from) {
       recv_all(fd, base + req.offset, req.a, deadline, from, "put payload");
       std::atomic_thread_fence(std::memory_order_seq_cst);
       break;
+    case kPutNotify: {
+      std::uint64_t words[2] = {0, 0};  // piece size, read-back offset
+      recv_all(fd, words, sizeof words, deadline, from, "put_notify piece size");
+      const std::uint64_t piece = words[0];
+      r->check_local(req.offset, req.a, "put_notify (served)");
+      r->check_local(req.b, 8, "put_notify counter (served)");
+      if (words[1] != kNoReadback) r->check_local(words[1], 8, "put_notify read-back (served)");
+      if (piece == 0 || req.b % 8 != 0) throw Error("put_notify from " + rank_str(from) + ": bad piece size or counter");
+      // Answered once every piece took effect (handed over or stored and counted).
+      auto answer = [&] {
+        if (words[1] == kNoReadback) return;
+        const std::int64_t v = local_->atomic_read(r->inner(), self, words[1]);
+        send_all(fd, &v, sizeof v, deadline, from, "put_notify read-back");
+      };
+      const std::int64_t one = 1;
+      // Pieces with a consumer are received into a buffer that fits in cache and handed over
+      // from there: the consumer reads them while they are hot, and a receive into cache holds
+      // the socket's lock for less time than one into cold memory (arriving packets wait in the
+      // backlog meanwhile). Between the emulated nodes 16 MiB arrived in 4.1-4.7 ms this way
+      // against 6.2-7.5 ms straight into the inbox, with nothing applied in either case.
+      if (r->has_handler(req.b)) {
+        staging.resize(std::min(piece, req.a));
+        for (std::uint64_t done = 0; done < req.a; done += piece) {
+          const std::uint64_t len = std::min(piece, req.a - done);
+          recv_all(fd, staging.data(), len, deadline, from, "put_notify payload");
+          if (!r->hand_over(req.b, req.offset + done, staging.data(), len))
+            throw Error("put_notify from " + rank_str(from) + ": the consumer of counter " + std::to_string(req.b) +
+                        " went away during a put");
+        }
+        answer();
+        break;
+      }
+      for (std::uint64_t done = 0; done < req.a; done += piece) {
+        const std::uint64_t len = std::min(piece, req.a - done);
+        recv_all(fd, base + req.offset + done, len, deadline, from, "put_notify payload");
+        // The piece's bytes are stored before the count that publishes them (the owner loads the
+        // counter with acquire ordering after sync_local).
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        local_->accumulate(r->inner(), self, req.b, &one, 1, ElemType::kI64);
+        local_->flush(r->inner(), self);
+      }
+      answer();
+      break;
+    }
     case kAcc: {
       // Piece by piece: while one piece is summed into the region the kernel keeps receiving the
       // next into the socket buffer, so the sum overlaps the transfer instead of following it.

@@ -72,6 +72,19 @@ class TcpTransport final : public Transport {
                 const std::vector<std::int64_t>& rows, void* dst) override;
   void accumulate_rows(Region& region, int peer, std::uint64_t offset, std::size_t row_elems, ElemType type,
                        const std::vector<std::int64_t>& rows, const void* src) override;
+  // One request: header, piece size and the bytes in one stream; the server receives the pieces
+  // straight into the region and bumps the counter after each (through the node window, so the
+  // sum is atomic with co-located peers'). 64 fewer requests per 16 MiB than put + accumulate.
+  // The read-back word is the request's reply, sent once the last piece took effect: it travels
+  // against the data, so it is not queued (and paced) behind the gradient the way a get request
+  // sent after the put would be.
+  void put_notify(Region& region, int peer, std::uint64_t offset, const void* src, std::size_t bytes,
+                  std::size_t piece_bytes, std::uint64_t counter_offset, std::int64_t* readback,
+                  std::uint64_t readback_offset) override;
+  // Pieces from peers on other nodes reach the handler on the server thread, received into a
+  // buffer that stays in cache (a PS applies them there: one pass over the gradient instead of a
+  // store into the inbox and a load by the service loop on another core).
+  bool consume_notified(Region& region, std::uint64_t counter_offset, PieceHandler handler) override;
   std::int64_t fetch_add(Region& region, int peer, std::uint64_t offset, std::int64_t value) override;
   std::int64_t atomic_read(Region& region, int peer, std::uint64_t offset) override;
   void flush(Region& region, int peer) override;
