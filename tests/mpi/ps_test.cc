@@ -233,9 +233,9 @@ TEST(ParameterServers, AsyncStatefulOptimizerAppliesEveryPush) {
 // Async stateful pushes of a shard of 512 KiB or more are streamed in 256 KiB chunks that the PS
 // applies as they arrive (parameter_servers.cc, streams()), from the inbox in its service loop or,
 // where the transport hands chunks over (tcp between nodes), on the transport's thread: the result
-// must be the bits of applying each whole gradient in order, including the last, shorter chunk, a
-// split over the apply team, and the optimizer step shared by every chunk of a push. Only worker 0
-// pushes, so the order is defined.
+// must be the bits of applying each whole gradient in order, including the last, shorter chunk,
+// with an apply team present (a chunk is below its split size, so one thread applies each), and the
+// optimizer step shared by every chunk of a push. Only worker 0 pushes, so the order is defined.
 TEST_P(PsTransport, StreamedPushesMatchTheReferenceBitForBit) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
