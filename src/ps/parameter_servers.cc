@@ -505,14 +505,18 @@ struct ParameterServers::Impl {
     publish_stats();
   }
 
-  // One chunk of a streamed push: elements [begin, begin + count) of shard s with `step`, `grad`
-  // pointing at the chunk's first element. The push counts as one application once its last chunk
-  // is in (`last`). `on_loop`: called from the service loop, which drives the transport's progress
-  // between team parts; the transport's own thread (a handed-over chunk) needs none. Caller holds
-  // apply_mu.
+  // One chunk of worker w's streamed push to local shard ls (= shard s): elements [begin, begin +
+  // count), `grad` pointing at the chunk's first element. The first chunk of a push takes the
+  // push's optimizer step, which every later chunk shares; the last counts the push as one
+  // application and publishes the worker's ack. The service loop (chunks from the inbox) and the
+  // transport's thread (chunks handed over, consume_chunk) both come here, so both paths give the
+  // same bits. `on_loop`: the service loop drives the transport's progress between team parts; the
+  // transport's own thread needs none. Caller holds apply_mu.
   template <typename T>
-  void apply_chunk(std::size_t s, std::int64_t step, std::size_t begin, std::size_t count, const T* grad, bool last,
-                   bool on_loop) {
+  void apply_stream_chunk(std::size_t ls, std::size_t s, int w, std::size_t begin, std::size_t count, const T* grad,
+                          bool first, bool last, bool on_loop) {
+    if (first) stream_step[ls][w] = ++rounds[s] + step_base[s];
+    const std::int64_t step = stream_step[ls][w];
     const Shard& sh = shard(s);
     const int nslots = ps::num_slots(options.optimizer.kind);
     T* var = reinterpret_cast<T*>(base() + layout[s].values) + begin;
@@ -535,6 +539,7 @@ struct ParameterServers::Impl {
     busy_s += std::chrono::duration<double>(Clock::now() - t0).count() - progress_s;
     if (last) ++applied;
     publish_stats();
+    if (last) store_i64(base() + layout[s].acks + 8ull * static_cast<std::uint64_t>(w), ++consumed[ls][w]);
   }
 
   // Reads one inbox: dense (header -1: *dense = true, rows empty, returns the gradient) or sparse
@@ -583,11 +588,8 @@ struct ParameterServers::Impl {
                                                  layout[s].payload);
       for (std::int64_t c = chunks_seen[ls][w]; c < arrived; ++c) {
         const std::int64_t k = c % per_push;
-        if (k == 0) stream_step[ls][w] = ++rounds[s] + step_base[s];
         const std::size_t begin = static_cast<std::size_t>(k) * per;
-        const bool last = k == per_push - 1;
-        apply_chunk<T>(s, stream_step[ls][w], begin, std::min(per, n - begin), grad + begin, last, true);
-        if (last) store_i64(base() + layout[s].acks + 8ull * w, ++consumed[ls][w]);
+        apply_stream_chunk<T>(ls, s, w, begin, std::min(per, n - begin), grad + begin, k == 0, k == per_push - 1, true);
       }
       chunks_seen[ls][w] = arrived;
       worked = true;
@@ -667,7 +669,7 @@ struct ParameterServers::Impl {
   // A chunk of worker w's streamed push to local shard ls (= shard s), handed over by the
   // transport's thread (consume_notified) from a buffer in cache: applied there and then, as the
   // service loop would apply it from the inbox, so the gradient is read once, while hot, and no
-  // core has to wake the loop. Same bits as the loop's path: same chunk bounds, same step.
+  // core has to wake the loop. Same chunk bounds and the same apply_stream_chunk as the loop's path.
   template <typename T>
   void consume_chunk(std::size_t ls, std::size_t s, int w, std::uint64_t offset, const void* data, std::size_t bytes) {
     const std::uint64_t first = layout[s].inboxes + static_cast<std::uint64_t>(w) * layout[s].inbox_bytes + layout[s].payload;
@@ -678,11 +680,8 @@ struct ParameterServers::Impl {
                   std::to_string(bytes) + " bytes at inbox offset " + std::to_string(offset - first) +
                   " is not one of the shard's chunks");
     std::lock_guard<std::mutex> lock(apply_mu);
-    const std::size_t begin = static_cast<std::size_t>(offset - first) / sizeof(T);
-    const bool last = offset + bytes == end;
-    if (offset == first) stream_step[ls][w] = ++rounds[s] + step_base[s];
-    apply_chunk<T>(s, stream_step[ls][w], begin, bytes / sizeof(T), static_cast<const T*>(data), last, false);
-    if (last) store_i64(base() + layout[s].acks + 8ull * static_cast<std::uint64_t>(w), ++consumed[ls][w]);
+    apply_stream_chunk<T>(ls, s, w, static_cast<std::size_t>(offset - first) / sizeof(T), bytes / sizeof(T),
+                          static_cast<const T*>(data), offset == first, offset + bytes == end, false);
   }
 
   bool serve_once(const std::vector<std::size_t>& local) {
