@@ -16,6 +16,7 @@ endif()
 set(STRATA_HDF5_ENABLED ${HDF5_FOUND})
 
 find_package(ZLIB REQUIRED)                            # zlib1g-dev: gzip'd IDX files
+find_package(OpenSSL 1.1 REQUIRED COMPONENTS Crypto)   # libssl-dev: HMAC-SHA256 of the data plane's handshake
 find_package(Eigen3 3.3 REQUIRED CONFIG)               # libeigen3-dev
 
 # UCX (libucx-dev): optional, one transport among two.

@@ -1,11 +1,16 @@
 #include "cli/bench_link.h"
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <thread>
 #include <vector>
 
+#include <iostream>
+
 #include "cli/poll_then_sleep.h"
+#include "comm/job_secret.h"
+#include "comm/tcp/handshake.h"
 #include "comm/tcp/socket.h"
 #include "strata/common/env.h"
 #include "strata/common/error.h"
@@ -15,13 +20,50 @@ namespace {
 
 namespace tcp = comm::tcp;
 
+// The baseline's listener admits only its client, as the transport's does: a one-time secret goes
+// to the client over MPI with the endpoint, and a connection that fails the handshake is closed
+// with a warning line while the listener waits for the next.
+tcp::Socket accept_client(const tcp::Socket& listener, const comm::JobSecret& secret, int client, int self,
+                          int world_size, double timeout_s) {
+  const tcp::Deadline deadline = tcp::Deadline::in(timeout_s);
+  while (true) {
+    tcp::Socket s = tcp::accept_from(listener, deadline);
+    tcp::ServerHandshake hs(secret, tcp::Purpose::kBenchLink, world_size, self);
+    std::string why;
+    try {
+      const tcp::Deadline step = tcp::Deadline::in(std::min(timeout_s, 5.0));
+      while (true) {
+        std::string msg(hs.wants(), '\0');
+        tcp::recv_all(s.fd(), msg.data(), msg.size(), step, -1, "link handshake");
+        tcp::ServerHandshake::Step out = hs.on_message(msg.data(), msg.size());
+        if (out.proven && hs.claimed_rank() != client) out.refused = "it is not the benchmark's client";
+        if (!out.refused.empty()) {
+          why = out.refused;
+          break;
+        }
+        if (out.proven) out.reply.assign(reinterpret_cast<const char*>(&tcp::kAcceptWord), sizeof tcp::kAcceptWord);
+        if (!out.reply.empty()) tcp::send_all(s.fd(), out.reply.data(), out.reply.size(), step, -1, "link handshake");
+        if (out.proven) return s;
+      }
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    std::cerr << "strata: warning: bench link listener refused a connection: " << why << std::endl;
+  }
+}
+
 // The server side: pulls (8-byte request in, data out), then pushes (data in, 8-byte ack out).
 void serve_link(MPI_Comm comm, int client, std::uint64_t bytes, int n, double timeout_s, int tag) {
   tcp::Endpoint at;
   tcp::Socket listener = tcp::listen_on(tcp::choose_local_address(Env::from_process(), nullptr), &at);
+  const comm::JobSecret secret = comm::JobSecret::random();
   unsigned long long packed = (static_cast<unsigned long long>(at.ip) << 16) | at.port;
   STRATA_CHECK_MPI(MPI_Send(&packed, 1, MPI_UNSIGNED_LONG_LONG, client, tag, comm));
-  tcp::Socket s = tcp::accept_from(listener);
+  secret.send_to(comm, client, tag);
+  int self = 0, world_size = 0;
+  STRATA_CHECK_MPI(MPI_Comm_rank(comm, &self));
+  STRATA_CHECK_MPI(MPI_Comm_size(comm, &world_size));
+  tcp::Socket s = accept_client(listener, secret, client, self, world_size, timeout_s);
   std::vector<char> data(bytes, 1);
   std::uint64_t word = 0;
   for (int i = 0; i < n; ++i) {
@@ -68,8 +110,11 @@ LinkTimes measure_link(MPI_Comm comm, int server, int client, std::uint64_t byte
   } else if (rank == client) {
     unsigned long long packed = 0;
     STRATA_CHECK_MPI(MPI_Recv(&packed, 1, MPI_UNSIGNED_LONG_LONG, server, tag, comm, MPI_STATUS_IGNORE));
+    const comm::JobSecret secret = comm::JobSecret::receive_from(comm, server, tag);
     tcp::Endpoint to{static_cast<std::uint32_t>(packed >> 16), static_cast<std::uint16_t>(packed & 0xffff)};
-    tcp::Socket s = tcp::connect_to(to, tcp::Deadline::in(timeout_s), "rank " + std::to_string(server));
+    const tcp::Deadline deadline = tcp::Deadline::in(timeout_s);
+    tcp::Socket s = tcp::connect_to(to, deadline, "rank " + std::to_string(server));
+    tcp::client_handshake(s.fd(), secret, tcp::Purpose::kBenchLink, rank, server, deadline);
     std::vector<char> data(bytes, 2);
     std::uint64_t word = 42;
     auto round = [&](bool pull) {

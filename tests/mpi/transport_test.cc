@@ -17,6 +17,16 @@
 #include <mutex>
 #include <numeric>
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "comm/job_secret.h"
+#include "comm/tcp/handshake.h"
+#include "comm/tcp/tcp_transport.h"
 #include "mpi/mpi_test.h"
 #include "strata/comm/registry.h"
 #include "strata/common/error.h"
@@ -497,6 +507,128 @@ TEST_P(TransportTest, OutOfRangeIsALocalErrorNamingThePeer) {
   }
   STRATA_EXPECT_ALL(comm.get(), bad_peer.find("is not a rank of the transport") != std::string::npos);
   barrier(comm.get(), *t);
+}
+
+// A stranger (a thread of each rank, probing its right neighbour's listener as another user's
+// process could) sends garbage, scans, speaks the old hello and asks for the weights, runs the
+// whole handshake with a key of its own, holds a connection idle and floods 100 connections,
+// while the ranks put and get through the same listeners. Every transfer stays correct and the
+// stranger never receives a byte beyond a handshake challenge (64 bytes). tcp with
+// STRATA_TCP_FORCE_REMOTE only (every peer is served over TCP then).
+TEST_P(TransportTest, StrangersAreRefusedWhileTheDataPlaneGoesOn) {
+  if (GetParam() != "tcp" || !std::getenv("STRATA_TCP_FORCE_REMOTE")) GTEST_SKIP() << "tcp with STRATA_TCP_FORCE_REMOTE only";
+  TestComm comm;
+  const int n = comm.size(), me = comm.rank();
+  if (n < 2) GTEST_SKIP() << "needs a peer";
+  comm::tcp::TcpTransport t(comm.get());
+  const std::size_t count = 4096;
+  auto region = t.allocate_region(2 * count * sizeof(float));
+  auto* mine = static_cast<float*>(region->local_base());
+  for (std::size_t i = 0; i < count; ++i) mine[i] = value_of(me, i);
+  t.sync_local(*region);
+  barrier(comm.get(), t);
+
+  const comm::tcp::Endpoint target = t.endpoint_of((me + 1) % n);
+  std::size_t leaked = 0, connections = 0;
+  std::thread stranger([&] {
+    auto open = [&]() {
+      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(target.ip);
+      addr.sin_port = htons(target.port);
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) ADD_FAILURE() << "connect failed";
+      timeval tv{0, 300000};
+      setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      ++connections;
+      return fd;
+    };
+    // Reads what comes back until EOF or a quiet 0.3 s; counts what is beyond `allowed`.
+    auto collect = [&](int fd, std::size_t allowed) {
+      char buf[4096];
+      std::size_t got = 0;
+      for (ssize_t k; (k = ::recv(fd, buf, sizeof buf, 0)) > 0;) got += static_cast<std::size_t>(k);
+      leaked += got > allowed ? got - allowed : 0;
+      ::close(fd);
+    };
+    auto send_quietly = [](int fd, const void* p, std::size_t bytes) { (void)::send(fd, p, bytes, MSG_NOSIGNAL); };
+    const int idle = open();
+    for (int round = 0; round < 3; ++round) {
+      int fd = open();  // garbage
+      std::uint8_t junk[64];
+      comm::kernel_random(junk, sizeof junk);
+      send_quietly(fd, junk, sizeof junk);
+      collect(fd, 0);
+      ::close(open());  // a port scan
+      fd = open();  // the pre-handshake hello, then a GET of the region
+      const std::uint32_t old_hello[2] = {0x53545443, 0};
+      comm::tcp::TcpTransport::Request get;
+      get.op = 1;
+      get.a = count * sizeof(float);
+      send_quietly(fd, old_hello, sizeof old_hello);
+      send_quietly(fd, &get, sizeof get);
+      collect(fd, 0);
+      fd = open();  // the whole handshake with a key of its own
+      comm::tcp::Hello hello;
+      hello.rank = static_cast<std::uint32_t>(me);
+      hello.purpose = static_cast<std::uint32_t>(comm::tcp::Purpose::kDataPlane);
+      send_quietly(fd, &hello, sizeof hello);
+      comm::tcp::Response wrong;
+      comm::kernel_random(wrong.proof, sizeof wrong.proof);
+      send_quietly(fd, &wrong, sizeof wrong);
+      send_quietly(fd, &get, sizeof get);
+      collect(fd, sizeof(comm::tcp::Challenge));
+    }
+    std::vector<int> flood;
+    for (int i = 0; i < 100; ++i) flood.push_back(open());
+    for (int fd : flood) ::close(fd);
+    collect(idle, 0);
+  });
+
+  // The job's own traffic through the same listeners meanwhile: 40 rounds of put to the right
+  // neighbour and get from everyone, each checked.
+  bool ok = true;
+  std::vector<float> src(count), got(count);
+  for (int round = 0; round < 40 && ok; ++round) {
+    for (std::size_t i = 0; i < count; ++i) src[i] = value_of(me, i) + static_cast<float>(round);
+    t.put(*region, (me + 1) % n, count * sizeof(float), src.data(), count * sizeof(float));
+    t.flush_all(*region);
+    for (int p = 0; p < n; ++p) {
+      t.get(*region, p, 0, got.data(), count * sizeof(float));
+      t.flush(*region, p);
+      for (std::size_t i = 0; i < count; ++i) ok = ok && got[i] == value_of(p, i);
+    }
+  }
+  stranger.join();
+  barrier(comm.get(), t);
+  t.sync_local(*region);
+  const int left = (me + n - 1) % n;
+  for (std::size_t i = 0; i < count; ++i) ok = ok && mine[count + i] == value_of(left, i) + 39.0f;
+  STRATA_EXPECT_ALL(comm.get(), ok);
+  STRATA_EXPECT_ALL(comm.get(), leaked == 0);
+  STRATA_EXPECT_ALL(comm.get(), connections == 113);  // 1 idle + 3 x 4 probes + 100
+}
+
+// A rank whose listener answers with another job's secret is never trusted: the client's
+// handshake names the rank and fails (here: a client holding a wrong secret, against a real
+// listener, is refused, and learns that it was).
+TEST_P(TransportTest, AWrongSecretIsRefusedByARealListener) {
+  if (GetParam() != "tcp" || !std::getenv("STRATA_TCP_FORCE_REMOTE")) GTEST_SKIP() << "tcp with STRATA_TCP_FORCE_REMOTE only";
+  TestComm comm;
+  const int n = comm.size(), me = comm.rank();
+  if (n < 2) GTEST_SKIP() << "needs a peer";
+  comm::tcp::TcpTransport t(comm.get());
+  const comm::tcp::Endpoint target = t.endpoint_of((me + 1) % n);
+  std::string error;
+  try {
+    comm::tcp::Socket s = comm::tcp::connect_to(target, comm::tcp::Deadline::in(10), "the neighbour");
+    comm::tcp::client_handshake(s.fd(), comm::JobSecret::random(), comm::tcp::Purpose::kDataPlane, me, (me + 1) % n,
+                                comm::tcp::Deadline::in(10));
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  STRATA_EXPECT_ALL(comm.get(), error.find("did not prove the job's secret") != std::string::npos);
+  barrier(comm.get(), t);
 }
 
 TEST(TransportRegistry, UnknownNameListsTheCompiledOnes) {

@@ -171,7 +171,7 @@ void tune(int fd) {
 }
 
 Socket listen_on(std::uint32_t ip, Endpoint* bound) {
-  Socket s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  Socket s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!s.valid()) throw Error(sys_error("socket"));
   int one = 1;
   setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -189,10 +189,17 @@ Socket listen_on(std::uint32_t ip, Endpoint* bound) {
   return s;
 }
 
-Socket connect_to(const Endpoint& to, Deadline deadline, const std::string& who) {
+Socket connect_to(const Endpoint& to, Deadline deadline, const std::string& who, std::uint32_t from_ip) {
   while (true) {
     Socket s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (!s.valid()) throw Error(sys_error("socket"));
+    if (from_ip != 0) {
+      sockaddr_in src{};
+      src.sin_family = AF_INET;
+      src.sin_addr.s_addr = htonl(from_ip);
+      if (::bind(s.fd(), reinterpret_cast<sockaddr*>(&src), sizeof src) != 0)
+        throw Error(sys_error("binding the source address " + ip_str(from_ip) + " to connect to " + who));
+    }
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(to.ip);
@@ -227,11 +234,42 @@ Socket connect_to(const Endpoint& to, Deadline deadline, const std::string& who)
   }
 }
 
-Socket accept_from(const Socket& listener) {
-  Socket s(::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC));
-  if (!s.valid()) throw Error(sys_error("accept"));
-  tune(s.fd());
+Socket accept_from(const Socket& listener, Deadline deadline) {
+  while (true) {
+    Socket s(::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (s.valid()) {
+      set_blocking(s.fd(), true);  // Linux: the accepted socket does not inherit O_NONBLOCK; stated anyway
+      tune(s.fd());
+      return s;
+    }
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+      throw Error(sys_error("accept"));
+    if (deadline.passed()) throw TimeoutError("waiting for a connection timed out (--timeout / STRATA_TIMEOUT_S)", {});
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline.at - Clock::now()).count();
+    pollfd p{listener.fd(), POLLIN, 0};
+    ::poll(&p, 1, static_cast<int>(std::clamp<long long>(left, 1, 1000)));
+  }
+}
+
+Socket try_accept(const Socket& listener, Endpoint* from, int* error) {
+  sockaddr_in addr{};
+  socklen_t len = sizeof addr;
+  Socket s(::accept4(listener.fd(), reinterpret_cast<sockaddr*>(&addr), &len, SOCK_CLOEXEC | SOCK_NONBLOCK));
+  if (!s.valid()) {
+    *error = (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) ? 0 : errno;
+    return s;
+  }
+  *error = 0;
+  from->ip = addr.sin_family == AF_INET ? ntohl(addr.sin_addr.s_addr) : 0;
+  from->port = addr.sin_family == AF_INET ? ntohs(addr.sin_port) : 0;
+  int one = 1;
+  setsockopt(s.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   return s;
+}
+
+void set_blocking(int fd, bool blocking) {
+  const int flags = fcntl(fd, F_GETFL);
+  fcntl(fd, F_SETFL, blocking ? (flags & ~O_NONBLOCK) : (flags | O_NONBLOCK));
 }
 
 void send_all(int fd, const void* data, std::size_t bytes, Deadline deadline, int peer_rank, const std::string& what) {

@@ -77,13 +77,21 @@ struct Endpoint {
 //   interface that is up; loopback. `why` says which rule chose it.
 std::uint32_t choose_local_address(const Env& env, std::string* why);
 
-// A listening socket on `ip` (port 0: the kernel picks one); `*bound` gets the real endpoint.
+// A listening socket on `ip` (port 0: the kernel picks one); `*bound` gets the real endpoint. The
+// socket is non-blocking, so an accept never waits for a peer that gave up in between.
 Socket listen_on(std::uint32_t ip, Endpoint* bound);
 // Connects (TCP_NODELAY, blocking afterwards); throws Error naming `who` and the endpoint after the
-// deadline or on refusal.
-Socket connect_to(const Endpoint& to, Deadline deadline, const std::string& who);
-// Accepts one connection (TCP_NODELAY, blocking).
-Socket accept_from(const Socket& listener);
+// deadline or on refusal. A non-zero `from_ip` binds the socket's source address first, so the
+// server sees the address this rank published (the handshake checks it).
+Socket connect_to(const Endpoint& to, Deadline deadline, const std::string& who, std::uint32_t from_ip = 0);
+// Accepts one connection (TCP_NODELAY, blocking), waiting at most until `deadline`.
+Socket accept_from(const Socket& listener, Deadline deadline);
+// Accepts one pending connection without waiting: the socket is left non-blocking, `*from` gets
+// the peer's address. Returns an invalid Socket when none is pending or accept failed (`*error`
+// then holds errno, 0 when simply none was pending). Never throws for a peer's doing.
+Socket try_accept(const Socket& listener, Endpoint* from, int* error);
+// Switches a socket between blocking (with the bounded timeouts of tune()) and non-blocking.
+void set_blocking(int fd, bool blocking);
 // Socket options every data-plane socket gets: TCP_NODELAY and bounded blocking calls.
 void tune(int fd);
 

@@ -8,14 +8,18 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <exception>
 #include <iostream>
 #include <map>
+#include <memory>
 
+#include "comm/tcp/handshake.h"
 #include "strata/common/env.h"
 #include "strata/common/error.h"
 #include "strata/common/logging.h"
@@ -24,7 +28,10 @@ namespace strata::comm::tcp {
 namespace {
 
 enum Op : std::uint32_t { kGet = 1, kPut, kAcc, kGetRows, kAccRows, kFetchAdd, kRead, kFlush, kPutNotify };
-constexpr std::uint32_t kHello = 0x53545443;  // "STTC"
+// Unauthenticated connections held at once; a new one beyond this evicts the oldest (a legitimate
+// client's handshake takes one round trip, and a client that is dropped connects again).
+constexpr std::size_t kMaxPending = 64;
+constexpr double kHandshakeTimeoutS = 5;
 constexpr std::uint64_t kAccPieceBytes = 256 << 10;     // a served accumulate is summed in pieces of this
 constexpr std::uint64_t kNoReadback = ~std::uint64_t{0};  // put_notify without a read-back word
 constexpr std::uint64_t kGatherPieceBytes = 64 << 10;   // served rows are gathered and sent in pieces of this
@@ -32,7 +39,92 @@ static_assert(sizeof(TcpTransport::Request) == 32, "wire format");
 
 std::string rank_str(int r) { return "rank " + std::to_string(r); }
 
+bool valid_type(std::uint64_t t) { return t <= static_cast<std::uint64_t>(ElemType::kI64); }
+
+// `offset + bytes <= limit` without wrapping.
+bool fits(std::uint64_t offset, std::uint64_t bytes, std::uint64_t limit) {
+  return offset <= limit && bytes <= limit - offset;
+}
+
+// One warning line per refused connection, at most kBurst in a row and then one per kEveryS
+// seconds with the count of those not shown: a flood of strangers cannot flood the job's log.
+class RefusalLog {
+ public:
+  explicit RefusalLog(int rank) : rank_(rank) {}
+  void refused(const Endpoint& from, const std::string& why) {
+    const auto now = Clock::now();
+    const double since = std::chrono::duration<double>(now - last_).count();
+    tokens_ = std::min(kBurst, tokens_ + since / kEveryS);
+    last_ = now;
+    if (tokens_ < 1) {
+      ++hidden_;
+      return;
+    }
+    tokens_ -= 1;
+    std::cerr << "strata: [rank " << rank_ << "] warning: tcp transport refused a connection from " << from.str()
+              << ": " << why;
+    if (hidden_ > 0) std::cerr << " (" << hidden_ << " more refused since the last such line)";
+    std::cerr << std::endl;
+    hidden_ = 0;
+  }
+
+ private:
+  static constexpr double kBurst = 5, kEveryS = 10;
+  int rank_;
+  double tokens_ = kBurst;
+  Clock::time_point last_ = Clock::now();
+  std::uint64_t hidden_ = 0;
+};
+
 }  // namespace
+
+std::string TcpTransport::check_request(const Request& req, std::uint64_t region_bytes) {
+  const std::uint64_t off = req.offset;
+  switch (req.op) {
+    case kFlush:
+      return "";
+    case kGet:
+    case kPut:
+    case kPutNotify:
+      if (!fits(off, req.a, region_bytes)) break;
+      if (req.op == kPutNotify && (req.b % 8 != 0 || !fits(req.b, 8, region_bytes)))
+        return "put_notify counter offset " + std::to_string(req.b) + " is unaligned or outside the region";
+      return "";
+    case kAcc: {
+      if (!valid_type(req.b)) return "element type " + std::to_string(req.b) + " does not exist";
+      const std::uint64_t esize = elem_size(static_cast<ElemType>(req.b));
+      if (off % esize != 0 || req.a % esize != 0) return "accumulate not aligned to its element type";
+      if (!fits(off, req.a, region_bytes)) break;
+      return "";
+    }
+    case kGetRows:
+      if (req.a == 0 || req.a > region_bytes) return "row size " + std::to_string(req.a) + " bytes";
+      if (req.b == 0 || req.b > kMaxRowsPerRequest) return "row count " + std::to_string(req.b);
+      if (off > region_bytes) break;
+      return "";
+    case kAccRows: {
+      const std::uint64_t n = req.b & ((std::uint64_t{1} << 56) - 1);
+      const std::uint64_t type = req.b >> 56;
+      if (!valid_type(type)) return "element type " + std::to_string(type) + " does not exist";
+      if (n == 0 || n > kMaxRowsPerRequest) return "row count " + std::to_string(n);
+      const std::uint64_t esize = elem_size(static_cast<ElemType>(type));
+      if (req.a == 0 || req.a > region_bytes / esize) return "row of " + std::to_string(req.a) + " elements";
+      if (off % esize != 0 || off > region_bytes) break;
+      // n rows of payload: bounded by n <= 2^26 and a row <= the region, and checked for wrap.
+      if (req.a * esize > (std::uint64_t{1} << 62) / n) return "payload size overflows";
+      return "";
+    }
+    case kFetchAdd:
+    case kRead:
+      if (off % 8 != 0) return "atomic offset " + std::to_string(off) + " is not aligned to int64";
+      if (!fits(off, 8, region_bytes)) break;
+      return "";
+    default:
+      return "unknown op " + std::to_string(req.op);
+  }
+  return "bytes [" + std::to_string(off) + ", +" + std::to_string(req.a) + ") are outside the region of " +
+         std::to_string(region_bytes) + " bytes";
+}
 
 // A region: the node window (shared memory within the node) plus its size on every rank.
 class TcpRegion final : public Region {
@@ -163,6 +255,7 @@ TcpTransport::TcpTransport(MPI_Comm comm) {
   // The server: listen on the chosen interface, publish the endpoint.
   Endpoint mine;
   listener_ = listen_on(choose_local_address(env, &address_why_), &mine);
+  STRATA_LOG(DEBUG) << "tcp transport: rank " << rank_ << " serves on " << mine.str() << " via " << address_why_;
   endpoints_.resize(size_);
   unsigned long long packed = (static_cast<unsigned long long>(mine.ip) << 16) | mine.port;
   std::vector<unsigned long long> all(size_);
@@ -172,6 +265,10 @@ TcpTransport::TcpTransport(MPI_Comm comm) {
     endpoints_[p].port = static_cast<std::uint16_t>(all[p] & 0xffff);
   }
   peers_.resize(size_);
+  // Drawn by rank 0 and shared over MPI before anyone can connect (the server thread starts
+  // below, and clients connect only after the constructor, which every rank leaves after the
+  // allgather above).
+  secret_ = std::make_unique<JobSecret>(JobSecret::share(comm_));
   if (::pipe2(wake_, O_CLOEXEC) != 0) throw Error("tcp transport: pipe2 failed");
   server_ = std::thread([this] { serve(); });
 }
@@ -217,12 +314,24 @@ std::unique_ptr<Region> TcpTransport::allocate_region(std::size_t local_bytes) {
 
 TcpTransport::Peer& TcpTransport::connect(int peer) {
   Peer& p = peers_[peer];
-  if (!p.sock.valid()) {
-    p.sock = connect_to(endpoints_[peer], Deadline::in(timeout_s_), rank_str(peer));
-    const std::uint32_t hello[2] = {kHello, static_cast<std::uint32_t>(rank_)};
-    send_all(p.sock.fd(), hello, sizeof hello, Deadline::in(timeout_s_), peer, "tcp hello");
+  if (p.sock.valid()) return p;
+  const Deadline deadline = Deadline::in(timeout_s_);
+  // A server may drop a handshake (too many unauthenticated connections at once, a slow
+  // handshake on a loaded node): connect again until the deadline. A wrong proof is never retried.
+  while (true) {
+    Socket s = connect_to(endpoints_[peer], deadline, rank_str(peer), endpoints_[rank_].ip);
+    try {
+      client_handshake(s.fd(), *secret_, Purpose::kDataPlane, rank_, peer, deadline);
+      p.sock = std::move(s);
+      return p;
+    } catch (const PeerFailure&) {
+      if (deadline.passed())
+        throw TimeoutError("tcp transport: " + rank_str(peer) + " at " + endpoints_[peer].str() +
+                               " kept closing the connection during the handshake (--timeout / STRATA_TIMEOUT_S)",
+                           {peer});
+      ::usleep(20000);
+    }
   }
-  return p;
 }
 
 void TcpTransport::drain(int peer) {
@@ -311,6 +420,9 @@ void TcpTransport::get_rows(Region& region, int peer, std::uint64_t offset, std:
   auto& r = as_tcp(region);
   const auto [lo, hi] = std::minmax_element(rows.begin(), rows.end());
   if (*lo < 0) throw Error("get_rows: row index " + std::to_string(*lo) + " is negative");
+  if (rows.size() > kMaxRowsPerRequest)
+    throw Error("get_rows: " + std::to_string(rows.size()) + " rows in one request, more than " +
+                std::to_string(kMaxRowsPerRequest));
   r.check_range(peer, offset, static_cast<std::uint64_t>(*hi + 1) * row_bytes, "get_rows");
   if (same_node(peer)) return local_->get_rows(r.inner(), node_rank_[peer], offset, row_bytes, rows, dst);
   Request req;
@@ -330,6 +442,9 @@ void TcpTransport::accumulate_rows(Region& region, int peer, std::uint64_t offse
   const std::size_t row_bytes = row_elems * elem_size(type);
   const auto [lo, hi] = std::minmax_element(rows.begin(), rows.end());
   if (*lo < 0) throw Error("accumulate_rows: row index " + std::to_string(*lo) + " is negative");
+  if (rows.size() > kMaxRowsPerRequest)
+    throw Error("accumulate_rows: " + std::to_string(rows.size()) + " rows in one request, more than " +
+                std::to_string(kMaxRowsPerRequest));
   r.check_range(peer, offset, static_cast<std::uint64_t>(*hi + 1) * row_bytes, "accumulate_rows");
   if (same_node(peer)) return local_->accumulate_rows(r.inner(), node_rank_[peer], offset, row_elems, type, rows, src);
   Request req;
@@ -442,6 +557,21 @@ bool TcpTransport::handle(int fd, int from) {
   TcpRegion* r = region_by_id(req.region);
   if (!r) throw Error("request " + std::to_string(req.op) + " from " + rank_str(from) + " for region " +
                       std::to_string(req.region) + ", which does not exist here");
+  // Everything in the header is checked before it is used or allocated for; row indices are
+  // checked below as they arrive. The peer proved the job's secret, so a bad request is a bug in
+  // strata: it ends the job naming the rank (serve()).
+  const std::uint64_t region_bytes = r->local_bytes();
+  if (std::string bad = check_request(req, region_bytes); !bad.empty())
+    throw Error("malformed request " + std::to_string(req.op) + " from " + rank_str(from) + " for region " +
+                std::to_string(req.region) + ": " + bad);
+  // A row index is valid when its whole row lies inside the region after the table's offset.
+  auto check_rows = [&](const std::vector<std::int64_t>& rows, std::uint64_t row_bytes, const char* what) {
+    const std::uint64_t max_rows = (region_bytes - req.offset) / row_bytes;
+    for (const std::int64_t row : rows)
+      if (row < 0 || static_cast<std::uint64_t>(row) >= max_rows)
+        throw Error(std::string(what) + " from " + rank_str(from) + ": row index " + std::to_string(row) +
+                    " is outside the " + std::to_string(max_rows) + " rows the region holds there");
+  };
   char* base = static_cast<char*>(r->local_base());
   const int self = node_rank_[rank_];
   static thread_local std::vector<char> staging;
@@ -519,7 +649,7 @@ bool TcpTransport::handle(int fd, int from) {
       std::vector<std::int64_t> rows(req.b);
       recv_all(fd, rows.data(), rows.size() * 8, deadline, from, "get_rows indices");
       const std::uint64_t row_bytes = req.a;
-      for (auto row : rows) r->check_local(req.offset + static_cast<std::uint64_t>(row) * row_bytes, row_bytes, "get_rows (served)");
+      check_rows(rows, row_bytes, "get_rows");
       // Random rows of a large table are bound by memory latency (a cache and TLB miss each):
       // gathered with prefetching a few rows ahead, piece by piece, each piece sent while the
       // kernel still moves the previous one.
@@ -548,6 +678,7 @@ bool TcpTransport::handle(int fd, int from) {
       const auto type = static_cast<ElemType>(req.b >> 56);
       std::vector<std::int64_t> rows(n);
       recv_all(fd, rows.data(), n * 8, deadline, from, "accumulate_rows indices");
+      check_rows(rows, req.a * elem_size(type), "accumulate_rows");
       staging.resize(n * req.a * elem_size(type));
       recv_all(fd, staging.data(), staging.size(), deadline, from, "accumulate_rows payload");
       local_->accumulate_rows(r->inner(), self, req.offset, req.a, type, rows, staging.data());
@@ -570,49 +701,166 @@ bool TcpTransport::handle(int fd, int from) {
   return true;
 }
 
+double TcpTransport::handshake_timeout_s() const { return std::min(timeout_s_, kHandshakeTimeoutS); }
+
 void TcpTransport::serve() {
-  struct Conn {
+  struct Conn {  // an authenticated connection from rank `from`
     Socket sock;
     int from;
   };
+  struct Pending {  // a connection still in its handshake: non-blocking, never waited on
+    Socket sock;
+    Endpoint from;
+    Clock::time_point deadline;
+    ServerHandshake hs;
+    std::string buf;  // the part of the next message received so far
+  };
   std::vector<Conn> conns;
+  std::vector<std::unique_ptr<Pending>> pending;  // oldest first
   std::vector<pollfd> fds;
+  RefusalLog refusals(rank_);
+  const auto handshake_window = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(handshake_timeout_s()));
+
+  // Reads what a pending connection has; returns false when it must be closed (why in *why).
+  auto advance = [&](Pending& p, std::string* why) {
+    while (true) {
+      char chunk[128];
+      const std::size_t want = p.hs.wants() - p.buf.size();
+      const ssize_t n = ::recv(p.sock.fd(), chunk, std::min(want, sizeof chunk), 0);
+      if (n == 0) {
+        *why = p.buf.empty() && p.hs.wants() == sizeof(Hello) ? "closed without a word"
+                                                              : "closed during the handshake";
+        return false;
+      }
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+        *why = std::string("receive failed: ") + std::strerror(errno);
+        return false;
+      }
+      p.buf.append(chunk, static_cast<std::size_t>(n));
+      if (p.buf.size() < p.hs.wants()) continue;
+      ServerHandshake::Step step = p.hs.on_message(p.buf.data(), p.buf.size());
+      p.buf.clear();
+      if (!step.refused.empty()) {
+        *why = step.refused;
+        return false;
+      }
+      if (step.proven) {
+        const int claimed = p.hs.claimed_rank();
+        if (p.from.ip != endpoints_[claimed].ip) {
+          *why = "it proved the secret as " + rank_str(claimed) + " but connects from " + p.from.str() +
+                 ", not from that rank's address " + endpoints_[claimed].str();
+          return false;
+        }
+        for (const auto& c : conns)
+          if (c.from == claimed) {
+            *why = rank_str(claimed) + " already has a connection";
+            return false;
+          }
+        step.reply.assign(reinterpret_cast<const char*>(&kAcceptWord), sizeof kAcceptWord);
+      }
+      // Replies are at most 64 bytes on a fresh connection: they fit in the socket buffer, and a
+      // peer that does not read them is not waited for.
+      if (!step.reply.empty() &&
+          ::send(p.sock.fd(), step.reply.data(), step.reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT) !=
+              static_cast<ssize_t>(step.reply.size())) {
+        *why = "it does not take the handshake's reply";
+        return false;
+      }
+      if (step.proven) return true;
+    }
+  };
+
   try {
     while (!stop_.load()) {
       fds.clear();
       fds.push_back({wake_[0], POLLIN, 0});
       fds.push_back({listener_.fd(), POLLIN, 0});
       for (const auto& c : conns) fds.push_back({c.sock.fd(), POLLIN, 0});
-      // Sleeps in the kernel until a request arrives: no core spent while idle.
-      if (::poll(fds.data(), fds.size(), -1) < 0) {
+      for (const auto& p : pending) fds.push_back({p->sock.fd(), POLLIN, 0});
+      // Sleeps in the kernel until a request arrives (no core spent while idle), or until the
+      // oldest handshake's deadline.
+      int wait_ms = -1;
+      if (!pending.empty()) {
+        Clock::time_point first = pending.front()->deadline;
+        for (const auto& p : pending) first = std::min(first, p->deadline);
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(first - Clock::now()).count();
+        wait_ms = static_cast<int>(std::clamp<long long>(left + 1, 0, 1000));
+      }
+      if (::poll(fds.data(), fds.size(), wait_ms) < 0) {
         if (errno == EINTR) continue;
         throw Error("poll failed");
       }
       if (fds[0].revents) break;
-      if (fds[1].revents & POLLIN) {
-        Socket s = accept_from(listener_);
-        std::uint32_t hello[2] = {0, 0};
-        recv_all(s.fd(), hello, sizeof hello, Deadline::in(timeout_s_), -1, "tcp hello");
-        if (hello[0] != kHello) throw Error("a connection to the tcp transport's port did not speak its protocol");
-        conns.push_back({std::move(s), static_cast<int>(hello[1])});
-      }
+
       std::vector<std::size_t> gone;
-      for (std::size_t i = 2; i < fds.size(); ++i) {
-        if (!fds[i].revents) continue;
-        Conn& c = conns[i - 2];
+      for (std::size_t i = 0; i < conns.size(); ++i) {
+        if (!fds[2 + i].revents) continue;
+        Conn& c = conns[i];
         bool open = true;
         try {
           open = handle(c.sock.fd(), c.from);
         } catch (const PeerFailure&) {
           open = false;  // the client died mid-request: its own job failure reports it
         }
-        if (!open) gone.push_back(i - 2);
+        if (!open) gone.push_back(i);
       }
       for (auto it = gone.rbegin(); it != gone.rend(); ++it) conns.erase(conns.begin() + static_cast<long>(*it));
+
+      // Handshakes: advance those with bytes, admit the proven, drop the refused and the late.
+      const auto now = Clock::now();
+      const std::size_t first_pending = 2 + conns.size() + gone.size();
+      std::vector<std::unique_ptr<Pending>> still;
+      for (std::size_t i = 0; i < pending.size(); ++i) {
+        Pending& p = *pending[i];
+        std::string why;
+        bool keep = true;
+        if (fds[first_pending + i].revents) keep = advance(p, &why);
+        if (keep && p.hs.wants() == 0) {
+          set_blocking(p.sock.fd(), true);
+          tune(p.sock.fd());
+          conns.push_back({std::move(p.sock), p.hs.claimed_rank()});
+          continue;
+        }
+        if (keep && now > p.deadline) {
+          keep = false;
+          why = "no handshake within " + std::to_string(static_cast<int>(handshake_timeout_s())) + " s";
+        }
+        if (keep)
+          still.push_back(std::move(pending[i]));
+        else
+          refusals.refused(p.from, why);
+      }
+      pending.swap(still);
+
+      if (fds[1].revents & POLLIN) {
+        // Every connection waiting in the backlog is taken now: a stranger's never waits for the
+        // next poll, and none of them is read here.
+        while (true) {
+          Endpoint from;
+          int err = 0;
+          Socket s = try_accept(listener_, &from, &err);
+          if (!s.valid()) {
+            if (err != 0) refusals.refused(Endpoint{}, std::string("accept failed: ") + std::strerror(err));
+            break;
+          }
+          if (pending.size() >= kMaxPending) {
+            refusals.refused(pending.front()->from, "too many unauthenticated connections at once (" +
+                                                        std::to_string(kMaxPending) + "); the oldest is dropped");
+            pending.erase(pending.begin());
+          }
+          pending.push_back(std::make_unique<Pending>(Pending{std::move(s), from, Clock::now() + handshake_window,
+                                                              ServerHandshake(*secret_, Purpose::kDataPlane, size_, rank_),
+                                                              {}}));
+        }
+      }
     }
   } catch (const std::exception& e) {
-    // A served request failed on our side: a bug or memory corruption; the job cannot go on
-    // consistently, so it ends here with the reason (fail-stop, DESIGN.md section 9).
+    // A served request failed on our side or an authenticated peer sent what strata never sends:
+    // a bug or memory corruption; the job cannot go on consistently, so it ends here with the
+    // reason (fail-stop, DESIGN.md section 9).
     std::cerr << "strata: [rank " << rank_ << "] tcp transport server: " << e.what() << std::endl;
     MPI_Abort(comm_, 1);
   }

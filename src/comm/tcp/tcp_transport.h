@@ -24,6 +24,15 @@
 // MPI_THREAD_MULTIPLE (strata initialises MPI with it) and relies on MpiRmaTransport keeping no
 // mutable state of its own, so two threads may issue operations on it at once.
 //
+// Who gets in (docs/SECURITY.md): every connection passes the handshake of handshake.h (both ends
+// prove the job's secret, shared over MPI when the transport is made) before a request is served;
+// the server also checks that the claimed rank connects from the address it published and has no
+// other connection. Handshakes run on the server thread without blocking it (many at once, each
+// with a short deadline, at most kMaxPending at a time), so a stranger's connection, garbage or
+// silence costs the job nothing but a warning line, rate-limited. Requests on an authenticated
+// connection come from a rank of the job: one that fails check_request is a bug in strata and
+// ends the job naming that rank (fail-stop), as any other inconsistency does.
+//
 // Completion: get data is valid after flush (pending replies are drained there); put and
 // accumulate return once handed to the kernel and are remotely complete after flush (a FLUSH
 // request answered after everything sent before it: one connection per ordered pair of ranks).
@@ -39,6 +48,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/job_secret.h"
 #include "comm/mpi/mpi_rma_transport.h"
 #include "comm/tcp/socket.h"
 #include "strata/comm/transport.h"
@@ -108,6 +118,15 @@ class TcpTransport final : public Transport {
     std::uint64_t a = 0;  // bytes / row bytes / row elements / value
     std::uint64_t b = 0;  // element type / row count
   };
+  // The most rows one get_rows / accumulate_rows request may carry (the server allocates for the
+  // indices before it reads them, so the count is bounded before anything is allocated).
+  static constexpr std::uint64_t kMaxRowsPerRequest = std::uint64_t{1} << 26;
+  // Checks a request header against the served region's size (`region_bytes`): op, element type,
+  // alignment, offsets and sizes without wrap-around, row counts. Empty when it may be served,
+  // else what is wrong. Row indices, which follow the header, are checked as they arrive.
+  static std::string check_request(const Request& req, std::uint64_t region_bytes);
+  // This rank's published endpoint (tests probe it as a stranger would).
+  Endpoint endpoint_of(int rank) const { return endpoints_.at(rank); }
 
  private:
   friend class TcpRegion;
@@ -133,6 +152,8 @@ class TcpTransport final : public Transport {
   void serve();
   // Handles one request from connection `c` (remote rank `from`). Returns false on a clean EOF.
   bool handle(int fd, int from);
+  // A handshake slower than this is dropped (the client retries until its own deadline).
+  double handshake_timeout_s() const;
   TcpRegion* region_by_id(std::uint32_t id);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
@@ -143,6 +164,7 @@ class TcpTransport final : public Transport {
   std::vector<Endpoint> endpoints_;
   std::string address_why_;
   double timeout_s_ = kDefaultTimeoutS;
+  std::unique_ptr<JobSecret> secret_;
   std::vector<Peer> peers_;
 
   Socket listener_;
