@@ -34,7 +34,9 @@ std::size_t elem_size(ElemType type) {
     case ElemType::kF64: return 8;
     case ElemType::kI64: return 8;
   }
-  return 0;
+  // Only a value that is none of the enumerators gets here (cast from bytes): never 0, which a
+  // caller would divide by.
+  throw Error("element type " + std::to_string(static_cast<int>(type)) + " does not exist");
 }
 
 const char* to_string(ElemType type) {

@@ -27,6 +27,7 @@
 namespace strata::comm {
 
 enum class ElemType { kF32, kF64, kI64 };
+// Bytes of one element; throws Error for a value that is none of the enumerators.
 std::size_t elem_size(ElemType type);
 const char* to_string(ElemType type);
 
