@@ -8,7 +8,9 @@
 // about the file's content, not a usage error:
 //   0  success; `verify`: every file verified; `diff`: identical
 //   1  runtime failure or negative finding: a file that is missing from its directory, truncated,
-//      not HDF5, not a strata checkpoint, corrupt; `verify` / `ls --verify` with a failing file;
+//      not HDF5, not a strata checkpoint, corrupt or malformed (checkpoints are untrusted input,
+//      FORMAT.md section 9), format 1 without --allow-unverified; a checkpoint.json that is
+//      malformed or too deep; `verify` / `ls --verify` with a failing file or a refused entry;
 //      `diff` with differences; a directory without a valid checkpoint where one is needed
 //   2  usage: bad flags, a PATH that does not exist, `ls` given a file
 // Every error is one line on stderr.

@@ -256,6 +256,11 @@ else
   expect_stderr_has "checkpoint: ignoring entry '../other/ckpt-100.h5' of $T/checkpoint.json: not a checkpoint file name"
   expect_stdout_has "checkpoint: no valid checkpoint in $T: starting from the initializers"
   grep -q '^checkpoint: restored' "$OUT" && fail "restored from an entry outside the directory"
+  # A checkpoint.json nested too deep: a configuration error naming it, on one line.
+  mpi 2 "$STRATA_BIN" "${TRAIN[@]}" --steps 0 --restore "$N"
+  expect_rc 2
+  [ "$(grep -c 'strata train: error' "$ERR")" = 1 ] || fail "deep checkpoint.json: expected one error line"
+  expect_stderr_has "strata train: error: restore: checkpoint: malformed $N/checkpoint.json: JSON nested deeper than 64 levels"
 fi
 
 finish
