@@ -102,7 +102,7 @@ for shape in 1099511627776,1048576 1099511627776; do
   # with HDF5 found them equal and said OK.
   offset=$("$PY_H5" -c 'import h5py, sys; print(h5py.File(sys.argv[1], "r")["variables/ghost"].id.get_offset())' "$F")
   CASE="format 2, variables/ghost [$shape]"
-  verify_fails "$F" "$F: FAILED: damaged integrity block: integrity block: the data of variables/ghost (offset $offset, $bytes bytes) overlaps other data or lies outside the file"
+  verify_fails "$F" "$F: FAILED: damaged integrity block: the table places the data of variables/ghost (offset $offset, $bytes bytes) over other data or outside the file"
   F1="$TEST_TMP/ghost1-$shape.h5"
   craft v1 "$GOOD" "$F1" "$shape" || continue
   CASE="format 1, variables/ghost [$shape]"

@@ -144,8 +144,8 @@ std::vector<Segment> file_segments(const IntegrityBlock& block) {
   for (const auto& [offset, i] : order) {
     const DataRegion& r = block.regions[static_cast<std::size_t>(i)];
     if (offset < next || r.bytes > block.file_bytes || offset > block.file_bytes - r.bytes)
-      throw Error("integrity block: the data of " + r.path + " (offset " + std::to_string(offset) + ", " +
-                  std::to_string(r.bytes) + " bytes) overlaps other data or lies outside the file");
+      throw Error("the table places the data of " + r.path + " (offset " + std::to_string(offset) + ", " +
+                  std::to_string(r.bytes) + " bytes) over other data or outside the file");
     if (offset > next) out.push_back({next, offset, -1});
     out.push_back({offset, offset + r.bytes, i});
     next = offset + r.bytes;
