@@ -8,7 +8,9 @@
 // about the file's content, not a usage error:
 //   0  success; `verify`: every file verified; `diff`: identical
 //   1  runtime failure or negative finding: a file that is missing from its directory, truncated,
-//      not HDF5, not a strata checkpoint, corrupt; `verify` / `ls --verify` with a failing file;
+//      not HDF5, not a strata checkpoint, corrupt or malformed (checkpoints are untrusted input,
+//      FORMAT.md section 9), format 1 without --allow-unverified; a checkpoint.json that is
+//      malformed or too deep; `verify` / `ls --verify` with a failing file or a refused entry;
 //      `diff` with differences; a directory without a valid checkpoint where one is needed
 //   2  usage: bad flags, a PATH that does not exist, `ls` given a file
 // Every error is one line on stderr.
@@ -140,12 +142,23 @@ bool is_directory_arg(const std::string& path) {
   throw ConfigError("'" + path + "' is neither a checkpoint file nor a directory");
 }
 
-std::vector<ck::CheckpointEntry> list_entries(const std::string& dir) {
+ck::CheckpointList list_entries(const std::string& dir) {
   try {
-    return ck::list_checkpoints(dir);
+    return ck::read_checkpoint_list(dir);
   } catch (const Error& e) {  // malformed checkpoint.json: content, not usage
     throw Failure(e.message());
   }
+}
+
+ck::VerifyOptions verify_options(const CkptFlags& f) {
+  ck::VerifyOptions o;
+  o.allow_unverified = f.allow_unverified;
+  return o;
+}
+
+// The line for a checkpoint.json entry that is not used (its name is no checkpoint of the directory).
+std::string refused_line(const std::string& dir, const ck::RefusedEntry& r) {
+  return (fs::path(dir) / "checkpoint.json").string() + ": entry '" + r.file + "' REFUSED: " + r.reason;
 }
 
 ck::CheckpointReader open_reader(const std::string& path) {
@@ -156,12 +169,14 @@ ck::CheckpointReader open_reader(const std::string& path) {
   }
 }
 
-// Why a directory has no committed checkpoint, for error messages.
-std::string no_checkpoints(const std::string& dir) {
+// Why a directory has no committed checkpoint, for error messages; names the refused entries.
+std::string no_checkpoints(const std::string& dir, const std::vector<ck::RefusedEntry>& refused = {}) {
   std::error_code ec;
   bool has_pointer = fs::exists(fs::path(dir) / "checkpoint.json", ec);
-  return "no committed checkpoints in '" + dir + "' (" +
-         (has_pointer ? "checkpoint.json lists none" : "no checkpoint.json") + ")";
+  std::string why = has_pointer ? "checkpoint.json lists none" : "no checkpoint.json";
+  for (std::size_t i = 0; i < refused.size(); ++i)
+    why += (i ? ", '" : "; it refused: '") + refused[i].file + "' (" + refused[i].reason + ")";
+  return "no committed checkpoints in '" + dir + "' (" + why + ")";
 }
 
 // latest_checkpoint() logs a WARN line per skipped entry; callers that report the skipped entries
@@ -179,11 +194,11 @@ class QuietWarnings {
   LogLevel saved_;
 };
 
-std::optional<ck::LatestCheckpoint> latest_valid(const std::string& dir, bool quiet) {
+std::optional<ck::LatestCheckpoint> latest_valid(const std::string& dir, bool quiet, const ck::VerifyOptions& options) {
   std::optional<QuietWarnings> silence;
   if (quiet) silence.emplace();
   try {
-    return ck::latest_checkpoint(dir);
+    return ck::latest_checkpoint(dir, options);
   } catch (const Error& e) {
     throw Failure(e.message());
   }
@@ -194,9 +209,9 @@ std::optional<ck::LatestCheckpoint> latest_valid(const std::string& dir, bool qu
 // values is still read, after a warning on stderr, so that `diff` can show what changed. A
 // directory means the checkpoint that `--restore latest` would use (the newest entry that
 // verifies; newer invalid ones are skipped with a WARN line each, from the library).
-std::string resolve_checkpoint(const std::string& path) {
+std::string resolve_checkpoint(const std::string& path, const ck::VerifyOptions& options) {
   if (!is_directory_arg(path)) {
-    const ck::Verification v = ck::verify_checkpoint(path);
+    const ck::Verification v = ck::verify_checkpoint(path, options);
     if (!v.ok && !v.structure_intact) throw Failure("cannot read checkpoint '" + path + "': " + v.summary());
     if (!v.ok) {
       const std::string line = "strata ckpt: warning: '" + path + "' fails verification: " + v.summary() + "\n";
@@ -204,9 +219,10 @@ std::string resolve_checkpoint(const std::string& path) {
     }
     return path;
   }
-  auto entries = list_entries(path);
-  if (entries.empty()) throw Failure(no_checkpoints(path));
-  auto latest = latest_valid(path, /*quiet=*/false);
+  const ck::CheckpointList list = list_entries(path);
+  const auto& entries = list.entries;
+  if (entries.empty()) throw Failure(no_checkpoints(path, list.refused));
+  auto latest = latest_valid(path, /*quiet=*/false, options);
   if (!latest)
     throw Failure("no valid checkpoint in '" + path + "': all " + std::to_string(entries.size()) +
                   " committed checkpoint(s) fail verification");
@@ -218,18 +234,15 @@ std::string resolve_checkpoint(const std::string& path) {
 using FileVerdict = ck::Verification;
 
 // verify_checkpoint() never throws: any problem is in the verdict.
-FileVerdict verify_file(const std::string& path) { return ck::verify_checkpoint(path); }
+FileVerdict verify_file(const std::string& path, const CkptFlags& f) {
+  return ck::verify_checkpoint(path, verify_options(f));
+}
 
-// A committed entry: its file must verify and hold the step checkpoint.json names (the rule of
-// latest_checkpoint(), so `ls --verify` and `verify DIR` agree with --restore latest).
-FileVerdict verify_entry(const std::string& dir, const ck::CheckpointEntry& entry) {
-  FileVerdict v = verify_file((fs::path(dir) / entry.file).string());
-  if (v.ok && v.global_step != entry.global_step) {
-    v.ok = false;
-    v.error = "holds global step " + std::to_string(v.global_step) + ", checkpoint.json says " +
-              std::to_string(entry.global_step);
-  }
-  return v;
+// A committed entry: a regular file of the directory that verifies and holds the step
+// checkpoint.json names (the rule of latest_checkpoint(), so `ls --verify` and `verify DIR` agree
+// with --restore latest).
+FileVerdict verify_entry(const std::string& dir, const ck::CheckpointEntry& entry, const CkptFlags& f) {
+  return ck::verify_entry(dir, entry, verify_options(f));
 }
 
 // ---- ls ----------------------------------------------------------------------------------------
@@ -237,26 +250,30 @@ FileVerdict verify_entry(const std::string& dir, const ck::CheckpointEntry& entr
 int run_ls(const CkptFlags& f) {
   if (!is_directory_arg(f.path))
     throw ConfigError("'" + f.path + "' is a file; ls takes a checkpoint directory (for a file: strata ckpt show)");
-  auto entries = list_entries(f.path);
+  const ck::CheckpointList list = list_entries(f.path);
+  const auto& entries = list.entries;
 
   struct Row {
     ck::CheckpointEntry entry;
     bool exists = false;
+    std::string absent = "MISSING";  // the size column when !exists
     std::uint64_t bytes = 0;
     std::optional<FileVerdict> verdict;
   };
   std::vector<Row> rows;
-  bool any_bad = false;
+  bool any_bad = f.verify && !list.refused.empty();
   for (const auto& e : entries) {
     Row row;
     row.entry = e;
     std::string path = (fs::path(f.path) / e.file).string();
+    // symlink_status: the listing never follows a link out of the directory (verify refuses one).
     std::error_code ec;
-    auto size = fs::file_size(path, ec);
-    row.exists = !ec;
-    if (row.exists) row.bytes = size;
+    const fs::file_status st = fs::symlink_status(path, ec);
+    row.exists = !ec && fs::is_regular_file(st);
+    if (row.exists) row.bytes = fs::file_size(path, ec);
+    if (!ec && fs::exists(st) && !row.exists) row.absent = "NOT-A-REGULAR-FILE";
     if (f.verify) {
-      row.verdict = verify_entry(f.path, e);
+      row.verdict = verify_entry(f.path, e, f);
       any_bad = any_bad || !row.verdict->ok;
     }
     rows.push_back(std::move(row));
@@ -305,6 +322,8 @@ int run_ls(const CkptFlags& f) {
       }
       doc["checkpoints"].push_back(j);
     }
+    doc["refused"] = nlohmann::json::array();
+    for (const auto& r : list.refused) doc["refused"].push_back({{"file", r.file}, {"reason", r.reason}});
     doc["uncommitted"] = nlohmann::json::array();
     for (const auto& [name, bytes] : stray) doc["uncommitted"].push_back({{"file", name}, {"bytes", bytes}});
     if (f.verify) doc["restore"] = restore ? nlohmann::json(restore->entry.file) : nlohmann::json(nullptr);
@@ -325,7 +344,7 @@ int run_ls(const CkptFlags& f) {
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       std::vector<std::string> cells{std::to_string(r.entry.global_step), r.entry.file,
-                                     r.exists ? std::to_string(r.bytes) : "-", r.exists ? human_bytes(r.bytes) : "MISSING",
+                                     r.exists ? std::to_string(r.bytes) : "-", r.exists ? human_bytes(r.bytes) : r.absent,
                                      iso_utc(r.entry.created_unix)};
       if (f.verify) cells.push_back(r.verdict->ok ? "verified" : "CORRUPT");
       // keep_every_n_hours entries are exempt from max_to_keep: say so, or their survival looks odd.
@@ -339,6 +358,7 @@ int run_ls(const CkptFlags& f) {
       for (const auto& r : rows)
         if (!r.verdict->ok) out << "  " << r.entry.file << ": " << r.verdict->summary() << "\n";
   }
+  for (const auto& r : list.refused) out << refused_line(f.path, r) << "\n";
   for (const auto& [name, bytes] : stray)
     out << "uncommitted (ignored): " << name << " (" << bytes << " bytes)\n";
   if (f.verify && !rows.empty() && !rows.back().verdict->ok)
@@ -353,7 +373,7 @@ int run_ls(const CkptFlags& f) {
 // ---- show --------------------------------------------------------------------------------------
 
 int run_show(const CkptFlags& f) {
-  std::string path = resolve_checkpoint(f.path);
+  std::string path = resolve_checkpoint(f.path, verify_options(f));
   ck::CheckpointReader reader = open_reader(path);
   std::error_code ec;
   std::uint64_t file_bytes = fs::file_size(path, ec);
@@ -445,23 +465,27 @@ void print_verdict(std::ostream& out, const FileVerdict& v) {
 
 // One directory: every committed entry, a count, and what --restore latest would use when the
 // latest fails. Returns the number of entries that failed.
-std::size_t verify_directory(const std::string& dir) {
-  auto entries = list_entries(dir);
-  if (entries.empty()) throw Failure(no_checkpoints(dir) + ", nothing to verify");
-  std::size_t failed = 0;
+std::size_t verify_directory(const std::string& dir, const CkptFlags& f) {
+  const ck::CheckpointList list = list_entries(dir);
+  const auto& entries = list.entries;
+  if (entries.empty() && list.refused.empty()) throw Failure(no_checkpoints(dir) + ", nothing to verify");
+  // Entries that name no checkpoint of this directory are failures, never opened.
+  for (const auto& r : list.refused) std::cout << refused_line(dir, r) << "\n";
+  std::size_t failed = list.refused.size();
   bool latest_ok = true;
   for (std::size_t i = 0; i < entries.size(); ++i) {
-    FileVerdict v = verify_entry(dir, entries[i]);
+    FileVerdict v = verify_entry(dir, entries[i], f);
     print_verdict(std::cout, v);
     std::cout << std::flush;  // a long verification shows progress file by file
     if (!v.ok) ++failed;
     if (i + 1 == entries.size()) latest_ok = v.ok;
   }
-  std::cout << entries.size() << " checkpoint(s): " << entries.size() - failed << " OK, " << failed << " FAILED\n";
+  const std::size_t total = entries.size() + list.refused.size();
+  std::cout << total << " checkpoint(s): " << total - failed << " OK, " << failed << " FAILED\n";
   if (!latest_ok) {
     // Ask the restore path itself, so this line can never disagree with what `--restore latest`
     // does. It re-reads the older files; only paid when the latest is bad.
-    auto latest = latest_valid(dir, /*quiet=*/true);
+    auto latest = latest_valid(dir, /*quiet=*/true, verify_options(f));
     std::cout << "latest checkpoint " << entries.back().file << " failed verification; --restore latest would use "
               << (latest ? latest->path + " (step " + std::to_string(latest->global_step) + ")"
                          : std::string("nothing (no valid checkpoint)"))
@@ -480,14 +504,14 @@ int run_verify(const CkptFlags& f) {
     if (is_dir[i]) {
       if (f.paths.size() > 1) std::cout << "directory " << f.paths[i] << ":\n";
       try {
-        failed += verify_directory(f.paths[i]) > 0 ? 1 : 0;
+        failed += verify_directory(f.paths[i], f) > 0 ? 1 : 0;
       } catch (const Failure& e) {
         if (f.paths.size() == 1) throw;
         std::cout << f.paths[i] << ": FAILED: " << e.message() << "\n";
         ++failed;
       }
     } else {
-      FileVerdict v = verify_file(f.paths[i]);
+      FileVerdict v = verify_file(f.paths[i], f);
       print_verdict(std::cout, v);
       std::cout << std::flush;
       ++files;
@@ -626,8 +650,8 @@ int run_diff(const CkptFlags& f) {
   // when the other side is a large directory.
   is_directory_arg(f.path);
   is_directory_arg(f.path_b);
-  ck::CheckpointReader a = open_reader(resolve_checkpoint(f.path));
-  ck::CheckpointReader b = open_reader(resolve_checkpoint(f.path_b));
+  ck::CheckpointReader a = open_reader(resolve_checkpoint(f.path, verify_options(f)));
+  ck::CheckpointReader b = open_reader(resolve_checkpoint(f.path_b, verify_options(f)));
 
   std::ostringstream out;
   std::size_t differences = 0;
@@ -725,6 +749,9 @@ std::string one_line(std::string text) {
 
 }  // namespace
 
+constexpr const char* kAllowUnverifiedHelp =
+    "accept format 1 files, which have no integrity block: HDF5 parses them unverified (refused by default)";
+
 CLI::App* add_ckpt_command(CLI::App& app, CkptFlags& f) {
   CLI::App* ckpt = app.add_subcommand("ckpt", "Inspect checkpoints: list, show, verify checksums, compare two");
   ckpt->require_subcommand(1);
@@ -733,17 +760,20 @@ CLI::App* add_ckpt_command(CLI::App& app, CkptFlags& f) {
   ls->add_option("DIR", f.path, "checkpoint directory (holds checkpoint.json)")->required();
   ls->add_flag("--verify", f.verify, "also verify every file's checksums (exit 1 if any fails)");
   ls->add_flag("--json", f.json, "print one JSON object");
+  ls->add_flag("--allow-unverified", f.allow_unverified, kAllowUnverifiedHelp);
   ls->callback([&f] { f.action = "ls"; });
 
   CLI::App* show = ckpt->add_subcommand("show", "Show a checkpoint's attributes and its variables with shapes");
   show->add_option("PATH", f.path, "checkpoint file, or a directory meaning its latest valid checkpoint")->required();
   show->add_flag("--json", f.json, "print one JSON object");
+  show->add_flag("--allow-unverified", f.allow_unverified, kAllowUnverifiedHelp);
   show->callback([&f] { f.action = "show"; });
 
   CLI::App* verify = ckpt->add_subcommand(
       "verify", "Verify every byte of checkpoint files (whole-file, metadata and dataset checksums); exit 1 if any fails");
   verify->add_option("PATH", f.paths, "checkpoint files or directories (a directory: every committed checkpoint)")
       ->required();
+  verify->add_flag("--allow-unverified", f.allow_unverified, kAllowUnverifiedHelp);
   verify->callback([&f] { f.action = "verify"; });
 
   CLI::App* diff = ckpt->add_subcommand("diff", "Compare two checkpoints value by value (exit 0 when identical)");
@@ -751,6 +781,7 @@ CLI::App* add_ckpt_command(CLI::App& app, CkptFlags& f) {
   diff->add_option("B", f.path_b, "checkpoint file, or a directory meaning its latest valid checkpoint")->required();
   diff->add_option("--atol", f.atol, "elements with |a - b| <= X count as equal (default: bitwise, NaN == NaN)");
   diff->add_option("--block-bytes", f.block_bytes, "read at most this many bytes per side at a time (default 16M)");
+  diff->add_flag("--allow-unverified", f.allow_unverified, kAllowUnverifiedHelp);
   diff->callback([&f] { f.action = "diff"; });
   return ckpt;
 }

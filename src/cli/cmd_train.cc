@@ -144,6 +144,8 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& f) {
                   "keep training (default STRATA_ON_SAVE_ERROR or stop); the previous checkpoint stays committed");
   cmd->add_option("--restore", f.restore, "latest (the --checkpoint-dir's newest valid checkpoint) | FILE.h5 | DIR");
   cmd->add_flag("--expect-partial", f.expect_partial, "do not report checkpoint variables the model does not use");
+  cmd->add_flag("--allow-unverified", f.allow_unverified,
+                "with --restore: accept format 1 checkpoints, which have no integrity block (refused by default)");
   cmd->add_option("--eval-steps", f.eval_steps,
                   "evaluate at most N batches of 1000 test examples (the chief's final evaluation and the "
                   "evaluator task; default 0 = all)");
@@ -244,6 +246,7 @@ int run_train_command(const TrainFlags& f, int* argc, char*** argv) {
     throw ConfigError("--eval-best-metric: '" + cmd.eval.best_metric + "' is not accuracy or loss");
   cfg.restore = f.restore;
   cfg.expect_partial = f.expect_partial;
+  cfg.allow_unverified_restore = f.allow_unverified;
   if (cfg.restore == "latest" && cfg.model_dir.empty())
     throw ConfigError("--restore latest needs --checkpoint-dir (or give --restore FILE.h5|DIR)");
   // Cheap checks before MPI starts, so a typo fails fast even outside mpirun.

@@ -51,6 +51,7 @@ struct TrainFlags {
   std::string eval_steps, eval_start_delay_secs, eval_throttle_secs, eval_best_metric;  // the evaluator task
   bool profile = false;
   bool expect_partial = false;
+  bool allow_unverified = false;
 };
 CLI::App* add_train_command(CLI::App& app, TrainFlags& flags);
 int run_train_command(const TrainFlags& flags, int* argc, char*** argv);
@@ -63,6 +64,7 @@ struct CkptFlags {
   std::vector<std::string> paths;
   bool json = false;
   bool verify = false;
+  bool allow_unverified = false;  // accept format 1 files (no integrity block)
 };
 CLI::App* add_ckpt_command(CLI::App& app, CkptFlags& flags);
 int run_ckpt_command(const CkptFlags& flags);

@@ -168,12 +168,14 @@ void ParameterServerStrategy::prepare_checkpoint_hooks() {
     if (ps0) {
       nlohmann::json j;
       const std::string& p = *restore_path_;
+      checkpoint::VerifyOptions verify_options;
+      verify_options.allow_unverified = restore_options_.allow_unverified;
       try {
         std::error_code ec;
         if (!std::filesystem::exists(p, ec)) {
           j["error"] = "restore: '" + p + "' does not exist";
         } else if (std::filesystem::is_directory(p, ec)) {
-          auto latest = checkpoint::latest_checkpoint(p);
+          auto latest = checkpoint::latest_checkpoint(p, verify_options);
           if (!latest) {
             j["none"] = p;
           } else {
@@ -181,7 +183,7 @@ void ParameterServerStrategy::prepare_checkpoint_hooks() {
             j["skipped"] = latest->skipped;
           }
         } else {
-          const checkpoint::Verification v = checkpoint::verify_checkpoint(p);
+          const checkpoint::Verification v = checkpoint::verify_checkpoint(p, verify_options);
           if (!v.ok)
             j["error"] = "restore: '" + p + "' fails verification: " + v.summary();
           else

@@ -386,6 +386,7 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
     if (!cfg.restore.empty()) {
       RestoreOptions ropt;
       ropt.expect_partial = cfg.expect_partial;
+      ropt.allow_unverified = cfg.allow_unverified_restore;
       strategy.restore(cfg.restore == "latest" ? cfg.model_dir : cfg.restore, ropt);
     }
     strategy.scope([&] {

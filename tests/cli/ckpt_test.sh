@@ -4,7 +4,7 @@
 # with h5ls/h5dump, a save on 1 rank equals the same values saved on 3 ranks, perturbations,
 # corruption and truncation are reported with the right dataset and exit status, bad usage is one
 # line and exit 2; damage anywhere in a file (metadata included, h5py edits included) fails verify
-# and is never parsed, version 1 files are still read. The ckpt commands themselves run as plain
+# and is never parsed, version 1 files are read only with --allow-unverified. The ckpt commands themselves run as plain
 # processes, never under mpirun.
 source "$(dirname "$0")/lib.sh"
 
@@ -255,7 +255,7 @@ expect_rc 1
 grep -qE "edited\.h5: FAILED: (file checksum mismatch.*outside the datasets' data|the file has [0-9]+ bytes, its integrity block says [0-9]+ \(extended after it was written\))" "$OUT" \
   || fail "the edit is not reported as damage outside the data or as a grown file"
 
-case_begin "a version 1 file (no integrity block) is still read and verified"
+case_begin "a version 1 file (no integrity block): refused, then read and verified with --allow-unverified"
 V1="$TEST_TMP/v1.h5"
 "$PY_H5" - "$TEST_TMP/good-300.h5" "$V1" <<'EOF' || fail "could not write the version 1 file"
 # Version 1 = version 2 without the user block and without metadata_checksum (FORMAT.md section 8).
@@ -270,12 +270,15 @@ with h5py.File(sys.argv[1], "r") as a, h5py.File(sys.argv[2], "w") as b:
 EOF
 head -c 8 "$V1" | od -An -c | grep -q 'H   D   F' || fail "the version 1 file does not start with the HDF5 signature"
 run "$STRATA_BIN" ckpt verify "$V1"
+expect_rc 1
+expect_stdout_has "v1.h5: FAILED: format 1 file (no integrity block: its metadata and HDF5 structure cannot be verified); refused unless unverified files are allowed (--allow-unverified)"
+run "$STRATA_BIN" ckpt verify --allow-unverified "$V1"
 expect_rc 0
 expect_stdout_has "v1.h5: OK (step 300, 7 dataset(s) verified, format 1: no file checksum)"
-run "$STRATA_BIN" ckpt show "$V1"
+run "$STRATA_BIN" ckpt show --allow-unverified "$V1"
 expect_rc 0
 grep -qE '^format_version +1$' "$OUT" || fail "show does not say format_version 1"
-run "$STRATA_BIN" ckpt diff "$V1" "$TEST_TMP/good-300.h5"
+run "$STRATA_BIN" ckpt diff --allow-unverified "$V1" "$TEST_TMP/good-300.h5"
 expect_rc 0
 [ "$(tail -1 "$OUT")" = identical ] || fail "the version 1 copy differs from its version 2 original"
 

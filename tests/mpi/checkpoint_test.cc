@@ -2,8 +2,9 @@
 // ownership, independent read-back with a different row split, external readers (h5dump, h5py,
 // and FORMAT.md's own Python recipes for the file and metadata checksums), checksums, corruption
 // of any byte of a file detected (and never restored), metadata edits detected even in a file
-// whose file checksum was recomputed, files that are not checkpoints named by path, orphaned
-// .tmp files, and the atomic commit. Every rank runs every collective.
+// whose file checksum was recomputed, attributes of the wrong shape or type, checkpoint.json
+// entries outside the directory, files that are not checkpoints named by path, orphaned .tmp
+// files, and the atomic commit. Every rank runs every collective.
 #include <hdf5.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -124,7 +125,8 @@ constexpr std::int64_t kDenseRows = 6;               // held entirely by the las
 constexpr std::int64_t kIdRows = 11, kIdCols = 3;    // i64, held by rank 0 in two pieces
 
 // Saves the three test variables from the ranks of `comm`; returns the committed path.
-std::string save_test_model(MPI_Comm comm, const std::string& dir, std::int64_t step) {
+std::string save_test_model(MPI_Comm comm, const std::string& dir, std::int64_t step,
+                            const SaveOptions& options = {}) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
@@ -162,7 +164,7 @@ std::string save_test_model(MPI_Comm comm, const std::string& dir, std::int64_t 
   attrs.variable_sequence_hash = 0x1234abcd5678ef00ull;
   attrs.optimizer = "adam";
   attrs.training_position_json = R"({"epoch":2,"workers":[{"worker":0,"epoch":2,"offset":640}]})";
-  return save(comm, dir, step, req, attrs);
+  return save(comm, dir, step, req, attrs, options);
 }
 
 TEST(Checkpoint, SaveReadBackWithDifferentSplit) {
@@ -511,6 +513,105 @@ TEST(Checkpoint, EmptyVariableVerifies) {
     if (!ok) std::fprintf(stderr, "verify: ok=%d datasets=%zu error='%s'\n", v.ok, v.datasets, v.error.c_str());
   }
   STRATA_EXPECT_ALL(comm.get(), broadcast_verdict(comm.get(), ok));
+  remove_dir(comm.get(), dir);
+}
+
+// Attributes of the wrong shape or type, in a file whose size and whole-file CRC were then
+// recomputed: open and verify name the attribute instead of writing past a one-element buffer.
+TEST(Checkpoint, MalformedAttributesAreRefused) {
+  TestComm comm;
+  std::string dir = make_dir(comm.get(), "attrs");
+  std::string path = save_test_model(comm.get(), dir, 5);
+  bool ok = true;
+  if (comm.rank() == 0) {
+    auto replace = [&](const std::string& copy, const char* object, const char* attr, hid_t type,
+                       std::vector<hsize_t> dims, const void* data) {
+      fs::copy_file(path, copy, fs::copy_options::overwrite_existing);
+      hid_t f = H5Fopen(copy.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+      hid_t o = H5Oopen(f, object, H5P_DEFAULT);
+      H5Adelete(o, attr);
+      hid_t space = dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+      hid_t a = H5Acreate2(o, attr, type, space, H5P_DEFAULT, H5P_DEFAULT);
+      H5Awrite(a, type, data);
+      H5Aclose(a);
+      H5Sclose(space);
+      H5Oclose(o);
+      H5Fclose(f);
+      resign(copy);
+    };
+    std::vector<std::int64_t> many(4096, 2);
+    std::vector<const char*> names(64, "adam");
+    hid_t vl = H5Tcopy(H5T_C_S1);
+    H5Tset_size(vl, H5T_VARIABLE);
+    const double half = 0.5;
+    struct Case {
+      std::string file, expected;
+    };
+    std::vector<Case> cases;
+    replace(dir + "/version.h5", "/", "format_version", H5T_NATIVE_INT64, {4096}, many.data());
+    cases.push_back({dir + "/version.h5", "root attribute 'format_version' must be a scalar integer, found an array of shape [4096]"});
+    replace(dir + "/optimizer.h5", "/", "optimizer", vl, {64}, names.data());
+    cases.push_back({dir + "/optimizer.h5", "root attribute 'optimizer' must be a scalar string, found an array of shape [64]"});
+    replace(dir + "/created.h5", "/", "created_unix", H5T_NATIVE_DOUBLE, {}, &half);
+    cases.push_back({dir + "/created.h5", "root attribute 'created_unix' must be a scalar integer, found a float"});
+    replace(dir + "/checksum.h5", "/variables/ids", "checksum", H5T_NATIVE_INT64, {3}, many.data());
+    cases.push_back({dir + "/checksum.h5", "attribute 'checksum' of variables/ids must be a scalar integer, found an array of shape [3]"});
+    H5Tclose(vl);
+    for (const auto& c : cases) {
+      const Verification v = verify_checkpoint(c.file);
+      std::string opened;
+      try {
+        CheckpointReader r(c.file);
+      } catch (const Error& e) {
+        opened = e.what();
+      }
+      const bool good = !v.ok && v.error == c.expected && opened.find(c.file) != std::string::npos &&
+                        opened.find(c.expected) != std::string::npos;
+      if (!good) std::fprintf(stderr, "%s: verify '%s', open '%s'\n", c.file.c_str(), v.error.c_str(), opened.c_str());
+      ok = ok && good;
+    }
+  }
+  STRATA_EXPECT_ALL(comm.get(), broadcast_verdict(comm.get(), ok));
+  remove_dir(comm.get(), dir);
+}
+
+// checkpoint.json entries that are no ckpt-<step>.h5 of the directory are refused and never
+// deleted by max_to_keep; a symlink entry fails verify_entry without being followed.
+TEST(Checkpoint, PointerEntriesStayInsideTheDirectory) {
+  TestComm comm;
+  std::string dir = make_dir(comm.get(), "entries");
+  const std::string victim = dir + "_victim.txt";
+  save_test_model(comm.get(), dir, 10);
+  if (comm.rank() == 0) {
+    std::ofstream(victim) << "precious";
+    fs::create_symlink(dir + "/ckpt-10.h5", dir + "/ckpt-11.h5");
+    std::ofstream(dir + "/checkpoint.json")
+        << R"({"checkpoints": [{"file": "../)" << fs::path(victim).filename().string()
+        << R"(", "global_step": 1, "created_unix": 1}, {"file": "/etc/hostname", "global_step": 2, "created_unix": 2},)"
+        << R"( {"file": "ckpt-10.h5", "global_step": 10, "created_unix": 3}, {"file": "ckpt-11.h5", "global_step": 11, "created_unix": 4}]})";
+  }
+  MPI_Barrier(comm.get());
+  bool listed = false, link_refused = false;
+  if (comm.rank() == 0) {
+    const CheckpointList list = read_checkpoint_list(dir);
+    listed = list.entries.size() == 2 && list.refused.size() == 2 && list.refused[1].file == "/etc/hostname";
+    const Verification v = verify_entry(dir, list.entries[1]);
+    link_refused = !v.ok && v.error == "is a symbolic link, not a regular file";
+    if (!listed || !link_refused) std::fprintf(stderr, "entries %zu refused %zu; link: '%s'\n", list.entries.size(), list.refused.size(), v.error.c_str());
+  }
+  set_log_level(LogLevel::kError);  // the save warns about each refused entry and the kept link
+  SaveOptions keep_one;
+  keep_one.max_to_keep = 1;
+  save_test_model(comm.get(), dir, 12, keep_one);
+  set_log_level(LogLevel::kWarn);
+  bool kept = false;
+  if (comm.rank() == 0) {
+    kept = fs::exists(victim) && fs::is_symlink(dir + "/ckpt-11.h5") && !fs::exists(dir + "/ckpt-10.h5") &&
+           list_checkpoints(dir).size() == 1 && read_checkpoint_list(dir).refused.empty();
+    fs::remove(victim);
+  }
+  STRATA_EXPECT_ALL(comm.get(), broadcast_verdict(comm.get(), listed && link_refused));
+  STRATA_EXPECT_ALL(comm.get(), broadcast_verdict(comm.get(), kept));
   remove_dir(comm.get(), dir);
 }
 

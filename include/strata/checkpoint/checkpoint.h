@@ -132,7 +132,10 @@ class CheckpointReader {
   // path. A version-2 file's integrity block header (size) and metadata checksum are checked here,
   // so every attribute and the variable table this object returns are the ones the writer wrote;
   // the data and the HDF5 structure are checked by verify() / verify_checkpoint(), which a caller
-  // should run first when the file may be damaged (HDF5 parses the file here).
+  // should run first when the file may be damaged (HDF5 parses the file here). Whatever the
+  // version, every attribute is checked for type class and shape before it is read, and every
+  // dataset's declared size against the bytes the file stores for it (Error naming the attribute
+  // or dataset), so no later read goes beyond what the file holds.
   explicit CheckpointReader(const std::string& path);
   ~CheckpointReader();
   CheckpointReader(CheckpointReader&&) noexcept;
@@ -192,13 +195,23 @@ struct Verification {
   std::string summary() const;
 };
 
-// Verifies a checkpoint file without trusting any of it: for format 2, plain reads check the
-// integrity block, the file size and the whole-file CRC-32 (and, in the same pass, each dataset's
-// data against its CRC-32) before HDF5 opens the file; then the metadata checksum and the variable
-// table. A damaged file of any kind (HDF5 structure included) gives ok = false with the reason,
-// never an exception or a crash. Format 1 files: each dataset's CRC-32 through HDF5, as before.
-// Independent (no MPI); reads the whole file once.
-Verification verify_checkpoint(const std::string& path);
+struct VerifyOptions {
+  // Accept format 1 files. They have no integrity block, so nothing in them can be checked
+  // before HDF5 parses the file, and their attributes and structure are not covered by any
+  // checksum; by default they are refused before HDF5 opens them (`--allow-unverified`).
+  bool allow_unverified = false;
+};
+
+// Verifies a checkpoint file without trusting any of it. `path` must be a regular file (a FIFO
+// or device is refused without blocking; symbolic links are followed). Format 2: plain reads
+// check the integrity block (its table must lie inside the file), the file size and the
+// whole-file CRC-32 (and, in the same pass, each dataset's data against its CRC-32) before HDF5
+// opens the file; then every attribute's type and shape, the metadata checksum, and every
+// dataset's declared size against the bytes the file stores for it. Format 1: refused unless
+// options.allow_unverified; then each dataset's CRC-32 through HDF5. A damaged or crafted file
+// gives ok = false with the reason, never an exception, a crash or a hang. The work is bounded
+// by the file's size: nothing declared larger than the file is read. Independent (no MPI).
+Verification verify_checkpoint(const std::string& path, const VerifyOptions& options = {});
 
 // One entry of checkpoint.json.
 struct CheckpointEntry {
@@ -208,9 +221,36 @@ struct CheckpointEntry {
   bool preserved = false;  // kept by keep_every_n_hours, outside max_to_keep
 };
 
-// Committed checkpoints listed in <dir>/checkpoint.json, oldest first. Empty when the directory
-// has no checkpoint.json; ConfigError when the directory does not exist or the file is malformed.
+// An entry of checkpoint.json that is not used: its file name is not `ckpt-<global_step>.h5`
+// (digits only, no '/', so nothing outside the directory), or the entry is malformed.
+struct RefusedEntry {
+  std::string file;    // as written in checkpoint.json
+  std::string reason;  // one line
+};
+
+struct CheckpointList {
+  std::vector<CheckpointEntry> entries;  // valid names, oldest first
+  std::vector<RefusedEntry> refused;     // in file order
+};
+
+// <dir>/checkpoint.json, read as untrusted input: it must be a regular file (not a symbolic link,
+// FIFO, ...) of at most kMaxPointerBytes, JSON nested at most kMaxJsonDepth deep; each entry's
+// file must be `ckpt-<global_step>.h5`, others are returned in `refused` and never opened or
+// deleted. Empty when there is no checkpoint.json. ConfigError naming the file when the directory
+// does not exist or the file is malformed, too large or too deep.
+inline constexpr std::uint64_t kMaxPointerBytes = 64ull << 20;
+inline constexpr std::size_t kMaxJsonDepth = 64;
+CheckpointList read_checkpoint_list(const std::string& dir);
+
+// The valid entries of read_checkpoint_list(dir), oldest first (refused ones left out silently;
+// callers that report them use read_checkpoint_list).
 std::vector<CheckpointEntry> list_checkpoints(const std::string& dir);
+
+// The verdict on one entry of <dir>/checkpoint.json: the entry's file must be a regular file in
+// the directory (a symbolic link, FIFO, directory or device is refused without being opened;
+// "file is missing" when absent), verify_checkpoint() must pass, and the file must hold the
+// entry's global step. Never throws.
+Verification verify_entry(const std::string& dir, const CheckpointEntry& entry, const VerifyOptions& options = {});
 
 struct LatestCheckpoint {
   std::string path;                  // full path of the newest checkpoint that verified
@@ -218,11 +258,11 @@ struct LatestCheckpoint {
   std::vector<std::string> skipped;  // newer entries that failed verification, with the reason
 };
 
-// The newest entry of checkpoint.json whose file passes verify_checkpoint() and holds the global
-// step the entry names; newer entries that fail are skipped with a WARN log line each (and listed
-// in `skipped`, "<path>: <reason>"). nullopt when there is no valid checkpoint. Independent (no
-// MPI); reads every candidate file completely to verify it.
-std::optional<LatestCheckpoint> latest_checkpoint(const std::string& dir);
+// The newest entry of checkpoint.json that passes verify_entry(); newer entries that fail are
+// skipped with a WARN log line each (and listed in `skipped`, "<path>: <reason>"), and every
+// refused entry (read_checkpoint_list) gets a WARN line naming it. nullopt when there is no
+// valid checkpoint. Independent (no MPI); reads every candidate file completely to verify it.
+std::optional<LatestCheckpoint> latest_checkpoint(const std::string& dir, const VerifyOptions& options = {});
 
 // Removes what interrupted saves leave in `dir` (`ckpt-*.h5.tmp`, `checkpoint.json.tmp`; never a
 // committed file) and returns their names. Nothing when `dir` does not exist. Local, no MPI; call

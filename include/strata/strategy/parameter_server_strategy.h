@@ -99,6 +99,9 @@ struct CheckpointOptions {
 struct RestoreOptions {
   // Silences the report of checkpoint variables the model does not create (TF's expect_partial).
   bool expect_partial = false;
+  // Restore from format 1 files too; they have no integrity block, so HDF5 parses them before
+  // anything can be checked (checkpoint::VerifyOptions::allow_unverified; --allow-unverified).
+  bool allow_unverified = false;
 };
 
 // What a restore did, known on every rank after the outermost scope() (collective report).

@@ -53,6 +53,7 @@ struct RunConfig {
   bool stop_on_save_error = true;            // --on-save-error stop|continue
   std::string restore;                       // "" none, "latest" (model_dir's newest valid), or a path
   bool expect_partial = false;
+  bool allow_unverified_restore = false;     // --allow-unverified: format 1 files may be restored
 
   // ---- logging (TF: log_step_count_steps) ----
   int log_step_count_steps = 100;    // progress line every N steps of the chief (0: off)

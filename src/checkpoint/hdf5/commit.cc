@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "checkpoint/hdf5/integrity.h"
 #include "strata/common/error.h"
 #include "strata/common/logging.h"
 
@@ -60,25 +61,109 @@ void durable_rename(const std::string& tmp, const std::string& final_path) {
   fsync_path(parent_dir(final_path), true);
 }
 
-std::vector<CheckpointEntry> read_pointer(const std::string& dir) {
-  std::string path = (std::filesystem::path(dir) / kPointerFile).string();
-  std::ifstream in(path);
-  if (!in) return {};
-  std::vector<CheckpointEntry> entries;
+std::string check_entry_name(const std::string& name, std::int64_t global_step) {
+  const std::string expected = checkpoint_file_name(global_step);
+  if (name == expected) return "";
+  const bool shaped = name.size() > 8 && name.size() <= 5 + 19 + 3 && name.compare(0, 5, "ckpt-") == 0 &&
+                      name.compare(name.size() - 3, 3, ".h5") == 0 &&
+                      std::all_of(name.begin() + 5, name.end() - 3, [](char c) { return c >= '0' && c <= '9'; });
+  if (!shaped) return "not a checkpoint file name (ckpt-<step>.h5 inside the directory)";
+  return "the file name says another step than the entry's global_step " + std::to_string(global_step) +
+         " (expected " + expected + ")";
+}
+
+std::size_t json_nesting_depth(const std::string& text) {
+  std::size_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+CheckpointList read_pointer(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / kPointerFile).string();
+  // O_NOFOLLOW: the pointer is strata's own file, replaced by rename; a link in its place is not.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return {};
+    if (errno == ELOOP) throw ConfigError("checkpoint: " + path + " is a symbolic link, not a regular file");
+    fail_errno("open", path);
+  }
+  std::string text;
+  {
+    struct stat st {};
+    const bool stat_ok = ::fstat(fd, &st) == 0;
+    const int err = errno;
+    if (!stat_ok || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) > kMaxPointerBytes) {
+      ::close(fd);
+      if (!stat_ok) throw Error("checkpoint: stat '" + path + "' failed: " + std::strerror(err));
+      if (!S_ISREG(st.st_mode))
+        throw ConfigError("checkpoint: " + path + " is " + file_kind(st.st_mode) + ", not a regular file");
+      throw ConfigError("checkpoint: " + path + " has " + std::to_string(st.st_size) + " bytes, more than the " +
+                        std::to_string(kMaxPointerBytes) + " a checkpoint.json may have");
+    }
+    text.resize(static_cast<std::size_t>(st.st_size));
+    std::size_t got = 0;
+    while (got < text.size()) {
+      const ssize_t r = ::read(fd, text.data() + got, text.size() - got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      got += static_cast<std::size_t>(r);
+    }
+    text.resize(got);
+    ::close(fd);
+  }
+  if (json_nesting_depth(text) > kMaxJsonDepth)
+    throw ConfigError("checkpoint: malformed " + path + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
+                      " levels");
+  CheckpointList list;
   try {
-    nlohmann::json doc = nlohmann::json::parse(in);
+    const nlohmann::json doc = nlohmann::json::parse(text);
     for (const auto& e : doc.at("checkpoints")) {
       CheckpointEntry entry;
       entry.file = e.at("file").get<std::string>();
       entry.global_step = e.at("global_step").get<std::int64_t>();
       entry.created_unix = e.at("created_unix").get<std::int64_t>();
       entry.preserved = e.value("preserved", false);
-      entries.push_back(entry);
+      std::string why = check_entry_name(entry.file, entry.global_step);
+      if (why.empty())
+        list.entries.push_back(entry);
+      else
+        list.refused.push_back({entry.file, why});
     }
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError("checkpoint: malformed " + path + ": " + e.what());
   }
-  return entries;
+  return list;
+}
+
+std::string remove_entry_file(const std::string& dir, const CheckpointEntry& entry) {
+  const std::string why = check_entry_name(entry.file, entry.global_step);
+  if (!why.empty()) return why;
+  const std::string path = (std::filesystem::path(dir) / entry.file).string();
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return errno == ENOENT ? "" : std::strerror(errno);
+  if (!S_ISREG(st.st_mode)) return std::string("it is ") + file_kind(st.st_mode) + ", not a regular file";
+  // unlink(2) never follows a link and never removes a directory, should the name change between
+  // the lstat and here.
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return std::strerror(errno);
+  return "";
 }
 
 void write_pointer(const std::string& dir, const std::vector<CheckpointEntry>& entries) {
@@ -105,30 +190,63 @@ void write_pointer(const std::string& dir, const std::vector<CheckpointEntry>& e
 
 }  // namespace detail
 
-std::vector<CheckpointEntry> list_checkpoints(const std::string& dir) {
+CheckpointList read_checkpoint_list(const std::string& dir) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec))
     throw ConfigError("checkpoint directory '" + dir + "' does not exist");
   return detail::read_pointer(dir);
 }
 
-std::optional<LatestCheckpoint> latest_checkpoint(const std::string& dir) {
-  auto entries = list_checkpoints(dir);
+std::vector<CheckpointEntry> list_checkpoints(const std::string& dir) { return read_checkpoint_list(dir).entries; }
+
+Verification verify_entry(const std::string& dir, const CheckpointEntry& entry, const VerifyOptions& options) {
+  const std::string path = (std::filesystem::path(dir) / entry.file).string();
+  const std::string bad_name = detail::check_entry_name(entry.file, entry.global_step);
+  Verification v;
+  v.path = path;
+  v.structure_intact = false;
+  if (!bad_name.empty()) {
+    v.error = "checkpoint.json entry '" + entry.file + "': " + bad_name;
+    return v;
+  }
+  // lstat first: an entry is a file strata wrote in this directory, never a link to elsewhere, and
+  // a FIFO or device is never opened (opening a FIFO blocks until a writer appears).
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    v.error = errno == ENOENT ? "file is missing" : "cannot stat: " + std::string(std::strerror(errno));
+    return v;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    v.error = std::string("is ") + detail::file_kind(st.st_mode) + ", not a regular file";
+    return v;
+  }
+  v = verify_checkpoint(path, options);
+  if (v.ok && v.global_step != entry.global_step) {
+    v.ok = false;
+    v.error = "holds global step " + std::to_string(v.global_step) + ", checkpoint.json says " +
+              std::to_string(entry.global_step);
+  }
+  return v;
+}
+
+std::optional<LatestCheckpoint> latest_checkpoint(const std::string& dir, const VerifyOptions& options) {
+  const CheckpointList list = read_checkpoint_list(dir);
+  const std::string pointer = (std::filesystem::path(dir) / detail::kPointerFile).string();
+  for (const auto& r : list.refused)
+    STRATA_LOG(WARN) << "checkpoint: ignoring entry '" << r.file << "' of " << pointer << ": " << r.reason;
+  const auto& entries = list.entries;
   std::vector<std::string> skipped;
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
-    std::string path = (std::filesystem::path(dir) / it->file).string();
-    Verification v = verify_checkpoint(path);
-    std::string reason = v.ok ? "" : v.summary();
-    if (v.ok && v.global_step != it->global_step)
-      reason = "holds global step " + std::to_string(v.global_step) + ", checkpoint.json says " +
-               std::to_string(it->global_step);
-    if (reason.empty()) {
+    const Verification v = verify_entry(dir, *it, options);
+    const std::string& path = v.path;
+    if (v.ok) {
       if (!skipped.empty()) {
         STRATA_LOG(WARN) << "checkpoint: using " << path << " (step " << it->global_step
                          << ") instead of the newer invalid checkpoint(s)";
       }
       return LatestCheckpoint{path, it->global_step, std::move(skipped)};
     }
+    const std::string reason = v.summary();
     STRATA_LOG(WARN) << "checkpoint: skipping " << path << ": " << reason;
     skipped.push_back(path + ": " + reason);
   }

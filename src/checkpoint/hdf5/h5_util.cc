@@ -4,6 +4,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstring>
 
 namespace strata::checkpoint {
 
@@ -159,46 +160,109 @@ bool has_attr(hid_t obj, const char* name) { return STRATA_CHECK_H5(H5Aexists(ob
 
 namespace {
 
-void read_scalar_attr(hid_t obj, const char* name, hid_t mem_t, void* out) {
+// "root attribute 'format_version'", "attribute 'checksum' of variables/dense/kernel".
+std::string attr_label(hid_t obj, const char* name) {
+  char owner[512] = {};
+  const ssize_t n = H5Iget_name(obj, owner, sizeof owner);
+  H5Eclear2(H5E_DEFAULT);
+  const std::string path = n > 1 ? std::string(owner) : "";
+  if (path.empty() || path == "/") return std::string("root attribute '") + name + "'";
+  return std::string("attribute '") + name + "' of " + (path[0] == '/' ? path.substr(1) : path);
+}
+
+std::string class_name(H5T_class_t cls) {
+  switch (cls) {
+    case H5T_INTEGER: return "an integer";
+    case H5T_FLOAT: return "a float";
+    case H5T_STRING: return "a string";
+    case H5T_COMPOUND: return "a compound";
+    case H5T_ARRAY: return "an HDF5 array type";
+    case H5T_VLEN: return "a variable-length sequence";
+    case H5T_ENUM: return "an enum";
+    case H5T_REFERENCE: return "a reference";
+    case H5T_OPAQUE: return "an opaque type";
+    case H5T_BITFIELD: return "a bitfield";
+    case H5T_TIME: return "a time";
+    default: return "an unknown type";
+  }
+}
+
+// An attribute opened for reading, after its dataspace was checked to be scalar and its type
+// class to be `want`; `what` names the expectation in messages ("integer", "string"). Every
+// read of a checkpoint attribute goes through here: an attribute of another shape would make
+// H5Aread write more than one element into a buffer sized for one.
+struct ScalarAttr {
+  H5Id attr, type;
+  std::string label;
+};
+
+ScalarAttr open_scalar_attr(hid_t obj, const char* name, H5T_class_t want, const char* what) {
   if (!has_attr(obj, name))
     throw ConfigError(std::string("checkpoint: missing attribute '") + name + "'");
-  H5Id attr(STRATA_CHECK_H5(H5Aopen(obj, name, H5P_DEFAULT)), H5Aclose);
-  STRATA_CHECK_H5(H5Aread(attr.get(), mem_t, out));
+  ScalarAttr a;
+  a.label = attr_label(obj, name);
+  a.attr = H5Id(STRATA_CHECK_H5(H5Aopen(obj, name, H5P_DEFAULT)), H5Aclose);
+  a.type = H5Id(STRATA_CHECK_H5(H5Aget_type(a.attr.get())), H5Tclose);
+  H5Id space(STRATA_CHECK_H5(H5Aget_space(a.attr.get())), H5Sclose);
+  const std::string expected = a.label + " must be a scalar " + what + ", ";
+  const H5S_class_t shape = H5Sget_simple_extent_type(space.get());
+  if (shape != H5S_SCALAR) {
+    if (shape == H5S_NULL) throw Error(expected + "found an empty (null) dataspace");
+    const int rank = STRATA_CHECK_H5(H5Sget_simple_extent_ndims(space.get()));
+    std::vector<hsize_t> dims(static_cast<std::size_t>(std::max(rank, 0)));
+    if (rank > 0) STRATA_CHECK_H5(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr));
+    std::string extent = "[";
+    for (std::size_t i = 0; i < dims.size(); ++i) extent += (i ? "," : "") + std::to_string(dims[i]);
+    throw Error(expected + "found an array of shape " + extent + "]");
+  }
+  const H5T_class_t cls = H5Tget_class(a.type.get());
+  if (cls != want) throw Error(expected + "found " + class_name(cls));
+  return a;
+}
+
+// Integers of 1 to 8 bytes, converted by HDF5 into the native 8-byte type of `mem_t`.
+void read_scalar_int(hid_t obj, const char* name, hid_t mem_t, void* out) {
+  ScalarAttr a = open_scalar_attr(obj, name, H5T_INTEGER, "integer");
+  const std::size_t size = H5Tget_size(a.type.get());
+  if (size == 0 || size > 8)
+    throw Error(a.label + " must be an integer of at most 8 bytes, found " + std::to_string(size) + " bytes");
+  STRATA_CHECK_H5(H5Aread(a.attr.get(), mem_t, out));
 }
 
 }  // namespace
 
 std::int64_t read_attr_i64(hid_t obj, const char* name) {
   std::int64_t v = 0;
-  read_scalar_attr(obj, name, H5T_NATIVE_INT64, &v);
+  read_scalar_int(obj, name, H5T_NATIVE_INT64, &v);
   return v;
 }
 std::uint64_t read_attr_u64(hid_t obj, const char* name) {
   std::uint64_t v = 0;
-  read_scalar_attr(obj, name, H5T_NATIVE_UINT64, &v);
+  read_scalar_int(obj, name, H5T_NATIVE_UINT64, &v);
   return v;
 }
 
 std::string read_attr_string(hid_t obj, const char* name) {
-  if (!has_attr(obj, name))
-    throw ConfigError(std::string("checkpoint: missing attribute '") + name + "'");
-  H5Id attr(STRATA_CHECK_H5(H5Aopen(obj, name, H5P_DEFAULT)), H5Aclose);
-  H5Id ftype(STRATA_CHECK_H5(H5Aget_type(attr.get())), H5Tclose);
-  if (H5Tget_class(ftype.get()) != H5T_STRING)
-    throw ConfigError(std::string("checkpoint: attribute '") + name + "' is not a string");
-  if (STRATA_CHECK_H5(H5Tis_variable_str(ftype.get())) > 0) {
+  ScalarAttr a = open_scalar_attr(obj, name, H5T_STRING, "string");
+  const std::string too_long = a.label + " is longer than the " + std::to_string(kMaxAttrStringBytes) + " bytes a checkpoint string may hold";
+  if (STRATA_CHECK_H5(H5Tis_variable_str(a.type.get())) > 0) {
     H5Id mtype(STRATA_CHECK_H5(H5Tcopy(H5T_C_S1)), H5Tclose);
     STRATA_CHECK_H5(H5Tset_size(mtype.get(), H5T_VARIABLE));
-    STRATA_CHECK_H5(H5Tset_cset(mtype.get(), H5Tget_cset(ftype.get())));
-    char* data = nullptr;
-    STRATA_CHECK_H5(H5Aread(attr.get(), mtype.get(), &data));
-    std::string out = data ? data : "";
+    STRATA_CHECK_H5(H5Tset_cset(mtype.get(), H5Tget_cset(a.type.get())));
+    char* data = nullptr;  // one pointer: the dataspace is scalar (checked above)
+    STRATA_CHECK_H5(H5Aread(a.attr.get(), mtype.get(), &data));
+    const std::size_t length = data ? strnlen(data, kMaxAttrStringBytes + 1) : 0;
+    std::string out = length <= kMaxAttrStringBytes && data ? std::string(data, length) : "";
     H5free_memory(data);
+    if (length > kMaxAttrStringBytes) throw Error(too_long);
     return out;
   }
-  std::size_t size = H5Tget_size(ftype.get());
+  // Fixed length: the stored size bounds the buffer, checked before allocating it.
+  const std::size_t size = H5Tget_size(a.type.get());
+  if (size == 0) throw Error(a.label + ": string type of size 0");
+  if (size > kMaxAttrStringBytes) throw Error(too_long);
   std::string out(size, '\0');
-  STRATA_CHECK_H5(H5Aread(attr.get(), ftype.get(), out.data()));
+  STRATA_CHECK_H5(H5Aread(a.attr.get(), a.type.get(), out.data()));
   out.resize(out.find('\0') == std::string::npos ? size : out.find('\0'));
   return out;
 }

@@ -91,6 +91,12 @@ void write_attr_u64(hid_t obj, const char* name, std::uint64_t value);
 void write_attr_i32(hid_t obj, const char* name, std::int32_t value);
 void write_attr_string(hid_t obj, const char* name, const std::string& value);  // VL UTF-8
 bool has_attr(hid_t obj, const char* name);
+// Reads of attributes from files that may have been crafted: each checks that the attribute is
+// scalar (an array would overrun the one-element buffer), of the right type class (integer of at
+// most 8 bytes, converted by HDF5; or string, fixed or variable length, at most
+// kMaxAttrStringBytes) before reading. ConfigError when the attribute is missing; Error naming
+// the attribute and what was found otherwise.
+inline constexpr std::size_t kMaxAttrStringBytes = 16u << 20;
 std::int64_t read_attr_i64(hid_t obj, const char* name);
 std::uint64_t read_attr_u64(hid_t obj, const char* name);
 std::string read_attr_string(hid_t obj, const char* name);

@@ -1,6 +1,8 @@
 // Integrity block, file scans and the manifest (see integrity.h and FORMAT.md sections 3-4).
 #include "checkpoint/hdf5/integrity.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -142,8 +144,8 @@ std::vector<Segment> file_segments(const IntegrityBlock& block) {
   for (const auto& [offset, i] : order) {
     const DataRegion& r = block.regions[static_cast<std::size_t>(i)];
     if (offset < next || r.bytes > block.file_bytes || offset > block.file_bytes - r.bytes)
-      throw Error("integrity block: the data of " + r.path + " (offset " + std::to_string(offset) + ", " +
-                  std::to_string(r.bytes) + " bytes) overlaps other data or lies outside the file");
+      throw Error("the table places the data of " + r.path + " (offset " + std::to_string(offset) + ", " +
+                  std::to_string(r.bytes) + " bytes) over other data or outside the file");
     if (offset > next) out.push_back({next, offset, -1});
     out.push_back({offset, offset + r.bytes, i});
     next = offset + r.bytes;
@@ -239,6 +241,35 @@ std::uint32_t whole_file_crc(const std::string& encoded_block, const std::vector
   for (std::size_t s = 0; s < segments.size(); ++s)
     crc = crc32_combine(crc, segment_crcs[s], segments[s].end - segments[s].begin);
   return crc;
+}
+
+const char* file_kind(unsigned mode) {
+  switch (mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFDIR: return "a directory";
+    case S_IFLNK: return "a symbolic link";
+    case S_IFIFO: return "a FIFO";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFSOCK: return "a socket";
+    default: return "not a file";
+  }
+}
+
+int open_regular_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw Error("cannot open: " + std::string(std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw Error("cannot stat: " + std::string(std::strerror(err)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw ConfigError(std::string("is not a regular file (") + file_kind(st.st_mode) + ")");
+  }
+  return fd;
 }
 
 // ---- manifest ----------------------------------------------------------------------------------

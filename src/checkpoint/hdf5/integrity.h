@@ -83,6 +83,17 @@ std::vector<std::uint32_t> combine_segment_pieces(std::vector<SegmentPiece> piec
 std::uint32_t whole_file_crc(const std::string& encoded_block, const std::vector<Segment>& segments,
                              const std::vector<std::uint32_t>& segment_crcs);
 
+// ---- files that may be anything ---------------------------------------------------------------
+
+// "a FIFO", "a directory", "a symbolic link", ... for messages; "a regular file" for S_ISREG.
+const char* file_kind(unsigned mode);
+// Opens `path` read-only without blocking (a FIFO or a device in place of a checkpoint must not
+// hang a reader; O_NONBLOCK changes nothing for regular files) and checks with fstat that it is a
+// regular file. Symbolic links are followed (callers that must refuse them check with lstat
+// first, as verify_entry() does). Returns the descriptor; throws ConfigError "is not a regular
+// file (a FIFO)" or Error with errno's text.
+int open_regular_file(const std::string& path);
+
 // ---- manifest ----------------------------------------------------------------------------------
 
 struct ManifestDataset {

@@ -14,11 +14,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <future>
 #include <filesystem>
+#include <future>
+#include <limits>
 #include <map>
 #include <vector>
 
+#include "checkpoint/hdf5/commit.h"
 #include "checkpoint/hdf5/h5_util.h"
 #include "checkpoint/hdf5/integrity.h"
 #include "strata/checkpoint/checkpoint.h"
@@ -55,13 +57,16 @@ herr_t collect_datasets(hid_t, const char* name, const H5O_info_t* info, void* d
   return 0;
 }
 
-herr_t collect_direct_datasets(hid_t group, const char* name, const H5L_info_t*, void* data) {
+herr_t collect_direct_datasets(hid_t group, const char* name, const H5L_info_t* link, void* data) {
   H5O_info_t info;
+  if (link->type != H5L_TYPE_HARD) return 0;  // see link_exists
   if (H5Oget_info_by_name(group, name, &info, H5P_DEFAULT) >= 0 && info.type == H5O_TYPE_DATASET)
     static_cast<VisitState*>(data)->datasets.emplace_back(name);
   return 0;
 }
 
+// True when every component of `path` exists as a hard link. Soft and external links are
+// treated as absent: a crafted file could otherwise point the reader at objects of another file.
 bool link_exists(hid_t file, const std::string& path) {
   // H5Lexists needs every intermediate link to exist; check component by component.
   std::size_t pos = 0;
@@ -69,6 +74,8 @@ bool link_exists(hid_t file, const std::string& path) {
     pos = path.find('/', pos + 1);
     std::string prefix = path.substr(0, pos);
     if (H5Lexists(file, prefix.c_str(), H5P_DEFAULT) <= 0) return false;
+    H5L_info_t info;
+    if (H5Lget_info(file, prefix.c_str(), &info, H5P_DEFAULT) < 0 || info.type != H5L_TYPE_HARD) return false;
     if (pos == std::string::npos) return true;
   }
 }
@@ -83,6 +90,73 @@ void read_block(hid_t dset, DType dtype, const std::vector<hsize_t>& dims, std::
   STRATA_CHECK_H5(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr));
   H5Id mspace(STRATA_CHECK_H5(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr)), H5Sclose);
   STRATA_CHECK_H5(H5Dread(dset, detail::memory_type(dtype), mspace.get(), fspace.get(), H5P_DEFAULT, out));
+}
+
+std::string shape_text(const std::vector<hsize_t>& dims) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+// The bytes a dataset declares (elements x element size), checked before anything reads or
+// allocates for it: they must fit in the file, and the file must store exactly that many bytes
+// for it, as its layout implies (contiguous and compact: the declared bytes; chunked, unfiltered:
+// every chunk, edge chunks whole). A dataset declared large but never written reads as fill
+// values, terabytes of them without touching the file; this is where such a file is refused.
+// `contiguous_only`: format 2, whose integrity block records one byte range per dataset.
+std::uint64_t checked_dataset_bytes(hid_t dset, const std::string& path, const std::vector<hsize_t>& dims,
+                                    DType dtype, std::uint64_t file_bytes, bool contiguous_only) {
+  const std::string what = path.substr(1) + " " + shape_text(dims) + " " + to_string(dtype);
+  std::uint64_t bytes = dtype_size(dtype);
+  const bool empty = std::find(dims.begin(), dims.end(), hsize_t{0}) != dims.end();
+  for (hsize_t d : dims) {
+    if (d > static_cast<hsize_t>(std::numeric_limits<std::int64_t>::max()) ||
+        (!empty && __builtin_mul_overflow(bytes, static_cast<std::uint64_t>(d), &bytes)))
+      throw Error(what + " declares more than 2^64 bytes");
+  }
+  if (empty) return 0;
+  if (bytes > file_bytes)
+    throw Error(what + " declares " + std::to_string(bytes) + " bytes, more than the whole file (" +
+                std::to_string(file_bytes) + " bytes)");
+  H5Id dcpl(STRATA_CHECK_H5(H5Dget_create_plist(dset)), H5Pclose);
+  if (STRATA_CHECK_H5(H5Pget_nfilters(dcpl.get())) > 0)
+    throw Error(what + " uses HDF5 filters (compression), which checkpoints never do");
+  const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+  const std::uint64_t stored = H5Dget_storage_size(dset);
+  std::uint64_t expected = bytes;
+  if (layout == H5D_CONTIGUOUS) {
+    // Unallocated data has no address (H5Dget_offset then reports HADDR_UNDEF shifted by the
+    // user block), so the stored size decides first; then the bytes must lie inside the file.
+    if (stored == 0)
+      throw Error(what + " declares " + std::to_string(bytes) + " bytes of data, the file stores none of them");
+    const haddr_t at = H5Dget_offset(dset);
+    if (stored == bytes && (at == HADDR_UNDEF || at > file_bytes || bytes > file_bytes - at))
+      throw Error(what + " declares " + std::to_string(bytes) + " bytes of data at offset " + std::to_string(at) +
+                  ", outside the file (" + std::to_string(file_bytes) + " bytes)");
+  } else if (layout == H5D_COMPACT && !contiguous_only) {
+    // The data is in the object header; its size is the declared size (checked below).
+  } else if (layout == H5D_CHUNKED && !contiguous_only) {
+    std::vector<hsize_t> chunk(dims.size(), 0);
+    if (STRATA_CHECK_H5(H5Pget_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data())) !=
+        static_cast<int>(chunk.size()))
+      throw Error(what + ": its chunk rank differs from its rank");
+    expected = dtype_size(dtype);
+    for (std::size_t i = 0; i < dims.size(); ++i) {
+      if (chunk[i] == 0) throw Error(what + ": chunk dimension 0");
+      const std::uint64_t count = dims[i] / chunk[i] + (dims[i] % chunk[i] != 0);
+      if (__builtin_mul_overflow(expected, static_cast<std::uint64_t>(chunk[i]), &expected) ||
+          __builtin_mul_overflow(expected, count, &expected) || expected > file_bytes)
+        throw Error(what + " in chunks of " + shape_text(chunk) + " declares more bytes than the whole file (" +
+                    std::to_string(file_bytes) + " bytes)");
+    }
+  } else {
+    throw Error(what + " has a storage layout checkpoints do not use (" +
+                (contiguous_only ? "format 2 datasets are contiguous" : "not contiguous, chunked or compact") + ")");
+  }
+  if (stored != expected)
+    throw Error(what + " declares " + std::to_string(expected) + " bytes of data, the file stores " +
+                std::to_string(stored));
+  return bytes;
 }
 
 std::string hex32(std::uint32_t v) {
@@ -164,20 +238,21 @@ void CheckpointReader::Impl::open() {
   Impl& m = *this;
   const std::string& path = m.path;
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) throw ConfigError("does not exist or is not a regular file");
+  if (!std::filesystem::exists(path, ec)) throw ConfigError("does not exist");
   Head head;
   {
-    Fd fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-    if (fd.fd < 0) throw Error("cannot open: " + std::string(std::strerror(errno)));
+    Fd fd{detail::open_regular_file(path)};
     head = read_head(fd.fd, path);
     if (head.block) {
       try {
         m.block = detail::decode_integrity_block(read_raw_block(fd.fd, head.block->block_bytes));
+        detail::file_segments(*m.block);  // every byte range the table names lies inside the file
       } catch (const Error& e) {
         throw Error("damaged integrity block: " + e.message());
       }
     }
   }
+  const std::uint64_t file_bytes = head.size;
   hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (f < 0) throw Hdf5Error("HDF5 cannot open it: " + detail::take_h5_error());
   m.file = H5Id(f, H5Fclose);
@@ -194,6 +269,10 @@ void CheckpointReader::Impl::open() {
   m.variable_sequence_hash = detail::read_attr_u64(f, "variable_sequence_hash");
   m.optimizer = detail::read_attr_string(f, "optimizer");
   m.training_position = detail::read_attr_string(f, "training_position");
+  // Consumers parse, print and compare it as JSON; nothing deeper than a sane document gets there.
+  if (detail::json_nesting_depth(m.training_position) > kMaxJsonDepth)
+    throw Error("root attribute 'training_position' nests JSON deeper than " + std::to_string(kMaxJsonDepth) +
+                " levels");
   m.created_unix = detail::read_attr_i64(f, "created_unix");
 
   VisitState vars;
@@ -206,13 +285,12 @@ void CheckpointReader::Impl::open() {
     std::uint64_t offset = 0, bytes = 0, checksum = 0;
   };
   std::map<std::string, Seen> seen;  // dataset path without the leading '/'
-  auto describe = [&](hid_t dset, const std::string& dpath, const VariableMeta& meta, bool is_variable) {
+  auto describe = [&](hid_t dset, const std::string& dpath, const VariableMeta& meta, bool is_variable,
+                      std::uint64_t bytes) {
     if (!m.block) return;
     detail::ManifestDataset md{dpath.substr(1), to_string(meta.dtype), meta.shape, 0, std::nullopt};
     md.checksum = detail::read_attr_u64(dset, "checksum");
     if (is_variable) md.optimizer_step = meta.optimizer_step;
-    std::uint64_t bytes = dtype_size(meta.dtype);
-    for (auto d : meta.shape) bytes *= static_cast<std::uint64_t>(d);
     const haddr_t at = H5Dget_offset(dset);
     seen[md.path] = {bytes == 0 || at == HADDR_UNDEF ? 0 : static_cast<std::uint64_t>(at), bytes, md.checksum};
     manifest.datasets.push_back(std::move(md));
@@ -228,8 +306,9 @@ void CheckpointReader::Impl::open() {
     int rank = STRATA_CHECK_H5(H5Sget_simple_extent_ndims(space.get()));
     std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
     STRATA_CHECK_H5(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr));
+    if (dims.empty()) throw Error("variable '" + name + "' has rank 0 (checkpoints hold rank >= 1)");
+    const std::uint64_t bytes = checked_dataset_bytes(dset.get(), vpath, dims, meta.dtype, file_bytes, m.block.has_value());
     meta.shape.assign(dims.begin(), dims.end());
-    if (meta.shape.empty()) throw Error("variable '" + name + "' has rank 0 (checkpoints hold rank >= 1)");
     if (detail::has_attr(dset.get(), "optimizer_step")) meta.optimizer_step = detail::read_attr_i64(dset.get(), "optimizer_step");
     std::string slots_group = "/slots/" + name;
     if (link_exists(f, slots_group)) {
@@ -238,7 +317,7 @@ void CheckpointReader::Impl::open() {
       STRATA_CHECK_H5(H5Literate(group.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr, collect_direct_datasets, &slots));
       meta.slots = slots.datasets;
     }
-    describe(dset.get(), vpath, meta, true);
+    describe(dset.get(), vpath, meta, true, bytes);
     for (const auto& slot : meta.slots) {
       const std::string spath = detail::slot_path(name, slot);
       H5Id sd(STRATA_CHECK_H5(H5Dopen2(f, spath.c_str(), H5P_DEFAULT)), H5Dclose);
@@ -246,10 +325,10 @@ void CheckpointReader::Impl::open() {
       H5Id sspace(STRATA_CHECK_H5(H5Dget_space(sd.get())), H5Sclose);
       std::vector<hsize_t> sdims(static_cast<std::size_t>(STRATA_CHECK_H5(H5Sget_simple_extent_ndims(sspace.get()))));
       STRATA_CHECK_H5(H5Sget_simple_extent_dims(sspace.get(), sdims.data(), nullptr));
-      if (detail::dtype_of(stype.get(), "slot '" + spath + "'") != meta.dtype ||
-          std::vector<std::int64_t>(sdims.begin(), sdims.end()) != meta.shape)
+      if (detail::dtype_of(stype.get(), "slot '" + spath + "'") != meta.dtype || sdims != dims)
         throw Error("slot " + spath.substr(1) + " differs from its variable in shape or dtype");
-      describe(sd.get(), spath, meta, false);
+      describe(sd.get(), spath, meta, false,
+               checked_dataset_bytes(sd.get(), spath, sdims, meta.dtype, file_bytes, m.block.has_value()));
     }
     m.variables.push_back(std::move(meta));
   }
@@ -423,7 +502,7 @@ std::string Verification::summary() const {
   return "ok";
 }
 
-Verification verify_checkpoint(const std::string& path) {
+Verification verify_checkpoint(const std::string& path, const VerifyOptions& options) {
   Verification v;
   v.path = path;
   const std::string prefix = "checkpoint '" + path + "': ";
@@ -437,8 +516,7 @@ Verification verify_checkpoint(const std::string& path) {
       v.structure_intact = false;
       return v;
     }
-    Fd fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-    if (fd.fd < 0) throw Error("cannot open: " + std::string(std::strerror(errno)));
+    Fd fd{detail::open_regular_file(path)};
     const Head head = read_head(fd.fd, path);
     v.file_bytes = head.size;
     if (head.block) {
@@ -448,11 +526,15 @@ Verification verify_checkpoint(const std::string& path) {
       detail::IntegrityBlock block = *head.block;
       std::vector<detail::Segment> segments;
       bool table_ok = true;
+      std::string table_error;
       try {
         block = detail::decode_integrity_block(raw);
         segments = detail::file_segments(block);
-      } catch (const Error&) {
-        table_ok = false;  // damaged table: the whole-file CRC-32 alone decides (and will fail)
+      } catch (const Error& e) {
+        // Damaged table: the whole-file CRC-32 alone says whether it was an accident (it will
+        // fail); a table that is wrong under a matching CRC was written so, and fails below.
+        table_ok = false;
+        table_error = e.message();
         block.regions.clear();
         segments = {{block.block_bytes, block.file_bytes, -1}};
         if (block.block_bytes == block.file_bytes) segments.clear();
@@ -492,6 +574,11 @@ Verification verify_checkpoint(const std::string& path) {
                      "attributes, B-trees or heaps)";
         return v;  // never hand a damaged file to HDF5
       }
+      if (!table_ok) {
+        v.error = "damaged integrity block: " + table_error;
+        v.structure_intact = false;
+        return v;
+      }
       if (!v.bad.empty()) return v;
       CheckpointReader reader(path);
       v.format_version = reader.format_version();
@@ -499,7 +586,15 @@ Verification verify_checkpoint(const std::string& path) {
       v.ok = true;
       return v;
     }
-    // Format 1: HDF5 opens it and every dataset's CRC-32 is recomputed.
+    // Format 1: nothing can be checked before HDF5 parses the file, so only on request; then
+    // every dataset's CRC-32 is recomputed through HDF5.
+    if (!options.allow_unverified) {
+      v.format_version = 1;
+      v.structure_intact = false;
+      v.error = "format 1 file (no integrity block: its metadata and HDF5 structure cannot be verified); "
+                "refused unless unverified files are allowed (--allow-unverified)";
+      return v;
+    }
     CheckpointReader reader(path);
     v.format_version = reader.format_version();
     v.global_step = reader.global_step();

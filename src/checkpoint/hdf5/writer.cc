@@ -57,6 +57,7 @@
 #include "checkpoint/hdf5/integrity.h"
 #include "strata/checkpoint/checkpoint.h"
 #include "strata/common/error.h"
+#include "strata/common/logging.h"
 
 namespace strata::checkpoint {
 namespace {
@@ -587,8 +588,14 @@ std::string save(MPI_Comm comm, const std::string& dir, std::int64_t global_step
       const std::string name = detail::checkpoint_file_name(global_step);
       bool pointer_read = false, listed = false;
       try {
-        auto entries = detail::read_pointer(dir);
+        CheckpointList pointer = detail::read_pointer(dir);
+        auto& entries = pointer.entries;
         pointer_read = true;
+        // An entry that is no checkpoint name of this directory ("../x", "/etc/y") is dropped from
+        // the pointer and its file never touched: retention deletes only ckpt-<step>.h5 here.
+        for (const auto& r : pointer.refused)
+          STRATA_LOG(WARN) << "checkpoint: dropping entry '" << r.file << "' of " << dir << "/" << detail::kPointerFile
+                           << ": " << r.reason;
         for (const auto& e : entries) listed = listed || e.file == name;
         detail::durable_rename(tmp_path, final_path);
         entries.erase(std::remove_if(entries.begin(), entries.end(),
@@ -598,8 +605,10 @@ std::string save(MPI_Comm comm, const std::string& dir, std::int64_t global_step
         std::vector<CheckpointEntry> dropped = apply_retention(entries, options);
         detail::write_pointer(dir, entries);
         for (const auto& e : dropped) {
-          std::error_code ec;
-          std::filesystem::remove(std::filesystem::path(dir) / e.file, ec);
+          const std::string kept = detail::remove_entry_file(dir, e);
+          if (!kept.empty()) {
+            STRATA_LOG(WARN) << "checkpoint: max_to_keep: not deleting " << dir << "/" << e.file << ": " << kept;
+          }
         }
       } catch (const Error& e) {
         error = cannot + "commit failed: " + e.message();
