@@ -276,6 +276,7 @@ class ParameterServers {
   struct Impl;
 
  private:
+  friend struct ParameterServersTestPeer;  // tests: raw words into a PS arena (src/ps/test_peer.h)
   explicit ParameterServers(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
