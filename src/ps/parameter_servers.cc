@@ -1521,6 +1521,15 @@ ParameterServersTestPeer::InboxWords ParameterServersTestPeer::inbox_words(Param
   throw Error("inbox_words: no shard named '" + std::string(shard_name) + "'");
 }
 
+ParameterServersTestPeer::ControlWords ParameterServersTestPeer::control_words(ParameterServers& servers) {
+  ParameterServers::Impl& m = *servers.impl_;
+  ControlWords words;
+  words.ps_rank = m.ps0();
+  words.save_request = kSaveRequestOffset;
+  words.clock_of_worker0 = kClocksOffset;
+  return words;
+}
+
 void ParameterServersTestPeer::put(ParameterServers& servers, int rank, std::uint64_t offset, const void* src,
                                    std::size_t bytes) {
   ParameterServers::Impl& m = *servers.impl_;

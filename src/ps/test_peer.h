@@ -24,6 +24,13 @@ struct ParameterServersTestPeer {
   };
   // Worker ranks only.
   static InboxWords inbox_words(ParameterServers& servers, std::string_view shard_name);
+  // PS 0's control words (its rank is ps_rank): the chief's save request id and every worker's clock.
+  struct ControlWords {
+    int ps_rank = -1;
+    std::uint64_t save_request = 0;
+    std::uint64_t clock_of_worker0 = 0;  // worker w's clock at clock_of_worker0 + 8 w
+  };
+  static ControlWords control_words(ParameterServers& servers);
   // Raw one-sided operations on the PS region (remote completion included).
   static void put(ParameterServers& servers, int rank, std::uint64_t offset, const void* src, std::size_t bytes);
   static std::int64_t fetch_add(ParameterServers& servers, int rank, std::uint64_t offset, std::int64_t value);

@@ -1,8 +1,8 @@
 // The PS never trusts the words workers write into its arena (DESIGN.md section 12, issue 18):
 // in a real job (1 PS + workers, over every compiled transport), worker 0 writes a malformed
 // message straight into the PS region through the transport (a row count above the inbox's
-// capacity, row indices outside the shard or negative, a doorbell or chunk counter run ahead) and
-// rings the doorbell. The PS's service loop must throw out of serve() with an Error naming the
+// capacity, row indices outside the shard or negative, a doorbell or chunk counter run ahead, a
+// save request run ahead) and rings the doorbell. The PS's service loop must throw out of serve() with an Error naming the
 // writer (task and rank), the shard and the bad value, before applying anything: the variable
 // keeps its values. The other end of the fail-stop path (the job ends with status 1 and that line)
 // is tests/cli/ps_untrusted_inbox_test.sh.
@@ -229,6 +229,80 @@ TEST_P(PsUntrusted, SyncRoundMixingDenseAndSparse) {
   std::string want = "worker:1 (rank 2) put a sparse gradient into its inbox for variable 'emb' shard 0 in sync round 1, "
                      "where worker:0 (rank 1) put a dense one";
   EXPECT_REFUSED(comm, out, want);
+}
+
+// The save protocol's request id on PS 0 is the chief's: it posts one request at a time. A jump
+// to 5 with no save done is refused by name (checkpoints on, with a save hook that must not run).
+TEST_P(PsUntrusted, SaveRequestRunAhead) {
+  TestComm comm;
+  SKIP_WITHOUT_WORKERS(comm);
+  auto runtime = start(comm);
+  PsOptions options;
+  options.transport = GetParam();
+  options.optimizer = OptimizerConfig::parse("adam:lr=0.1");
+  options.checkpoint.enabled = true;
+  bool saved = false;
+  options.checkpoint.save = [&saved](const SaveContext&) {
+    saved = true;
+    return SaveStatus::kSaved;
+  };
+  auto ps = ParameterServers::materialize(*runtime, options, {var("dense/kernel", {784, 10})});
+  std::string error;
+  if (ps->is_ps()) {
+    try {
+      ps->serve();
+    } catch (const Error& e) {
+      error = e.message();
+    }
+  } else {
+    if (ps->worker_index() == 0) {
+      const Peer::ControlWords words = Peer::control_words(*ps);
+      Peer::fetch_add(*ps, words.ps_rank, words.save_request, 5);
+    }
+    ps->done();
+  }
+  ps->barrier();
+  const std::string want = "worker:0 (rank 1) posted checkpoint save request 5 on ps:0 after 0 saves (requests are "
+                           "posted one at a time)";
+  if (ps->is_ps()) {
+    EXPECT_EQ(error, want);
+  }
+  STRATA_EXPECT_ALL(comm.get(), !ps->is_ps() || error == want);
+  STRATA_EXPECT_ALL(comm.get(), !saved);
+}
+
+// Only a worker advances its own clock word: one moved under it is named at its next end_step.
+TEST_P(PsUntrusted, ClockWordMovedUnderItsWorker) {
+  TestComm comm;
+  SKIP_WITHOUT_WORKERS(comm);
+  auto runtime = start(comm);
+  PsOptions options;
+  options.transport = GetParam();
+  options.consistency = ConsistencyConfig::parse("staleness:2");
+  auto ps = ParameterServers::materialize(*runtime, options, {var("dense/kernel", {784, 10})});
+  std::string error;
+  if (ps->is_ps()) {
+    ps->serve();
+  } else {
+    if (ps->worker_index() == 0) {
+      ps->end_step();
+      const Peer::ControlWords words = Peer::control_words(*ps);
+      Peer::fetch_add(*ps, words.ps_rank, words.clock_of_worker0, 5);
+      try {
+        ps->end_step();
+      } catch (const Error& e) {
+        error = e.message();
+      }
+    }
+    ps->done();
+  }
+  ps->barrier();
+  const std::string want = "the clock word of worker:0 (rank 1) on ps:0 read 6, but only this worker advances it and it "
+                           "last set 1";
+  if (ps->worker_index() == 0) {
+    EXPECT_EQ(error, want);
+  }
+  STRATA_EXPECT_ALL(comm.get(), ps->worker_index() != 0 || error == want);
 }
 
 INSTANTIATE_TEST_SUITE_P(Compiled, PsUntrusted, ::testing::ValuesIn(strata::comm::compiled_transports()),
