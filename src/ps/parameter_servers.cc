@@ -23,6 +23,8 @@
 #include <unordered_map>
 
 #include "ps/apply_team.h"
+#include "ps/arena_checks.h"
+#include "ps/test_peer.h"
 #include "strata/cluster/runtime.h"
 #include "strata/comm/registry.h"
 #include "strata/common/error.h"
@@ -31,6 +33,65 @@
 #include "strata/common/signals.h"
 
 namespace strata::ps {
+
+// ---- checks of words other ranks wrote (arena_checks.h) -----------------------------------------
+
+std::string describe(const WordWriter& writer) {
+  return writer.task + " (rank " + std::to_string(writer.rank) + ")";
+}
+
+void fail_word(const WordWriter& writer, const std::string& what) { throw Error(describe(writer) + " " + what); }
+
+namespace {
+std::string shard_words(const ShardName& shard) {
+  return "variable '" + shard.variable + "' shard " + std::to_string(shard.part);
+}
+}  // namespace
+
+void check_inbox_rows(const std::int64_t* rows, std::size_t n, const ShardName& shard, const WordWriter& writer) {
+  // One unsigned comparison covers both ends: a negative index wraps above any row count.
+  const auto limit = static_cast<std::uint64_t>(shard.rows);
+  bool bad = false;
+  for (std::size_t i = 0; i < n; ++i) bad |= static_cast<std::uint64_t>(rows[i]) >= limit;
+  if (!bad) [[likely]]
+    return;
+  std::size_t i = 0;
+  while (static_cast<std::uint64_t>(rows[i]) < limit) ++i;
+  fail_word(writer, "put row index " + std::to_string(rows[i]) + " (entry " + std::to_string(i) + " of " +
+                        std::to_string(n) + ") into its inbox for " + shard_words(shard) + ", which has " +
+                        std::to_string(shard.rows) + " rows");
+}
+
+std::int64_t new_chunks(std::int64_t arrived, std::int64_t applied, std::int64_t per_push, const ShardName& shard,
+                        const WordWriter& writer) {
+  // `applied` and `per_push` are the PS's own counts (applied >= 0, per_push >= 1).
+  const std::int64_t push_end = (applied / per_push + 1) * per_push;
+  if (arrived < applied || arrived > push_end) [[unlikely]] {
+    fail_word(writer, "announced " + std::to_string(arrived) + " chunks of its streamed pushes to " +
+                          shard_words(shard) + " after " + std::to_string(applied) +
+                          " were applied (a push has " + std::to_string(per_push) +
+                          " chunks and one is in flight per shard: the counter must read " + std::to_string(applied) +
+                          " to " + std::to_string(push_end) + ")");
+  }
+  return arrived - applied;
+}
+
+std::uint64_t checked_stream_piece(std::uint64_t offset, std::uint64_t bytes, const StreamGeometry& g,
+                                   std::int64_t expected, const ShardName& shard, const WordWriter& writer) {
+  if (offset >= g.payload && offset - g.payload <= g.shard_bytes) {
+    const std::uint64_t rel = offset - g.payload;
+    const std::uint64_t due = std::min(g.chunk_bytes, g.shard_bytes - rel);
+    if (rel % g.chunk_bytes == 0 && bytes == due && bytes > 0 && bytes % g.elem_bytes == 0 &&
+        rel / g.chunk_bytes == static_cast<std::uint64_t>(expected)) [[likely]]
+      return rel / g.elem_bytes;
+  }
+  fail_word(writer, "streamed a piece of " + std::to_string(bytes) + " bytes at region offset " +
+                        std::to_string(offset) + " for " + shard_words(shard) + ", whose push is " +
+                        std::to_string(g.shard_bytes) + " bytes at offset " + std::to_string(g.payload) +
+                        " in chunks of " + std::to_string(g.chunk_bytes) + " (chunk " + std::to_string(expected) +
+                        " was due)");
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -49,6 +110,8 @@ constexpr std::uint64_t kSaveStatusOffset = 64;   // SaveStatus of the latest co
 constexpr std::uint64_t kClocksOffset = 128;
 constexpr std::int64_t kSaveFinal = 1;
 constexpr std::int64_t kSaveStop = 2;
+// Largest optimizer or global step a checkpoint may restore.
+constexpr std::int64_t kMaxRestoredStep = std::int64_t{1} << 62;
 
 std::uint64_t align_up(std::uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
@@ -221,6 +284,11 @@ struct ParameterServers::Impl {
   std::vector<std::vector<std::int64_t>> bells_seen;   // per local shard, per worker: doorbell pushes applied
   std::vector<std::vector<std::int64_t>> chunks_seen;  // per local shard, per worker: streamed chunks applied
   std::vector<std::vector<std::int64_t>> stream_step;  // per local shard, per worker: step of its streamed push
+  std::vector<std::vector<std::int64_t>> handed_seen;  // per local shard, per worker: chunks the transport handed over
+  // Who writes each worker's words (per worker index) and how messages name each shard (per shard):
+  // what a check of a word read from this arena names when it fails (arena_checks.h).
+  std::vector<WordWriter> writers;
+  std::vector<ShardName> shard_names;
   std::vector<std::int64_t> rounds;                 // per shard: applications in this job (sync rounds)
   std::vector<std::int64_t> step_base;              // per shard: optimizer steps restored from a checkpoint
   std::int64_t applied = 0;
@@ -297,33 +365,50 @@ struct ParameterServers::Impl {
     }
   }
 
+  // Every offset and size is computed with checked arithmetic: shapes come from the chief's variable
+  // list, and a layout that wrapped would put shards outside the arena. Every rank lays out the same
+  // list, so a layout that does not fit is the same ConfigError everywhere.
   void layout_arenas(int num_ps) {
     const int num_slots_per_var = ps::num_slots(options.optimizer.kind);
-    arena_bytes.assign(num_ps, align_up(kClocksOffset + 8ull * num_workers + 24ull * num_workers + 40));
+    const auto workers = static_cast<std::uint64_t>(num_workers);
+    arena_bytes.assign(num_ps, align_up(kClocksOffset + 8ull * workers + 24ull * workers + 40));
     layout.resize(map.shards().size());
     for (std::size_t s = 0; s < map.shards().size(); ++s) {
       const Shard& sh = shard(s);
       auto& l = layout[s];
       std::uint64_t& top = arena_bytes[sh.ps];
+      auto too_big = [&]() -> std::uint64_t {
+        throw ConfigError("cannot place the variables: ps:" + std::to_string(sh.ps) + "'s arena would exceed 2^64 bytes at '" +
+                          sh.name + "' (" + std::to_string(sh.bytes) + " bytes)");
+      };
+      // a + b rounded up to the alignment, or a ConfigError.
+      auto grow = [&](std::uint64_t a, std::uint64_t b) {
+        std::uint64_t sum = 0;
+        return add_fits(a, b, &sum) && add_fits(sum, kAlign - 1, &sum) ? align_up(a + b) : too_big();
+      };
+      auto times = [&](std::uint64_t a, std::uint64_t b) {
+        std::uint64_t product = 0;
+        return mul_fits(a, b, &product) ? product : too_big();
+      };
       l.values = top;
-      top = align_up(top + sh.bytes);
+      top = grow(top, sh.bytes);
       if (!trainable_shard(s)) continue;
       l.slots = top;
-      top = align_up(top + static_cast<std::uint64_t>(num_slots_per_var) * sh.bytes);
+      top = grow(top, times(static_cast<std::uint64_t>(num_slots_per_var), sh.bytes));
       if (!uses_inbox) continue;
       const std::uint64_t rows = static_cast<std::uint64_t>(std::max<std::int64_t>(1, sh.row_end - sh.row_begin));
-      l.payload = align_up(8 + 8 * rows);
-      l.inbox_bytes = align_up(l.payload + sh.bytes);
+      l.payload = grow(8, times(8, rows));
+      l.inbox_bytes = grow(l.payload, sh.bytes);
       l.inboxes = top;
-      top += l.inbox_bytes * num_workers;
+      top = grow(top, times(l.inbox_bytes, workers));
       l.doorbells = top;
-      top = align_up(top + 8ull * num_workers);
+      top = grow(top, 8 * workers);
       l.acks = top;
-      top = align_up(top + 8ull * num_workers);
+      top = grow(top, 8 * workers);
       if (streams(s)) {
         l.chunk_bytes = kStreamChunkBytes;
         l.chunks = top;
-        top = align_up(top + 8ull * num_workers);
+        top = grow(top, 8 * workers);
       }
     }
   }
@@ -345,10 +430,19 @@ struct ParameterServers::Impl {
       }
       const bool restored = options.checkpoint.restore && options.checkpoint.restore(buffers);
       if (!restored) fill(spec.init, spec.dtype, spec.shape, sh.row_begin, sh.row_end, buffers.values);
+      // A restored step is a number from a file; the bound keeps every later step (step_base +
+      // applications) from overflowing.
+      if (buffers.optimizer_step < 0 || buffers.optimizer_step > kMaxRestoredStep)
+        throw ConfigError("the checkpoint restores '" + sh.name + "' at optimizer step " +
+                          std::to_string(buffers.optimizer_step) + ", outside [0, 2^62]");
       step_base[s] = buffers.optimizer_step;
     }
-    if (ps_index == 0 && options.checkpoint.restore_global_step)
-      store_i64(base() + kGlobalStepOffset, options.checkpoint.restore_global_step());
+    if (ps_index == 0 && options.checkpoint.restore_global_step) {
+      const std::int64_t step = options.checkpoint.restore_global_step();
+      if (step < 0 || step > kMaxRestoredStep)
+        throw ConfigError("the checkpoint restores the global step " + std::to_string(step) + ", outside [0, 2^62]");
+      store_i64(base() + kGlobalStepOffset, step);
+    }
     transport->sync_local(*region);
   }
 
@@ -368,20 +462,44 @@ struct ParameterServers::Impl {
 
   // PS ranks, from the service loop: runs save `n` once every worker arrived at it. Every PS rank
   // sees the same monotone counters on PS 0, so all of them enter the collective save for n.
+  //
+  // The protocol words on PS 0 are written by the chief (request, flags) and the workers (arrivals,
+  // positions, the global step) and checked before use: the chief posts one request at a time,
+  // each once the previous one committed, so a new request is exactly saves_done + 1 (which also
+  // keeps n * workers small); no worker arrives at a save before it is posted.
   bool maybe_save() {
     const std::int64_t n = read_ps0(kSaveRequestOffset);
     if (n <= saves_done) return false;
-    if (read_ps0(kSaveArrivalsOffset) < n * num_workers) return false;
+    if (n != saves_done + 1)
+      fail_word(writers[0], "posted checkpoint save request " + std::to_string(n) + " on ps:0 after " +
+                                std::to_string(saves_done) + " saves (requests are posted one at a time)");
+    const std::int64_t arrivals = read_ps0(kSaveArrivalsOffset);
+    if (arrivals < n * num_workers) return false;
+    if (arrivals > n * num_workers)
+      throw Error("ps:0's checkpoint arrival count reads " + std::to_string(arrivals) + " at save " + std::to_string(n) +
+                  ", more than the " + std::to_string(n * num_workers) + " arrivals of " + std::to_string(num_workers) +
+                  " workers at " + std::to_string(n) + " saves (each worker arrives once per save)");
     SaveContext ctx;
     ctx.save_number = n;
     ctx.global_step = read_ps0(kGlobalStepOffset);
+    if (ctx.global_step < 0) throw Error("the global step on ps:0 reads " + std::to_string(ctx.global_step) + " at save " + std::to_string(n));
     const std::int64_t flags = read_ps0(kSaveFlagsOffset);
+    if ((flags & ~(kSaveFinal | kSaveStop)) != 0)
+      fail_word(writers[0], "posted checkpoint save flags " + std::to_string(flags) + " for save " + std::to_string(n) +
+                                " (known flags: 1 final, 2 stop)");
     ctx.final = (flags & kSaveFinal) != 0;
     ctx.stop = (flags & kSaveStop) != 0;
     std::vector<std::int64_t> pos(3 * static_cast<std::size_t>(num_workers));
     transport->get(*region, ps0(), positions_offset(), pos.data(), pos.size() * 8);
     transport->flush(*region, ps0());
-    for (int w = 0; w < num_workers; ++w) ctx.positions.push_back({pos[3 * w], pos[3 * w + 1], pos[3 * w + 2]});
+    for (int w = 0; w < num_workers; ++w) {
+      const WorkerPosition p{pos[3 * w], pos[3 * w + 1], pos[3 * w + 2]};
+      if (p.epoch < 0 || p.offset < 0 || p.step < 0)
+        fail_word(writers[w], "published the input position epoch " + std::to_string(p.epoch) + ", offset " +
+                                  std::to_string(p.offset) + ", step " + std::to_string(p.step) + " for checkpoint save " +
+                                  std::to_string(n) + " (none may be negative)");
+      ctx.positions.push_back(p);
+    }
     transport->sync_local(*region);
     {
       // The save itself reads values and slots without the lock: every worker arrived, so each
@@ -543,17 +661,22 @@ struct ParameterServers::Impl {
   }
 
   // Reads one inbox: dense (header -1: *dense = true, rows empty, returns the gradient) or sparse
-  // (fills rows, returns the packed row gradients).
+  // (fills rows, returns the packed row gradients). The header and the row indices are copied out
+  // of the arena before they are checked, so what is checked is what the update uses, whatever the
+  // writer does to its inbox meanwhile; a row count within the shard's rows also keeps the packed
+  // gradients inside the inbox's payload (rows x row bytes = shard bytes).
   template <typename T>
   const T* read_inbox(std::size_t s, int w, std::vector<std::int64_t>& rows, bool* dense) {
     const char* inbox = base() + layout[s].inboxes + static_cast<std::uint64_t>(w) * layout[s].inbox_bytes;
     std::int64_t n = 0;
     std::memcpy(&n, inbox, 8);
+    n = checked_inbox_count(n, shard_names[s], writers[w]);
     rows.clear();
     *dense = n < 0;
-    if (n >= 0) {
-      rows.resize(n);
+    if (n > 0) {
+      rows.resize(static_cast<std::size_t>(n));
       std::memcpy(rows.data(), inbox + 8, 8 * static_cast<std::size_t>(n));
+      check_inbox_rows(rows.data(), rows.size(), shard_names[s], writers[w]);
     }
     return reinterpret_cast<const T*>(inbox + layout[s].payload);
   }
@@ -565,7 +688,7 @@ struct ParameterServers::Impl {
       // A worker has at most one push in flight per shard (it waits for the previous ack), so a
       // doorbell push and a streamed push of the same worker never overlap.
       const std::int64_t bell = load_i64(base() + layout[s].doorbells + 8ull * w);
-      if (bell > bells_seen[ls][w]) {
+      if (doorbell_rang(bell, bells_seen[ls][w], shard_names[s], writers[w])) {
         std::vector<std::int64_t> rows;
         bool dense = false;
         const T* payload = read_inbox<T>(s, w, rows, &dense);
@@ -579,10 +702,11 @@ struct ParameterServers::Impl {
       }
       if (layout[s].chunks == 0) continue;
       const std::int64_t arrived = load_i64(base() + layout[s].chunks + 8ull * w);
-      if (arrived <= chunks_seen[ls][w]) continue;
+      if (arrived == chunks_seen[ls][w]) continue;
       const std::size_t n = shard(s).bytes / sizeof(T);
       const std::size_t per = layout[s].chunk_bytes / sizeof(T);
       const auto per_push = static_cast<std::int64_t>((n + per - 1) / per);
+      new_chunks(arrived, chunks_seen[ls][w], per_push, shard_names[s], writers[w]);
       const T* grad = reinterpret_cast<const T*>(base() + layout[s].inboxes +
                                                  static_cast<std::uint64_t>(w) * layout[s].inbox_bytes +
                                                  layout[s].payload);
@@ -601,7 +725,8 @@ struct ParameterServers::Impl {
   bool serve_shard_sync(std::size_t ls, std::size_t s) {
     const std::int64_t round = rounds[s];
     for (int w = 0; w < num_workers; ++w)
-      if (load_i64(base() + layout[s].doorbells + 8ull * w) <= round) return false;
+      if (!doorbell_rang(load_i64(base() + layout[s].doorbells + 8ull * w), round, shard_names[s], writers[w]))
+        return false;
     // Every worker's gradient for this round is in: aggregate in worker order, then apply once.
     // The aggregation is PS work too (apply() times itself and publishes the total).
     const auto t_sum = Clock::now();
@@ -609,7 +734,16 @@ struct ParameterServers::Impl {
     const T inv = static_cast<T>(1) / static_cast<T>(num_workers);
     std::vector<std::int64_t> rows;
     bool dense = false;
-    read_inbox<T>(s, 0, rows, &dense);  // every worker sends the same kind for a shard
+    read_inbox<T>(s, 0, rows, &dense);  // every worker sends the same kind for a shard (checked below)
+    const bool first_dense = dense;
+    auto same_kind = [&](int w) {
+      if (dense != first_dense) [[unlikely]] {
+        fail_word(writers[w], "put a " + std::string(dense ? "dense" : "sparse") + " gradient into its inbox for variable '" +
+                                  shard_names[s].variable + "' shard " + std::to_string(shard_names[s].part) +
+                                  " in sync round " + std::to_string(round + 1) + ", where " + describe(writers[0]) +
+                                  " put a " + (first_dense ? "dense" : "sparse") + " one");
+      }
+    };
     if (dense) {
       const std::size_t n = sh.bytes / sizeof(T);
       // One buffer kept across rounds: a fresh vector of a large shard each round was an mmap,
@@ -617,7 +751,10 @@ struct ParameterServers::Impl {
       std::vector<T>& sum = round_sum<T>();
       if (sum.size() < n) sum.resize(n);
       std::vector<const T*> grads(static_cast<std::size_t>(num_workers));
-      for (int w = 0; w < num_workers; ++w) grads[static_cast<std::size_t>(w)] = read_inbox<T>(s, w, rows, &dense);
+      for (int w = 0; w < num_workers; ++w) {
+        grads[static_cast<std::size_t>(w)] = read_inbox<T>(s, w, rows, &dense);
+        same_kind(w);
+      }
       mean_in_worker_order(sum.data(), grads, n);
       busy_s += std::chrono::duration<double>(Clock::now() - t_sum).count();
       apply<T>(s, sum.data(), rows, nullptr);
@@ -627,6 +764,7 @@ struct ParameterServers::Impl {
       const std::size_t width = row_bytes(s) / sizeof(T);
       for (int w = 0; w < num_workers; ++w) {
         const T* g = read_inbox<T>(s, w, rows, &dense);
+        same_kind(w);
         all_rows.insert(all_rows.end(), rows.begin(), rows.end());
         for (std::size_t i = 0; i < rows.size() * width; ++i) all_grads.push_back(g[i] * inv);
       }
@@ -649,6 +787,7 @@ struct ParameterServers::Impl {
     bells_seen = consumed;
     chunks_seen = consumed;
     stream_step = consumed;
+    handed_seen = consumed;
     if (options.apply_threads > 1) team = std::make_unique<ApplyTeam>(options.apply_threads);
     for (std::size_t ls = 0; ls < local_shards.size(); ++ls) {
       const std::size_t s = local_shards[ls];
@@ -670,18 +809,22 @@ struct ParameterServers::Impl {
   // transport's thread (consume_notified) from a buffer in cache: applied there and then, as the
   // service loop would apply it from the inbox, so the gradient is read once, while hot, and no
   // core has to wake the loop. Same chunk bounds and the same apply_stream_chunk as the loop's path.
+  // The piece's offset and length come from the request on the wire: it must be exactly the chunk
+  // due next (the transport hands a push's pieces over in order, one push in flight per shard).
   template <typename T>
   void consume_chunk(std::size_t ls, std::size_t s, int w, std::uint64_t offset, const void* data, std::size_t bytes) {
-    const std::uint64_t first = layout[s].inboxes + static_cast<std::uint64_t>(w) * layout[s].inbox_bytes + layout[s].payload;
-    const std::uint64_t end = first + shard(s).bytes;
-    if (offset < first || offset + bytes > end || (offset - first) % layout[s].chunk_bytes != 0 || bytes % sizeof(T) != 0 ||
-        (bytes != layout[s].chunk_bytes && offset + bytes != end))
-      throw Error("streamed push of worker " + std::to_string(w) + " to '" + shard(s).name + "': a piece of " +
-                  std::to_string(bytes) + " bytes at inbox offset " + std::to_string(offset - first) +
-                  " is not one of the shard's chunks");
+    StreamGeometry g;
+    g.payload = layout[s].inboxes + static_cast<std::uint64_t>(w) * layout[s].inbox_bytes + layout[s].payload;
+    g.shard_bytes = shard(s).bytes;
+    g.chunk_bytes = layout[s].chunk_bytes;
+    g.elem_bytes = sizeof(T);
+    const std::int64_t per_push = static_cast<std::int64_t>((g.shard_bytes + g.chunk_bytes - 1) / g.chunk_bytes);
     std::lock_guard<std::mutex> lock(apply_mu);
-    apply_stream_chunk<T>(ls, s, w, static_cast<std::size_t>(offset - first) / sizeof(T), bytes / sizeof(T),
-                          static_cast<const T*>(data), offset == first, offset + bytes == end, false);
+    const std::int64_t due = handed_seen[ls][w] % per_push;
+    const std::uint64_t begin = checked_stream_piece(offset, bytes, g, due, shard_names[s], writers[w]);
+    ++handed_seen[ls][w];
+    apply_stream_chunk<T>(ls, s, w, static_cast<std::size_t>(begin), bytes / sizeof(T), static_cast<const T*>(data),
+                          due == 0, due == per_push - 1, false);
   }
 
   bool serve_once(const std::vector<std::size_t>& local) {
@@ -925,6 +1068,13 @@ std::unique_ptr<ParameterServers> ParameterServers::materialize(const Runtime& r
   for (int w = 0; w < impl->num_workers; ++w)
     if (worker_ranks[w] == runtime.rank()) impl->worker = w;
   impl->chief_rank = worker_ranks[0];
+  for (int r : worker_ranks) {
+    WordWriter writer;
+    writer.rank = r;
+    for (const auto& info : runtime.ranks())
+      if (info.rank == r) writer.task = info.task.str();
+    impl->writers.push_back(std::move(writer));
+  }
 
   // Between-graph replication check: every worker must have created the same variable sequence.
   const std::string mine = impl->worker >= 0 ? specs_to_json(specs) : std::string();
@@ -947,6 +1097,7 @@ std::unique_ptr<ParameterServers> ParameterServers::materialize(const Runtime& r
                      impl->options.consistency.mode == Consistency::kSync;
   impl->map = ShardMap::build(ref_specs, static_cast<int>(impl->ps_rank.size()), options.placement);
   impl->layout_arenas(static_cast<int>(impl->ps_rank.size()));
+  for (const Shard& sh : impl->map.shards()) impl->shard_names.push_back(ShardName{sh.variable, sh.part, sh.row_end - sh.row_begin});
 
   // Each PS checks that its arena fits before anyone allocates: a refusal is reported on every rank
   // instead of one rank failing inside a collective allocation.
@@ -1173,12 +1324,19 @@ std::int64_t ParameterServers::end_step() {
   Impl& m = *impl_;
   m.require_worker("end_step");
   const int ps0 = m.ps_rank[0];
-  m.clock = m.transport->fetch_add(*m.region, ps0, kClocksOffset + 8ull * m.worker, 1) + 1;
+  // Only this worker advances its clock word, so it reads back exactly the clock it last set; the
+  // other workers' clocks are never negative. Checked, the differences below cannot overflow.
+  const std::int64_t before = m.transport->fetch_add(*m.region, ps0, kClocksOffset + 8ull * m.worker, 1);
+  if (before != m.clock)
+    throw Error("the clock word of " + describe(m.writers[m.worker]) + " on ps:0 read " + std::to_string(before) +
+                ", but only this worker advances it and it last set " + std::to_string(m.clock));
+  m.clock = before + 1;
   auto slowest = [&](std::vector<int>* who) {
     std::int64_t low = m.clock;
     std::vector<std::int64_t> clocks(m.num_workers);
     for (int w = 0; w < m.num_workers; ++w) {
       clocks[w] = m.transport->atomic_read(*m.region, ps0, kClocksOffset + 8ull * w);
+      if (clocks[w] < 0) fail_word(m.writers[w], "set its clock word on ps:0 to " + std::to_string(clocks[w]));
       low = std::min(low, clocks[w]);
     }
     if (who)
@@ -1342,6 +1500,48 @@ void ParameterServers::report_preemption() {
 }
 
 std::int64_t ParameterServers::preemption_reports() { return impl_->read_ps0(kPreemptOffset); }
+
+ParameterServersTestPeer::InboxWords ParameterServersTestPeer::inbox_words(ParameterServers& servers,
+                                                                           std::string_view shard_name) {
+  ParameterServers::Impl& m = *servers.impl_;
+  m.require_worker("inbox_words");
+  for (std::size_t s = 0; s < m.map.shards().size(); ++s) {
+    if (m.shard(s).name != shard_name) continue;
+    const ShardLayout& l = m.layout[s];
+    if (l.inbox_bytes == 0) throw Error("inbox_words: '" + std::string(shard_name) + "' has no inboxes in this job");
+    InboxWords words;
+    words.rank = m.ps_rank[static_cast<std::size_t>(m.shard(s).ps)];
+    words.header = l.inboxes + static_cast<std::uint64_t>(m.worker) * l.inbox_bytes;
+    words.payload = words.header + l.payload;
+    words.doorbell = l.doorbells + 8ull * static_cast<std::uint64_t>(m.worker);
+    words.chunks = l.chunks == 0 ? 0 : l.chunks + 8ull * static_cast<std::uint64_t>(m.worker);
+    words.chunk_bytes = l.chunk_bytes;
+    return words;
+  }
+  throw Error("inbox_words: no shard named '" + std::string(shard_name) + "'");
+}
+
+ParameterServersTestPeer::ControlWords ParameterServersTestPeer::control_words(ParameterServers& servers) {
+  ParameterServers::Impl& m = *servers.impl_;
+  ControlWords words;
+  words.ps_rank = m.ps0();
+  words.save_request = kSaveRequestOffset;
+  words.clock_of_worker0 = kClocksOffset;
+  return words;
+}
+
+void ParameterServersTestPeer::put(ParameterServers& servers, int rank, std::uint64_t offset, const void* src,
+                                   std::size_t bytes) {
+  ParameterServers::Impl& m = *servers.impl_;
+  m.transport->put(*m.region, rank, offset, src, bytes);
+  m.transport->flush(*m.region, rank);
+}
+
+std::int64_t ParameterServersTestPeer::fetch_add(ParameterServers& servers, int rank, std::uint64_t offset,
+                                                 std::int64_t value) {
+  ParameterServers::Impl& m = *servers.impl_;
+  return m.transport->fetch_add(*m.region, rank, offset, value);
+}
 
 std::int64_t ParameterServers::saves_completed() const { return impl_->saves_committed; }
 std::int64_t ParameterServers::save_failures() const { return impl_->saves_failed; }

@@ -162,7 +162,7 @@ ShardMap ShardMap::build(const std::vector<VariableSpec>& specs, int num_ps, Pla
       shard.row_end = r.end;
       shard.shape = spec.shape;
       if (!shard.shape.empty()) shard.shape[0] = r.end - r.begin;
-      shard.bytes = static_cast<std::size_t>((r.end - r.begin) * row_elems) * elem_bytes;
+      shard.bytes = static_cast<std::size_t>((r.end - r.begin) * row_elems) * elem_bytes;  // < 2^63: validate()
 
       if (!object_names.insert(shard.name).second)
         throw ConfigError(who + "its " + (parts > 1 ? "shard name " : "name ") + quoted(shard.name) +
@@ -178,7 +178,10 @@ ShardMap ShardMap::build(const std::vector<VariableSpec>& specs, int num_ps, Pla
         auto least = std::min_element(map.bytes_per_ps_.begin(), map.bytes_per_ps_.end());
         shard.ps = static_cast<int>(least - map.bytes_per_ps_.begin());
       }
-      map.bytes_per_ps_[static_cast<std::size_t>(shard.ps)] += shard.bytes;
+      // Each variable is below 2^63 bytes (validate()); several on one PS may add up past 2^64.
+      std::size_t& placed = map.bytes_per_ps_[static_cast<std::size_t>(shard.ps)];
+      if (__builtin_add_overflow(placed, shard.bytes, &placed))
+        throw ConfigError(who + "ps:" + std::to_string(shard.ps) + " would hold more than 2^64 bytes of variables");
       map.shards_.push_back(std::move(shard));
     }
     map.index_.emplace(spec.name, entry);

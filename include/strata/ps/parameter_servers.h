@@ -165,7 +165,10 @@ class ParameterServers {
   // pushed is applied. An idle PS waits as long as the job runs: the deadlines sit in the workers'
   // waits, and a dead worker ends the job through mpirun/srun (fail-stop).
   // Returns true when the job was stopped by a preemption save (see at_step_boundary), false when
-  // training ran to its end.
+  // training ran to its end. Every word a worker wrote into this PS's arena (inbox row counts and
+  // row indices, doorbells, chunk counters, save-protocol words) is checked before it is used;
+  // a malformed one throws Error naming the worker (task and rank), the shard and the value,
+  // before anything of it is applied: the caller ends the job (fail-stop).
   bool serve();
   // Statistics of this PS's service loop.
   std::int64_t applied_updates() const;
@@ -276,6 +279,7 @@ class ParameterServers {
   struct Impl;
 
  private:
+  friend struct ParameterServersTestPeer;  // tests: raw words into a PS arena (src/ps/test_peer.h)
   explicit ParameterServers(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
