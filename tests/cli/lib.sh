@@ -22,6 +22,9 @@ RC=0
 unset TF_CONFIG STRATA_CLUSTER SLURM_PROCID SLURM_JOB_ID SLURM_STEP_NODELIST SLURM_JOB_NODELIST SLURM_NODELIST \
       SLURM_STEP_NUM_TASKS SLURM_NTASKS SLURM_NPROCS SLURM_STEP_TASKS_PER_NODE SLURM_TASKS_PER_NODE \
       SLURM_GPUS_ON_NODE CUDA_VISIBLE_DEVICES OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE PMIX_RANK PMI_RANK PMI_SIZE
+# Nor NCCL's logging: with NCCL_DEBUG set (WARN or above), each GPU worker prints
+# "NCCL version 2.x.y+cudaZ" on stdout before strata's startup line (seen on an H200 run).
+unset NCCL_DEBUG NCCL_DEBUG_SUBSYS NCCL_DEBUG_FILE
 
 # run CMD...: runs it with a 120 s guard, capturing stdout/stderr into $OUT/$ERR and status into $RC.
 run() {
