@@ -147,6 +147,10 @@ struct LivenessMonitor::Impl {
     const RankContext ctx = current_rank_context();
     const std::string host = ctx.host.empty() ? short_hostname() : ctx.host;
     std::memcpy(my_host.data(), host.data(), std::min<std::size_t>(host.size(), kHostBytes - 1));
+    {
+      std::lock_guard<std::mutex> lock(names_mu);  // a verdict on this rank itself names its host too
+      if (!named_by_runtime) names[rank] = "on " + host;
+    }
     for (int r = 0; r < size; ++r) {
       if (watches(r)) MPI_Irecv(hello_buf[r].data(), kHostBytes, MPI_CHAR, r, kTagHello, comm, &hello_recv[r]);
       // Everyone tells rank 0; rank 0 tells rank 1, its watcher.
@@ -198,10 +202,11 @@ struct LivenessMonitor::Impl {
   }
 
   [[noreturn]] void verdict(int r, const std::string& what) {
-    const Seen& s = seen[r];
+    // A verdict on this rank itself (it lost every peer it watches) reports its own step and phase.
+    const std::int64_t step = r == rank ? liveness::g_step.load(std::memory_order_relaxed) : seen[r].step;
+    const std::int64_t phase = r == rank ? liveness::g_phase.load(std::memory_order_relaxed) : seen[r].phase;
     std::fprintf(stderr, "strata: liveness: rank %d (%s) %s; last step %lld, phase %s\n", r, name_of(r).c_str(),
-                 what.c_str(), static_cast<long long>(s.step),
-                 liveness::to_string(static_cast<liveness::Phase>(s.phase)));
+                 what.c_str(), static_cast<long long>(step), liveness::to_string(static_cast<liveness::Phase>(phase)));
     std::fflush(stderr);
     // MPI_Abort asks the launcher to end every rank; should that request itself stall (a launcher
     // that is not scheduled, a daemon on the stopped rank's node that does not answer), this rank
@@ -219,6 +224,26 @@ struct LivenessMonitor::Impl {
   void check(Clock::time_point now) {
     auto done = [&](int r) { return seen[r].phase == static_cast<std::int64_t>(liveness::Phase::kDone); };
     // Rank 0 watches everyone; rank 1 watches rank 0.
+    // Every watched rank silent at once, when there are two or more, is this rank's own isolation
+    // far more often than all the others stopping together (a node cut off from the network; its
+    // line, delivered when the link comes back, must not blame a healthy peer). The verdict then
+    // names this rank, so a launcher leaves its node out.
+    int watched = 0, silent = 0;
+    double least = 0;
+    for (int r = 0; r < size; ++r) {
+      if (!watches(r) || done(r)) continue;
+      const double quiet = seconds(now - seen[r].last);
+      least = watched++ == 0 ? quiet : std::min(least, quiet);
+      if (quiet > options.stop_timeout_s) ++silent;
+    }
+    if (watched >= 2 && silent == watched) {
+      std::ostringstream os;
+      os.precision(3);
+      os << "lost every one of the " << watched << " ranks it watches at once (none beat for " << least
+         << " s, --stall-timeout " << options.stop_timeout_s
+         << " s): this rank's node is cut off from the others, or every other rank stopped";
+      verdict(rank, os.str());
+    }
     for (int r = 0; r < size; ++r) {
       if (!watches(r) || done(r)) continue;
       const double silent = seconds(now - seen[r].last);

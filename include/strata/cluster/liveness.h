@@ -15,6 +15,9 @@
 //   stalled   a worker in the training phase whose step has not moved for `stall_timeout_s`
 //             (default 120 s, STRATA_PROGRESS_TIMEOUT_S; 0 turns it off) while the steps of the
 //             other workers did move
+//   cut off   every rank a watcher watches (two or more: rank 0's view) is silent at once: the
+//             verdict names the watcher itself, whose node most likely lost the network (its line,
+//             delivered when the link returns, must not blame a healthy peer)
 // A verdict prints one line on stderr ("strata: liveness: rank 2 (worker:1 on cn3) stopped: no
 // heartbeat for 10.3 s; last step 200, phase train") and ends the job (MPI_Abort): fail-stop,
 // DESIGN.md section 9. A rank killed outright is reported by the launcher (mpirun/srun) at once.
