@@ -86,6 +86,7 @@ CLI::App* add_cluster_command(CLI::App& app, ClusterFlags& f) {
   cmd->add_option("--num-ps", f.num_ps, "mpi resolver: the first N world ranks are PS (default 0)");
   cmd->add_option("--timeout", f.timeout, "seconds each wait for another rank may take (default STRATA_TIMEOUT_S or 120)");
   cmd->add_flag("--verify", f.verify, "under mpirun/srun: cross-check every rank and print the rank table");
+  cmd->footer(kDurationsFooter);
   return cmd;
 }
 

@@ -161,6 +161,7 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& f) {
   cmd->add_option("--stall-timeout", f.stall_timeout,
                   "seconds without a heartbeat after which a rank counts as stopped and the job ends naming it "
                   "(default STRATA_STALL_TIMEOUT_S or 10)");
+  cmd->footer(kDurationsFooter);
   return cmd;
 }
 
@@ -205,23 +206,25 @@ int run_train_command(const TrainFlags& f, int* argc, char*** argv) {
   if (!f.jobs.empty()) cfg.jobs = cluster::parse_jobs_spec(f.jobs);
   if (!f.seed.empty()) cfg.seed = parse_uint64(f.seed, "--seed");
   if (!f.log_every.empty()) cfg.log_step_count_steps = parse_int(f.log_every, "--log-every", 0, 1 << 30);
-  if (!f.log_every_secs.empty()) cfg.log_step_count_secs = parse_double(f.log_every_secs, "--log-every-secs");
+  if (!f.log_every_secs.empty()) cfg.log_step_count_secs = parse_seconds(f.log_every_secs, "--log-every-secs");
   cfg.metrics_path = f.metrics;
   cfg.trace_path = f.trace;
   cfg.profile = f.profile;
   cfg.timeout_s = resolve_timeout(f.timeout, env);
-  if (!f.stall_timeout.empty()) cfg.stall_timeout_s = parse_double(f.stall_timeout, "--stall-timeout");
-  if (cfg.stall_timeout_s <= 0) throw ConfigError("--stall-timeout must be positive");
-  if (cfg.progress_timeout_s < 0) throw ConfigError("STRATA_PROGRESS_TIMEOUT_S must not be negative");
+  if (!f.stall_timeout.empty())
+    cfg.stall_timeout_s = parse_seconds(f.stall_timeout, "--stall-timeout", ZeroSeconds::kRejected);
   cfg.model_dir = f.checkpoint_dir;
   if (!f.save_every_steps.empty()) cfg.save_checkpoints_steps = parse_int64(f.save_every_steps, "--save-every-steps");
   if (cfg.save_checkpoints_steps < 0) throw ConfigError("--save-every-steps must not be negative");
-  if (!f.save_every_secs.empty()) cfg.save_checkpoints_secs = parse_double(f.save_every_secs, "--save-every-secs");
-  if (cfg.save_checkpoints_secs < 0) throw ConfigError("--save-every-secs must not be negative");
+  if (!f.save_every_secs.empty()) cfg.save_checkpoints_secs = parse_seconds(f.save_every_secs, "--save-every-secs");
   if (!f.max_to_keep.empty()) cfg.keep_checkpoint_max = parse_int(f.max_to_keep, "--max-to-keep", 0, 1 << 30);
-  if (!f.keep_every_n_hours.empty())
-    cfg.keep_checkpoint_every_n_hours = parse_double(f.keep_every_n_hours, "--keep-every-n-hours");
-  if (cfg.keep_checkpoint_every_n_hours < 0) throw ConfigError("--keep-every-n-hours must not be negative");
+  if (!f.keep_every_n_hours.empty()) {
+    // A retention age compared with file times, not a clock deadline: TensorFlow's default is
+    // 10,000 hours, so the cap is in hours (kMaxKeepHours) rather than kMaxDurationS.
+    const double hours = parse_double(f.keep_every_n_hours, "--keep-every-n-hours");
+    if (hours < 0) throw ConfigError("--keep-every-n-hours must not be negative, got '" + f.keep_every_n_hours + "'");
+    cfg.keep_checkpoint_every_n_hours = std::min(hours, kMaxKeepHours);
+  }
   const bool saving_flags = !f.save_every_steps.empty() || !f.save_every_secs.empty() || !f.max_to_keep.empty() ||
                             !f.keep_every_n_hours.empty() || !f.on_save_error.empty();
   if (saving_flags && cfg.model_dir.empty())
@@ -237,10 +240,9 @@ int run_train_command(const TrainFlags& f, int* argc, char*** argv) {
     if (cmd.eval.steps < 0) throw ConfigError("--eval-steps must not be negative");
   }
   if (!f.eval_start_delay_secs.empty())
-    cmd.eval.start_delay_secs = parse_double(f.eval_start_delay_secs, "--eval-start-delay-secs");
-  if (cmd.eval.start_delay_secs < 0) throw ConfigError("--eval-start-delay-secs must not be negative");
-  if (!f.eval_throttle_secs.empty()) cmd.eval.throttle_secs = parse_double(f.eval_throttle_secs, "--eval-throttle-secs");
-  if (cmd.eval.throttle_secs < 0) throw ConfigError("--eval-throttle-secs must not be negative");
+    cmd.eval.start_delay_secs = parse_seconds(f.eval_start_delay_secs, "--eval-start-delay-secs");
+  if (!f.eval_throttle_secs.empty())
+    cmd.eval.throttle_secs = parse_seconds(f.eval_throttle_secs, "--eval-throttle-secs");
   if (!f.eval_best_metric.empty()) cmd.eval.best_metric = f.eval_best_metric;
   if (cmd.eval.best_metric != "accuracy" && cmd.eval.best_metric != "loss")
     throw ConfigError("--eval-best-metric: '" + cmd.eval.best_metric + "' is not accuracy or loss");

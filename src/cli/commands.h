@@ -13,6 +13,11 @@ constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;  // runtime failure
 constexpr int kExitUsage = 2;    // usage or configuration error
 
+// Footer of every command with duration flags (common/parse.h, kMaxDurationS).
+constexpr const char* kDurationsFooter =
+    "Durations are in seconds (--*-secs, --timeout, --stall-timeout and the *_S variables): a "
+    "negative or non-finite value is a usage error; a value above 1e6 s (11.6 days) is taken as 1e6 s.";
+
 struct ClusterFlags {
   std::string resolver = "auto";
   std::string cluster;

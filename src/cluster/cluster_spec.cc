@@ -4,6 +4,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "cluster/config_json.h"
 #include "strata/common/error.h"
 #include "strata/common/parse.h"
 
@@ -14,12 +15,7 @@ using ordered_json = nlohmann::ordered_json;
 std::string TaskId::str() const { return valid() ? type + ":" + std::to_string(index) : "?"; }
 
 ClusterSpec ClusterSpec::from_json(const std::string& json_text, const std::string& origin) {
-  ordered_json doc;
-  try {
-    doc = ordered_json::parse(json_text);
-  } catch (const ordered_json::parse_error& e) {
-    throw ConfigError(origin + " is not valid JSON: " + e.what());
-  }
+  const ordered_json doc = parse_config_json(json_text, origin);
   if (!doc.is_object()) throw ConfigError(origin + " must be a JSON object mapping job names to task lists");
   ClusterSpec spec;
   for (const auto& [job, tasks] : doc.items()) {
@@ -30,7 +26,7 @@ ClusterSpec ClusterSpec::from_json(const std::string& json_text, const std::stri
       for (const auto& address : tasks) {
         if (!address.is_string())
           throw ConfigError(origin + ": job '" + job + "' task " + std::to_string(index) +
-                            " address must be a string, got " + address.dump());
+                            " address must be a string, got " + json_excerpt(address));
         spec.set_task(job, index++, address.get<std::string>());
       }
     } else if (tasks.is_object()) {
@@ -44,7 +40,7 @@ ClusterSpec ClusterSpec::from_json(const std::string& json_text, const std::stri
       }
     } else {
       throw ConfigError(origin + ": job '" + job + "' must be a list of addresses or an {index: address} object, got " +
-                        tasks.dump());
+                        json_excerpt(tasks));
     }
   }
   return spec;

@@ -24,6 +24,7 @@
 
 #include "strata/cluster/runtime.h"
 #include "strata/common/error.h"
+#include "strata/common/parse.h"
 #include "strata/common/rank_context.h"
 #include "strata/common/watchdog.h"
 
@@ -83,7 +84,7 @@ void set_phase(Phase phase) {
       target.resize(at);
     }
     if (colon != std::string::npos && target == name && mine)
-      std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(spec.c_str() + colon + 1)));
+      std::this_thread::sleep_for(std::chrono::duration<double>(clamp_seconds(std::atof(spec.c_str() + colon + 1))));
   }
 }
 void set_step(std::int64_t step) { g_step.store(step, std::memory_order_relaxed); }

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cluster/config_json.h"
 #include "strata/cluster/hostlist.h"
 #include "strata/common/error.h"
 #include "strata/common/parse.h"
@@ -39,12 +40,24 @@ std::optional<std::pair<std::string, std::string>> first_of(const Env& env, std:
   return std::nullopt;
 }
 
+// A cluster file is read up to kMaxConfigFileBytes: more is refused, so /dev/zero or a huge file
+// is never read whole into memory. Pipes (--cluster <(...)) are fine.
+constexpr std::size_t kMaxPathBytes = 4096;  // PATH_MAX
+constexpr std::size_t kMaxConfigFileBytes = 64 << 20;
+
 std::string read_text_file(const std::string& path, const std::string& what) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(what + ": cannot read file '" + path + "' (" + std::strerror(errno) + ")");
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
+  std::string text;
+  char chunk[1 << 16];
+  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) {
+    text.append(chunk, static_cast<std::size_t>(in.gcount()));
+    if (text.size() > kMaxConfigFileBytes)
+      throw ConfigError(what + ": file '" + path + "' is larger than " + std::to_string(kMaxConfigFileBytes >> 20) +
+                        " MiB; a cluster description is far smaller");
+  }
+  if (in.bad()) throw ConfigError(what + ": cannot read file '" + path + "' (" + std::strerror(errno) + ")");
+  return text;
 }
 
 // TF casts task.index with int(); strata accepts integers, integral floats and integer strings, and
@@ -52,41 +65,36 @@ std::string read_text_file(const std::string& path, const std::string& what) {
 int task_index_from_json(const ordered_json& value, const std::string& origin) {
   if (value.is_number_integer()) {
     auto v = value.get<std::int64_t>();
-    if (v < 0 || v > kIntMax) throw ConfigError(origin + ": task index " + value.dump() + " is out of range");
+    if (v < 0 || v > kIntMax) throw ConfigError(origin + ": task index " + json_excerpt(value) + " is out of range");
     return static_cast<int>(v);
   }
   if (value.is_number_float()) {
     double v = value.get<double>();
     if (std::floor(v) != v || v < 0 || v > kIntMax)
-      throw ConfigError(origin + ": task index " + value.dump() + " is not a non-negative integer");
+      throw ConfigError(origin + ": task index " + json_excerpt(value) + " is not a non-negative integer");
     return static_cast<int>(v);
   }
   if (value.is_string()) return parse_int(value.get<std::string>(), origin + ": task index", 0, kIntMax);
-  throw ConfigError(origin + ": task index must be an integer, got " + value.dump());
+  throw ConfigError(origin + ": task index must be an integer, got " + json_excerpt(value));
 }
 
 // TF casts task.type with str(): numbers become their text.
 std::string task_type_from_json(const ordered_json& value, const std::string& origin) {
   if (value.is_string()) return value.get<std::string>();
   if (value.is_number()) return value.dump();
-  throw ConfigError(origin + ": task type must be a string, got " + value.dump());
+  throw ConfigError(origin + ": task type must be a string, got " + json_excerpt(value));
 }
 
 std::optional<std::string> optional_string(const ordered_json& doc, const char* key, const std::string& origin) {
   if (!doc.contains(key) || doc[key].is_null()) return std::nullopt;
-  if (!doc[key].is_string()) throw ConfigError(origin + ": '" + key + "' must be a string, got " + doc[key].dump());
+  if (!doc[key].is_string()) throw ConfigError(origin + ": '" + key + "' must be a string, got " + json_excerpt(doc[key]));
   return doc[key].get<std::string>();
 }
 
 // Shared by TF_CONFIG and TF_CONFIG-shaped --cluster documents.
 ResolvedCluster resolve_tf_document(const std::string& text, const std::string& origin, const Env& env,
                                     const ResolveOptions& options, const ProcessInfo& process) {
-  ordered_json doc;
-  try {
-    doc = ordered_json::parse(text);
-  } catch (const ordered_json::parse_error& e) {
-    throw ConfigError(origin + " is not valid JSON: " + e.what());
-  }
+  const ordered_json doc = parse_config_json(text, origin);
   if (!doc.is_object()) throw ConfigError(origin + " must be a JSON object, got " + std::string(doc.type_name()));
   ResolvedCluster out;
   if (doc.contains("cluster") && !doc["cluster"].is_null())
@@ -356,20 +364,18 @@ int launcher_size_hint(const Env& env) {
 }
 
 ResolvedCluster resolve_explicit(const std::string& file_or_json, const Env& env, const ResolveOptions& options,
-                                 const ProcessInfo& process) {
+                                 const ProcessInfo& process, const std::string& source) {
   std::string text = trim(file_or_json);
-  std::string origin = "--cluster";
-  if (text.empty()) throw ConfigError("--cluster: empty value (expected a JSON object or a file)");
+  std::string origin = source;
+  if (text.empty()) throw ConfigError(source + ": empty value (expected a JSON object or a file)");
   if (text.front() != '{') {
-    origin = "--cluster file '" + text + "'";
-    text = read_text_file(text, "--cluster");
+    if (text.size() > kMaxPathBytes)
+      throw ConfigError(source + ": neither a JSON object (it does not start with '{') nor a file name (" +
+                        std::to_string(text.size()) + " bytes)");
+    origin = source + " file '" + text + "'";
+    text = read_text_file(text, source);
   }
-  ordered_json probe;
-  try {
-    probe = ordered_json::parse(text);
-  } catch (const ordered_json::parse_error& e) {
-    throw ConfigError(origin + " is not valid JSON: " + e.what());
-  }
+  const ordered_json probe = parse_config_json(text, origin);
   ResolvedCluster out;
   if (probe.is_object() && probe.contains("cluster")) {
     // TF_CONFIG-shaped: {"cluster": {...}, "task": {...}, "rpc_layer": ...}
@@ -592,8 +598,10 @@ ResolvedCluster resolve(const Env& env, const ResolveOptions& options, const Pro
   ResolvedCluster out;
   switch (choose_resolver(env, options)) {
     case ResolverKind::kExplicit:
-      out = resolve_explicit(options.cluster.empty() ? env.get_string("STRATA_CLUSTER", "") : options.cluster, env,
-                             options, process);
+      if (options.cluster.empty())
+        out = resolve_explicit(env.get_string("STRATA_CLUSTER", ""), env, options, process, "STRATA_CLUSTER");
+      else
+        out = resolve_explicit(options.cluster, env, options, process, "--cluster");
       break;
     case ResolverKind::kTfConfig:
       out = resolve_tf_config(env.get_string("TF_CONFIG", "{}"), env, options, process);

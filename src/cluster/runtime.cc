@@ -262,7 +262,7 @@ MpiSession::~MpiSession() {
   if (const char* v = std::getenv("STRATA_FINALIZE_TIMEOUT_S"); v && *v) {
     char* end = nullptr;
     const double parsed = std::strtod(v, &end);
-    if (end != v && *end == '\0' && parsed > 0) limit = parsed;
+    if (end != v && *end == '\0' && parsed > 0) limit = clamp_seconds(parsed);
   }
   const int status = exit_status_;
   // Test hook (documented in the env table): RANK:SECONDS holds that world rank back before its

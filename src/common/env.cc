@@ -51,6 +51,12 @@ double Env::get_double(std::string_view name, double fallback) const {
   return parse_double(*value, name);
 }
 
+double Env::get_seconds(std::string_view name, double fallback, ZeroSeconds zero) const {
+  auto value = get(name);
+  if (!value || value->empty()) return fallback;
+  return parse_seconds(*value, name, zero);
+}
+
 bool Env::get_bool(std::string_view name, bool fallback) const {
   auto value = get(name);
   if (!value || value->empty()) return fallback;
@@ -63,9 +69,7 @@ std::string Env::get_string(std::string_view name, const std::string& fallback) 
 }
 
 double timeout_from_env(const Env& env) {
-  const double t = env.get_double("STRATA_TIMEOUT_S", kDefaultTimeoutS);
-  if (!(t > 0)) throw ConfigError("STRATA_TIMEOUT_S must be positive, got " + env.get("STRATA_TIMEOUT_S").value_or(""));
-  return t;
+  return env.get_seconds("STRATA_TIMEOUT_S", kDefaultTimeoutS, ZeroSeconds::kRejected);
 }
 
 double resolve_timeout(const std::string& flag_value, const Env& env) {
@@ -73,8 +77,7 @@ double resolve_timeout(const std::string& flag_value, const Env& env) {
   if (flag_value.empty()) {
     t = timeout_from_env(env);
   } else {
-    t = parse_double(flag_value, "--timeout");
-    if (!(t > 0)) throw ConfigError("--timeout must be positive, got " + flag_value);
+    t = parse_seconds(flag_value, "--timeout", ZeroSeconds::kRejected);
   }
   std::ostringstream text;
   text.precision(17);
@@ -90,7 +93,7 @@ double test_hook_delay(const Env& env, const char* var, int rank) {
   if (colon == std::string::npos || hook->find(':', colon + 1) != std::string::npos)
     throw ConfigError(std::string(var) + ": expected RANK:SECONDS, got '" + *hook + "'");
   if (parse_int(hook->substr(0, colon), std::string(var) + " rank", 0, 1 << 30) != rank) return 0;
-  return parse_double(hook->substr(colon + 1), std::string(var) + " seconds");
+  return parse_seconds(hook->substr(colon + 1), std::string(var) + " seconds");
 }
 
 const std::vector<EnvVarDoc>& env_table() {

@@ -64,6 +64,19 @@ double parse_double(std::string_view text, std::string_view what) {
   return value;
 }
 
+double parse_seconds(std::string_view text, std::string_view what, ZeroSeconds zero) {
+  const double value = parse_double(text, what);
+  if (zero == ZeroSeconds::kRejected && !(value > 0))
+    throw ConfigError(std::string(what) + " must be positive, got '" + std::string(text) + "'");
+  if (value < 0) throw ConfigError(std::string(what) + " must not be negative, got '" + std::string(text) + "'");
+  return clamp_seconds(value);
+}
+
+double clamp_seconds(double seconds) {
+  if (!(seconds > 0)) return 0;  // NaN too
+  return seconds < kMaxDurationS ? seconds : kMaxDurationS;
+}
+
 bool parse_bool(std::string_view text, std::string_view what) {
   std::string lower;
   for (char c : text) lower.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
@@ -121,6 +134,31 @@ std::string trim(std::string_view text) {
   while (begin < end && std::isspace(static_cast<unsigned char>(text[begin]))) ++begin;
   while (end > begin && std::isspace(static_cast<unsigned char>(text[end - 1]))) --end;
   return std::string(text.substr(begin, end - begin));
+}
+
+void check_json_depth(std::string_view text, std::string_view origin, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  bool escaped = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth)
+        throw ConfigError(std::string(origin) + ": JSON nested deeper than " + std::to_string(max_depth) +
+                          " levels (at byte " + std::to_string(i) + ")");
+    } else if (c == ']' || c == '}') {
+      // An unbalanced closer is invalid JSON: the parser reports it.
+      if (depth > 0) --depth;
+    }
+  }
 }
 
 }  // namespace strata

@@ -21,8 +21,8 @@ RunConfig RunConfig::from_environment(const Env& env) {
   // Without STRATA_NUM_PS / STRATA_JOBS the first rank is the PS (the resolvers' own default is
   // none, which leaves nothing to serve the variables).
   if (!env.has("STRATA_NUM_PS") && !env.has("STRATA_JOBS")) c.num_ps = 1;
-  c.stall_timeout_s = env.get_double("STRATA_STALL_TIMEOUT_S", 10.0);
-  c.progress_timeout_s = env.get_double("STRATA_PROGRESS_TIMEOUT_S", 120.0);
+  c.stall_timeout_s = env.get_seconds("STRATA_STALL_TIMEOUT_S", 10.0, ZeroSeconds::kRejected);
+  c.progress_timeout_s = env.get_seconds("STRATA_PROGRESS_TIMEOUT_S", 120.0);
   c.timeout_s = timeout_from_env(env);
   c.restarts = env.get_int("STRATA_RESTART_COUNT", 0);
   if (c.restarts < 0) throw ConfigError("STRATA_RESTART_COUNT must not be negative");

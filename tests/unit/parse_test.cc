@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
@@ -254,6 +255,104 @@ TEST(Timeout, FlagThenEnvironmentThenDefaultAndPublished) {
   EXPECT_THROW(resolve_timeout("", make_env({{"STRATA_TIMEOUT_S", "-1"}})), ConfigError);
   EXPECT_THROW(resolve_timeout("", make_env({{"STRATA_TIMEOUT_S", "soon"}})), ConfigError);
   ::unsetenv("STRATA_TIMEOUT_S");
+}
+
+// ---- durations and JSON depth: what an untrusted flag, variable or document can do ----------------
+// (Suites named *Security also carry the `security` label: tests/CMakeLists.txt.)
+
+TEST(DurationSecurity, ParseSecondsAcceptsZeroFractionsAndTheMaximum) {
+  EXPECT_EQ(parse_seconds("0", "--save-every-secs"), 0.0);
+  EXPECT_EQ(parse_seconds("0.25", "--log-every-secs"), 0.25);
+  EXPECT_EQ(parse_seconds("1e6", "--timeout"), kMaxDurationS);
+  EXPECT_EQ(parse_seconds("120", "--timeout", ZeroSeconds::kRejected), 120.0);
+}
+
+// 1e10 s is past steady_clock's int64 nanoseconds once added to now(); before the clamp such a
+// --timeout made every deadline lie in the past and the job ended at once.
+TEST(DurationSecurity, HugeValuesAreClampedToTheDocumentedMaximum) {
+  for (const char* text : {"1000001", "1e10", "9.3e9", "1e300", "179769313486231570000000000000000"}) {
+    SCOPED_TRACE(text);
+    EXPECT_EQ(parse_seconds(text, "--timeout", ZeroSeconds::kRejected), kMaxDurationS);
+  }
+  EXPECT_EQ(kMaxDurationS, 1e6);
+  // The clamped value still leaves room for deadline arithmetic (now + t + t/2 + slack).
+  const auto now = std::chrono::steady_clock::now().time_since_epoch();
+  const auto t = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(parse_seconds("1e10", "--timeout")));
+  EXPECT_GT((now + t + t / 2).count(), now.count());
+}
+
+TEST(DurationSecurity, NegativeZeroAndNonFiniteValuesAreUsageErrorsNamingTheFlag) {
+  EXPECT_EQ(config_error([] { parse_seconds("-1", "--save-every-secs"); }),
+            "--save-every-secs must not be negative, got '-1'");
+  EXPECT_EQ(config_error([] { parse_seconds("0", "--timeout", ZeroSeconds::kRejected); }),
+            "--timeout must be positive, got '0'");
+  EXPECT_EQ(config_error([] { parse_seconds("-0", "--stall-timeout", ZeroSeconds::kRejected); }),
+            "--stall-timeout must be positive, got '-0'");
+  for (const char* text : {"nan", "inf", "-inf", "1e400", "", "10s", "0x10"}) {
+    SCOPED_TRACE(text);
+    expect_names_and_quotes(config_error([&] { parse_seconds(text, "--timeout"); }), "--timeout", text);
+  }
+}
+
+TEST(DurationSecurity, ClampSecondsBoundsComputedValues) {
+  EXPECT_EQ(clamp_seconds(std::numeric_limits<double>::quiet_NaN()), 0.0);
+  EXPECT_EQ(clamp_seconds(-5), 0.0);
+  EXPECT_EQ(clamp_seconds(std::numeric_limits<double>::infinity()), kMaxDurationS);
+  EXPECT_EQ(clamp_seconds(2.5), 2.5);
+}
+
+TEST(DurationSecurity, EnvironmentTimeoutsAreClampedOrRefusedNamingTheVariable) {
+  EXPECT_EQ(timeout_from_env(make_env({{"STRATA_TIMEOUT_S", "1e10"}})), kMaxDurationS);
+  EXPECT_EQ(config_error([] { timeout_from_env(make_env({{"STRATA_TIMEOUT_S", "-3"}})); }),
+            "STRATA_TIMEOUT_S must be positive, got '-3'");
+  EXPECT_EQ(config_error([] { timeout_from_env(make_env({{"STRATA_TIMEOUT_S", "1e999"}})); }),
+            "STRATA_TIMEOUT_S: '1e999' is not a finite number");
+  const Env env = make_env({{"STRATA_PROGRESS_TIMEOUT_S", "1e12"}, {"STRATA_STALL_TIMEOUT_S", "-1"}});
+  EXPECT_EQ(env.get_seconds("STRATA_PROGRESS_TIMEOUT_S", 120), kMaxDurationS);
+  EXPECT_EQ(env.get_seconds("STRATA_UNSET_S", 7), 7.0);
+  EXPECT_EQ(config_error([&] { env.get_seconds("STRATA_STALL_TIMEOUT_S", 10, ZeroSeconds::kRejected); }),
+            "STRATA_STALL_TIMEOUT_S must be positive, got '-1'");
+  // The published value is the clamped one, so the transports read a bound their clocks can hold.
+  EXPECT_EQ(resolve_timeout("1e10", Env{}), kMaxDurationS);
+  EXPECT_EQ(timeout_from_env(Env::from_process()), kMaxDurationS);
+  ::unsetenv("STRATA_TIMEOUT_S");
+}
+
+TEST(DurationSecurity, TestHookSecondsAreClampedToo) {
+  EXPECT_EQ(test_hook_delay(make_env({{"STRATA_TEST_DELAY_RANK", "1:1e30"}}), "STRATA_TEST_DELAY_RANK", 1),
+            kMaxDurationS);
+  EXPECT_TRUE(Contains(config_error([] {
+                         test_hook_delay(make_env({{"STRATA_TEST_DELAY_RANK", "1:-2"}}), "STRATA_TEST_DELAY_RANK", 1);
+                       }),
+                       "STRATA_TEST_DELAY_RANK seconds must not be negative"));
+}
+
+TEST(JsonDepthSecurity, AcceptsDocumentsUpToTheBound) {
+  EXPECT_NO_THROW(check_json_depth(R"({"cluster": {"worker": ["a:1"]}, "task": {"index": 0}})", "TF_CONFIG"));
+  EXPECT_NO_THROW(check_json_depth(std::string(64, '[') + std::string(64, ']'), "TF_CONFIG"));
+  EXPECT_NO_THROW(check_json_depth("", "TF_CONFIG"));
+  // Brackets inside strings, escaped quotes included, are text, not nesting.
+  const std::string in_string = "{\"k\": \"" + std::string(1000, '[') + "\\\"" + std::string(1000, '{') + "\"}";
+  EXPECT_NO_THROW(check_json_depth(in_string, "TF_CONFIG"));
+  // Closing brackets bring the depth back down: many shallow siblings are fine.
+  std::string siblings = "[";
+  for (int i = 0; i < 10000; ++i) siblings += "[[]],";
+  siblings += "[]]";
+  EXPECT_NO_THROW(check_json_depth(siblings, "--cluster"));
+}
+
+TEST(JsonDepthSecurity, DeeperNestingIsAUsageErrorNamingTheSourceAndTheBound) {
+  EXPECT_EQ(config_error([] { check_json_depth(std::string(65, '['), "TF_CONFIG"); }),
+            "TF_CONFIG: JSON nested deeper than 64 levels (at byte 64)");
+  EXPECT_EQ(config_error([] { check_json_depth(R"({"a": [{"b": [[1]]}]})", "--cluster", 4); }),
+            "--cluster: JSON nested deeper than 4 levels (at byte 14)");
+  // The issue's input: a million unclosed brackets. Found at byte 64 in one linear pass.
+  const std::string million(1000000, '[');
+  EXPECT_TRUE(Contains(config_error([&] { check_json_depth(million, "--cluster"); }), "--cluster: JSON nested deeper"));
+  // An escaped backslash ends before the quote: the quote closes the string, what follows counts.
+  EXPECT_TRUE(Contains(config_error([] { check_json_depth("[\"\\\\\"" + std::string(70, '['), "TF_CONFIG"); }),
+                       "nested deeper"));
 }
 
 }  // namespace

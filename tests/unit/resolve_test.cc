@@ -1197,5 +1197,100 @@ TEST(StrataJobs, StandsInForJobsUnlessAPsCountOrJobsIsGiven) {
                ConfigError);
 }
 
+// =================================================================================================
+// Untrusted configuration documents (suites named *Security also carry the `security` label)
+// =================================================================================================
+
+// A million nested brackets: before the depth bound, the balanced form parsed and then overflowed
+// the stack in the recursive dump() that built the error message (SIGSEGV).
+TEST(ClusterJsonSecurity, DeepNestingIsAUsageErrorNamingEachSource) {
+  const std::string open(1000000, '[');
+  const std::string balanced = "{\"worker\": " + open + std::string(1000000, ']') + "}";
+  const std::string unbalanced = "{\"worker\": " + open;
+  for (const std::string* text : {&balanced, &unbalanced}) {
+    ResolveOptions options;
+    options.cluster = *text;
+    EXPECT_EQ(config_error([&] { resolve(Env{}, options, process_info(0, 1)); }),
+              "--cluster: JSON nested deeper than 64 levels (at byte 74)");
+    EXPECT_EQ(config_error([&] { resolve(make_env({{"STRATA_CLUSTER", *text}}), {}, process_info(0, 1)); }),
+              "STRATA_CLUSTER: JSON nested deeper than 64 levels (at byte 74)");
+    EXPECT_EQ(config_error([&] { resolve(make_env({{"TF_CONFIG", *text}}), {}, process_info(0, 1)); }),
+              "TF_CONFIG: JSON nested deeper than 64 levels (at byte 74)");
+  }
+  // Deep inside the TF_CONFIG-shaped document's parts too.
+  const std::string deep_task = R"({"cluster": {"worker": ["a:1"]}, "task": {"type": )" + std::string(100, '[');
+  EXPECT_TRUE(Contains(config_error([&] { resolve_tf_config(deep_task, Env{}, {}, process_info()); }),
+                       "TF_CONFIG: JSON nested deeper than 64 levels"));
+}
+
+TEST(ClusterJsonSecurity, DeepNestingInAClusterFileNamesTheFile) {
+  const std::string path = ::testing::TempDir() + "strata_deep_" + std::to_string(::getpid()) + ".json";
+  {
+    std::ofstream out(path);
+    ASSERT_TRUE(out) << path;
+    out << "{\"worker\": " << std::string(200000, '[');
+  }
+  ResolveOptions options;
+  options.cluster = path;
+  const std::string message = config_error([&] { resolve(Env{}, options, process_info(0, 1)); });
+  std::remove(path.c_str());
+  EXPECT_EQ(message, "--cluster file '" + path + "': JSON nested deeper than 64 levels (at byte 74)");
+}
+
+TEST(ClusterJsonSecurity, ModestNestingStillResolves) {
+  // A cluster description needs 3 levels; unrelated keys may nest further within the bound.
+  const std::string tf = R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0},
+                             "extra": )" + std::string(60, '[') + std::string(60, ']') + "}";
+  EXPECT_EQ(resolve_tf_config(tf, Env{}, {}, process_info()).task, (TaskId{"worker", 0}));
+}
+
+// 1e400 is nlohmann's out_of_range 406, not a parse_error: it escaped as a runtime failure
+// (exit 1) before; now it is a usage error naming TF_CONFIG.
+TEST(ClusterJsonSecurity, NumberOverflowIsAUsageErrorNamingTheSource) {
+  const std::string huge_integer(400, '9');
+  for (const std::string& number : {std::string("1e400"), std::string("-1e400"), huge_integer}) {
+    SCOPED_TRACE(number);
+    const std::string tf = R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": )" + number + "}}";
+    EXPECT_TRUE(Contains(config_error([&] { resolve(make_env({{"TF_CONFIG", tf}}), {}, process_info()); }),
+                         "TF_CONFIG has a number out of range: [json.exception.out_of_range.406] number overflow"));
+    ResolveOptions options;
+    options.cluster = tf;
+    EXPECT_TRUE(Contains(config_error([&] { resolve(Env{}, options, process_info()); }),
+                         "--cluster has a number out of range"));
+  }
+  // In range for a double but not for a task index: refused, naming TF_CONFIG and the value.
+  for (const char* number : {"99999999999999999999", "18446744073709551615", "1e300", "-1"}) {
+    SCOPED_TRACE(number);
+    const std::string tf =
+        R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": )" + std::string(number) + "}}";
+    const std::string message = config_error([&] { resolve_tf_config(tf, Env{}, {}, process_info()); });
+    EXPECT_TRUE(Contains(message, "TF_CONFIG: task index"));
+  }
+}
+
+TEST(ClusterJsonSecurity, ValuesQuotedInMessagesAreCut) {
+  const std::string big(1 << 20, 'x');
+  const std::string tf = R"({"cluster": {"worker": ["a:1"]}, "task": {"type": ["worker", ")" + big + R"("]}})";
+  const std::string message = config_error([&] { resolve_tf_config(tf, Env{}, {}, process_info()); });
+  EXPECT_TRUE(Contains(message, "TF_CONFIG: task type must be a string, got [\"worker\",\"xxx"));
+  EXPECT_LT(message.size(), 300u);
+  const std::string spec = R"({"worker": [")" + big + R"(", 7]})";
+  EXPECT_LT(config_error([&] { ClusterSpec::from_json(spec, "--cluster"); }).size(), 300u);
+}
+
+TEST(ClusterJsonSecurity, AClusterValueTooLongForAFileNameIsRefusedWithoutQuotingIt) {
+  ResolveOptions options;
+  options.cluster = std::string(1000000, '[');  // does not start with '{': taken as a file name
+  EXPECT_EQ(config_error([&] { resolve(Env{}, options, process_info(0, 1)); }),
+            "--cluster: neither a JSON object (it does not start with '{') nor a file name (1000000 bytes)");
+}
+
+TEST(ClusterJsonSecurity, AClusterFileIsReadOnlyUpToItsBound) {
+  ResolveOptions options;
+  options.cluster = "/dev/zero";  // endless: read up to the bound, then refused
+  EXPECT_EQ(config_error([&] { resolve(Env{}, options, process_info(0, 1)); }),
+            "--cluster: file '/dev/zero' is larger than 64 MiB; a cluster description is far smaller");
+}
+
 }  // namespace
 }  // namespace strata::cluster

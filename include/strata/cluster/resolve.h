@@ -81,8 +81,9 @@ struct ResolvedCluster {
 int launcher_rank_hint(const Env& env);
 int launcher_size_hint(const Env& env);
 
+// `source` names where file_or_json came from in messages: "--cluster" or "STRATA_CLUSTER".
 ResolvedCluster resolve_explicit(const std::string& file_or_json, const Env& env, const ResolveOptions& options,
-                                 const ProcessInfo& process);
+                                 const ProcessInfo& process, const std::string& source = "--cluster");
 ResolvedCluster resolve_tf_config(const std::string& tf_config, const Env& env,
                                   const ResolveOptions& options, const ProcessInfo& process);
 ResolvedCluster resolve_slurm(const Env& env, const ResolveOptions& options, const ProcessInfo& process);

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "strata/common/parse.h"
+
 namespace strata {
 
 class Env {
@@ -28,6 +30,9 @@ class Env {
   // Strict typed accessors: a value that does not parse raises ConfigError naming the variable.
   std::int64_t get_int(std::string_view name, std::int64_t fallback) const;
   double get_double(std::string_view name, double fallback) const;
+  // A duration (parse_seconds: finite, not negative, positive with ZeroSeconds::kRejected, clamped
+  // to kMaxDurationS); `fallback` when unset or empty.
+  double get_seconds(std::string_view name, double fallback, ZeroSeconds zero = ZeroSeconds::kAllowed) const;
   bool get_bool(std::string_view name, bool fallback) const;
   std::string get_string(std::string_view name, const std::string& fallback) const;
 
@@ -38,7 +43,7 @@ class Env {
 // The one timeout contract (every command, every phase): `--timeout` where a command has it, else
 // STRATA_TIMEOUT_S, else kDefaultTimeoutS, bounds each single wait for another rank (a bootstrap
 // exchange, a PS request, a collective, a barrier); a wait past it names who it waited for.
-// Waits are never a multiple of it. Liveness (a stopped or stalled rank) has its own limits
+// Waits are never a multiple of it. Values above kMaxDurationS (common/parse.h) are clamped to it. Liveness (a stopped or stalled rank) has its own limits
 // (--stall-timeout, STRATA_PROGRESS_TIMEOUT_S).
 inline constexpr double kDefaultTimeoutS = 120;
 // STRATA_TIMEOUT_S or kDefaultTimeoutS; ConfigError when malformed or not positive.
