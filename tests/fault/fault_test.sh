@@ -270,6 +270,7 @@ if not orphans:
 print(orphans[0])
 PY
 }
+orphan_left() { orphan_in "$1" >/dev/null; }
 
 orphan_case() {
   prepare_checkpoints || record
@@ -277,7 +278,7 @@ orphan_case() {
   # naming it (STRATA_TEST_COMMIT_DELAY_S); the PS is killed there.
   start_job STRATA_TEST_COMMIT_DELAY_S=3 -- --checkpoint-dir "$CK" --restore latest --stall-timeout "$STALL_S" \
     --log-every 5 --log-every-secs 0 --epochs 20 --save-every-steps 30
-  wait_for "a renamed file that checkpoint.json does not name" 60 orphan_in "$CK" || { show_job_output; record; }
+  wait_for "a renamed file that checkpoint.json does not name" 60 orphan_left "$CK" || { show_job_output; record; }
   local orphan committed latest f
   orphan=$(orphan_in "$CK")
   inject KILL 0 || { show_job_output; record; }
