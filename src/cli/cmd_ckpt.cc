@@ -279,19 +279,14 @@ int run_ls(const CkptFlags& f) {
     rows.push_back(std::move(row));
   }
 
-  // Files a save left behind (in progress or crashed): never restored from, listed so the user
-  // knows they exist and why they are ignored.
-  std::vector<std::pair<std::string, std::uint64_t>> stray;
-  std::error_code ec;
-  for (const auto& item : fs::directory_iterator(f.path, ec)) {
-    std::string name = item.path().filename().string();
-    if (name.size() > 7 && name.compare(name.size() - 7, 7, ".h5.tmp") == 0) {
-      std::error_code size_ec;
-      auto size = item.file_size(size_ec);
-      stray.emplace_back(name, size_ec ? 0 : size);
-    }
+  // Files a save left behind (in progress or crashed; FORMAT.md section 7): never restored from,
+  // listed so the user knows they exist and why they are ignored.
+  std::vector<ck::UncommittedFile> stray;
+  try {
+    stray = ck::list_uncommitted_files(f.path);
+  } catch (const Error& e) {
+    throw Failure(e.message());
   }
-  std::sort(stray.begin(), stray.end());
 
   // With --verify, the entry `--restore latest` would use: the newest one that verified, the same
   // rule as latest_checkpoint() (FORMAT.md section 6), from results already computed.
@@ -325,7 +320,8 @@ int run_ls(const CkptFlags& f) {
     doc["refused"] = nlohmann::json::array();
     for (const auto& r : list.refused) doc["refused"].push_back({{"file", r.file}, {"reason", r.reason}});
     doc["uncommitted"] = nlohmann::json::array();
-    for (const auto& [name, bytes] : stray) doc["uncommitted"].push_back({{"file", name}, {"bytes", bytes}});
+    for (const auto& u : stray)
+      doc["uncommitted"].push_back({{"file", u.file}, {"bytes", u.bytes}, {"complete", u.complete}});
     if (f.verify) doc["restore"] = restore ? nlohmann::json(restore->entry.file) : nlohmann::json(nullptr);
     std::cout << doc.dump() << std::endl;
     return f.verify && any_bad ? kExitFailure : kExitOk;
@@ -359,8 +355,11 @@ int run_ls(const CkptFlags& f) {
         if (!r.verdict->ok) out << "  " << r.entry.file << ": " << r.verdict->summary() << "\n";
   }
   for (const auto& r : list.refused) out << refused_line(f.path, r) << "\n";
-  for (const auto& [name, bytes] : stray)
-    out << "uncommitted (ignored): " << name << " (" << bytes << " bytes)\n";
+  for (const auto& u : stray)
+    out << "uncommitted (ignored): " << u.file << " (" << u.bytes << " bytes)"
+        << (u.complete ? ": complete, but checkpoint.json does not name it (a save interrupted before its commit)"
+                       : ": an unfinished save")
+        << "\n";
   if (f.verify && !rows.empty() && !rows.back().verdict->ok)
     out << "latest " << rows.back().entry.file << " is CORRUPT; --restore latest would use "
         << (restore ? restore->entry.file + " (step " + std::to_string(restore->entry.global_step) + ")"

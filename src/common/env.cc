@@ -125,6 +125,7 @@ const std::vector<EnvVarDoc>& env_table() {
       {"STRATA_TEST_FINAL_DELAY_RANK", "RANK:SECONDS", "", "test hook: that rank sleeps before the workers' end-of-training barrier"},
       {"STRATA_TEST_FINALIZE_DELAY_RANK", "RANK:SECONDS", "", "test hook: that rank sleeps before MPI_Finalize, so its peers' final fences wait for it"},
       {"STRATA_TEST_SAVE_DELAY_S", "seconds", "", "test hook: every PS rank holds each checkpoint save open this long before closing it"},
+      {"STRATA_TEST_COMMIT_DELAY_S", "seconds", "", "test hook: PS 0 holds each checkpoint commit this long after renaming the file into place, before checkpoint.json names it"},
       {"STRATA_TEST_PHASE_DIR", "dir", "", "test hook: each rank creates DIR/<rank>.<phase> when it enters a liveness phase (bootstrap, restore, train, checkpoint-save, final-barrier, serve)"},
       {"STRATA_TEST_HOLD_PHASE", "PHASE[@RANK]:SECONDS", "", "test hook: every rank (or world rank RANK only) entering that liveness phase (e.g. final-barrier) sleeps this long first"},
       {"STRATA_TEST_SKIP_SPACE_CHECK", "bool", "", "test hook: checkpoint saves skip the free-space check, so a full disk fails inside HDF5's writes"},

@@ -14,7 +14,9 @@
 // loop once every worker stopped at the agreed boundary (ParameterServers::at_step_boundary). A
 // checkpoint::SaveError (identical on every PS rank) is reported by PS 0 in one line and becomes
 // SaveStatus::kFailed; the final save is skipped when this job already saved its global step.
-// At start-up PS 0 removes what interrupted saves left in the checkpoint directory (*.tmp).
+// At start-up PS 0 removes what interrupted saves left in the checkpoint directory (*.tmp files and
+// complete files checkpoint.json does not name) unless another job holds the directory, then
+// claims the directory for this job's life (checkpoint::DirectoryClaim).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -124,6 +126,7 @@ struct ParameterServerStrategy::CheckpointState {
   ps::OptimizerConfig optimizer;
   std::int64_t last_saved_step = -1;                  // PS ranks: global step of this job's last committed save
   std::string last_saved_path;
+  checkpoint::DirectoryClaim claim;                   // PS 0: held while this job may save
 };
 
 namespace {
@@ -250,11 +253,21 @@ void ParameterServerStrategy::prepare_checkpoint_hooks() {
     if (checkpoint_.handle_signals) install_preemption_handlers();
     if (ps0) {
       // Leftovers of interrupted saves (a killed job, a full disk): nothing reads them, and one
-      // can be as large as a checkpoint.
-      const auto removed = checkpoint::remove_orphaned_files(checkpoint_.directory);
-      if (!removed.empty())
-        std::cout << "checkpoint: removed " << join(removed) << " from " << checkpoint_.directory
+      // can be as large as a checkpoint. Removed before this job's first save, and only while no
+      // other job holds the directory; then this job claims it until it exits, so that another
+      // job's start never removes a file this one is writing or committing (FORMAT.md section 7).
+      const auto swept = checkpoint::remove_orphaned_files(checkpoint_.directory, st->path);
+      if (!swept.removed.empty())
+        std::cout << "checkpoint: removed " << join(swept.removed) << " from " << checkpoint_.directory
                   << " (left by an interrupted save)" << std::endl;
+      if (!swept.kept.empty())
+        std::cout << "checkpoint: not removing the uncommitted " << join(swept.kept) << " from "
+                  << checkpoint_.directory << ": " << swept.why_kept << std::endl;
+      st->claim = checkpoint::DirectoryClaim(checkpoint_.directory, timeout);
+      if (!st->claim.held())
+        STRATA_LOG(WARN) << "checkpoint: running without a claim on " << checkpoint_.directory << " ("
+                         << st->claim.why_not() << "): another job starting there could remove this job's "
+                         << "uncommitted files";
     }
     if (runtime_.role() == Role::kPs) {
       const CheckpointOptions copts = checkpoint_;

@@ -3,7 +3,8 @@
 # periodic saves are committed, listed and pruned, and readable by h5ls/h5dump/h5py (CRC-32 as in
 # checkpoint/FORMAT.md section 3); a checkpoint restores into 3 PS and into 2 greedy-placed PS to
 # bit-identical values and the same evaluation; kill -9 of the PS in the middle of a save leaves
-# only committed files named; a corrupted latest falls back to the previous one with a warning; a
+# only committed files named, and between the rename and checkpoint.json's update an uncommitted
+# file that `ckpt ls` lists and the next start removes; a corrupted latest falls back to the previous one with a warning; a
 # different model is a shape error or a restored/initialized/unused report; SIGUSR1 to mpirun and
 # SIGTERM to one rank save and exit 75, and resuming ends where an uninterrupted run ends; bad
 # flags are one line and exit 2.
@@ -218,6 +219,68 @@ else
   expect_rc 0
   expect_stdout_has "checkpoint: removed checkpoint.json.tmp, $tmp from $K (left by an interrupted save)"
   ls "$K" | grep -q '\.tmp$' && fail "a .tmp file survived the resume: $(ls "$K" | tr '\n' ' ')"
+fi
+
+# ---------------------------------------------------------------------------------------------
+case_begin "kill -9 of the PS between the file's rename and checkpoint.json's update: uncommitted, then removed"
+# STRATA_TEST_COMMIT_DELAY_S holds every commit with ckpt-<step>.h5 renamed into place but not yet
+# named by checkpoint.json; the PS is killed there during the second save (the first one's commit
+# made checkpoint.json).
+O="$TEST_TMP/orphan"
+# orphan_in DIR: prints a ckpt-<step>.h5 of DIR that DIR's checkpoint.json does not name.
+orphan_in() {
+  python3 - "$1" <<'PY' 2>/dev/null
+import json, os, re, sys
+d = sys.argv[1]
+named = {c["file"] for c in json.load(open(os.path.join(d, "checkpoint.json")))["checkpoints"]}
+orphans = [f for f in os.listdir(d) if re.fullmatch(r"ckpt-[0-9]+\.h5", f) and f not in named]
+if not orphans:
+    sys.exit(1)
+print(orphans[0])
+PY
+}
+STRATA_TEST_COMMIT_DELAY_S=5 start_bg 3 "$STRATA_BIN" "${TRAIN[@]}" --epochs 1 --checkpoint-dir "$O" \
+  --save-every-steps 30 "${QUIET[@]}"
+ps_pid=$(rank_pid 0)
+if [ -z "$ps_pid" ]; then
+  fail "could not find the PS rank's process"
+  wait_bg 1
+elif ! until_true 60 orphan_in "$O" >/dev/null; then
+  fail "no renamed file waiting for checkpoint.json within 60 s: $(ls "$O" 2>&1 | tr '\n' ' ')"
+  wait_bg 1
+else
+  orphan=$(orphan_in "$O")
+  kill -9 "$ps_pid"
+  wait_bg 30 || fail "the job did not end within 30 s of the PS's SIGKILL"
+  expect_rc_nonzero
+  PRE=$(pointer_get "$O" 'j["latest"]')
+  PRE_STEP=$(pointer_get "$O" 'j["checkpoints"][-1]["global_step"]')
+  committed=$(pointer_get "$O" '" ".join(c["file"] for c in j["checkpoints"])')
+  [ "$(orphan_in "$O")" = "$orphan" ] || fail "$orphan is not left uncommitted after the kill: $(ls "$O" | tr '\n' ' ')"
+  [[ " $committed " == *" $orphan "* ]] && fail "checkpoint.json names $orphan, whose commit was killed"
+  # Complete: the file itself verifies; only checkpoint.json never named it.
+  run "$STRATA_BIN" ckpt verify "$O/$orphan"
+  expect_rc 0
+  run "$STRATA_BIN" ckpt ls "$O"
+  expect_rc 0
+  expect_stdout_has "uncommitted (ignored): $orphan ($(stat -c %s "$O/$orphan") bytes): complete, but checkpoint.json does not name it"
+  grep -qE "^[0-9]+ +$PRE .* latest\$" "$OUT" || fail "ckpt ls does not mark $PRE latest"
+  run "$STRATA_BIN" ckpt ls --verify --json "$O"
+  expect_rc 0
+  expect_json "j['latest'], j['restore'], [u['file'] for u in j['uncommitted'] if u['complete']]" "$PRE $PRE ['$orphan']"
+  # The next start in the directory restores the previous committed checkpoint and removes the orphan.
+  mpi 3 "$STRATA_BIN" "${TRAIN[@]}" --steps 0 --checkpoint-dir "$O" --restore latest "${QUIET[@]}"
+  expect_rc 0
+  expect_stdout_has "checkpoint: restored 6 variable(s) from $O/$PRE (global step $PRE_STEP)"
+  expect_stdout_has "checkpoint: removed $orphan from $O (left by an interrupted save)"
+  [ -e "$O/$orphan" ] && fail "$orphan survived the next start in $O"
+  for f in $committed; do
+    [ -f "$O/$f" ] || fail "the committed $f is gone after the next start"
+  done
+  run "$STRATA_BIN" ckpt verify "$O"
+  expect_rc 0
+  run "$STRATA_BIN" ckpt ls --json "$O"
+  expect_json "j['uncommitted']" "[]"
 fi
 
 # ---------------------------------------------------------------------------------------------

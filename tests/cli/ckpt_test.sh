@@ -51,9 +51,38 @@ expect_rc 0
 expect_json "[c['global_step'] for c in j['checkpoints']]" "[100, 200, 300]"
 expect_json "j['checkpoints'][2]['bytes']" "$(stat -c %s "$D/ckpt-300.h5")"
 expect_json "j['latest'], j['checkpoints'][2]['latest'], j['checkpoints'][0]['latest']" "ckpt-300.h5 True False"
-expect_json "j['uncommitted']" "[{'bytes': 7, 'file': 'ckpt-400.h5.tmp'}]"
+expect_json "j['uncommitted']" "[{'bytes': 7, 'complete': False, 'file': 'ckpt-400.h5.tmp'}]"
 created=$(json_get "j['checkpoints'][2]['created_unix']")
 expect_json "j['checkpoints'][2]['created']" "$(date -u -d "@$created" +%Y-%m-%dT%H:%M:%SZ)"
+
+case_begin "ls: a complete file checkpoint.json does not name is uncommitted, and never latest"
+# What a save killed between its rename and checkpoint.json's update leaves: a complete, valid
+# ckpt-500.h5 that no entry names. Beside it, names that are not strata's uncommitted files.
+O="$TEST_TMP/orphan"
+cp -r "$D" "$O"
+make_ckpt 1 --dir "$TEST_TMP/step500" --step 500 --seed 7
+cp "$TEST_TMP/step500/ckpt-500.h5" "$O/"
+ln -s ckpt-300.h5 "$O/ckpt-600.h5"        # a link is not a file strata wrote
+cp "$O/ckpt-300.h5" "$O/ckpt-0700.h5"     # not a name save() writes (leading zero)
+printf 'x' > "$O/notes-800.h5"
+size500=$(stat -c %s "$O/ckpt-500.h5")
+run "$STRATA_BIN" ckpt ls "$O"
+expect_rc 0
+expect_stdout_has "uncommitted (ignored): ckpt-400.h5.tmp (7 bytes): an unfinished save"
+expect_stdout_has "uncommitted (ignored): ckpt-500.h5 ($size500 bytes): complete, but checkpoint.json does not name it"
+grep -qE '^300 .* latest$' "$OUT" || fail "ckpt-300.h5 is not marked latest beside the uncommitted ckpt-500.h5"
+grep -qE '^500 ' "$OUT" && fail "the uncommitted ckpt-500.h5 is listed as a committed row"
+grep -qE 'ckpt-600|ckpt-0700|notes-800' "$OUT" && fail "a name that is no uncommitted strata file is listed"
+run "$STRATA_BIN" ckpt ls --json "$O"
+expect_rc 0
+expect_json "j['uncommitted']" "[{'bytes': 7, 'complete': False, 'file': 'ckpt-400.h5.tmp'}, {'bytes': $size500, 'complete': True, 'file': 'ckpt-500.h5'}]"
+expect_json "j['latest']" "ckpt-300.h5"
+run "$STRATA_BIN" ckpt ls --verify --json "$O"
+expect_rc 0
+expect_json "j['restore']" "ckpt-300.h5"
+run "$STRATA_BIN" ckpt show "$O"
+expect_rc 0
+grep -qE "^checkpoint +$O/ckpt-300.h5$" "$OUT" || fail "show DIR (= what --restore latest uses) is not ckpt-300.h5"
 
 case_begin "ls --verify, all good"
 run "$STRATA_BIN" ckpt ls --verify "$D"

@@ -8,6 +8,7 @@
 #   fault_test.sh disk_full                a save into a full tmpfs (the free-space check refuses it)
 #   fault_test.sh disk_full_write          the same with the check skipped: HDF5's writes fail
 #   fault_test.sh corrupt_latest           random bytes of the latest checkpoint changed
+#   fault_test.sh orphan_commit            the PS killed between a file's rename and checkpoint.json's update
 #
 # Every case asserts the bound on the time from the fault to the job's exit, the rank named in the
 # message (role and host), and that the last committed checkpoint verifies and resumes.
@@ -256,6 +257,56 @@ PY
   record
 }
 
+# ---- the PS killed between a file's rename and checkpoint.json's update ---------------------------
+# orphan_in DIR: prints a ckpt-<step>.h5 of DIR that DIR's checkpoint.json does not name.
+orphan_in() {
+  python3 - "$1" <<'PY' 2>/dev/null
+import json, os, re, sys
+d = sys.argv[1]
+named = {c["file"] for c in json.load(open(os.path.join(d, "checkpoint.json")))["checkpoints"]}
+orphans = [f for f in os.listdir(d) if re.fullmatch(r"ckpt-[0-9]+\.h5", f) and f not in named]
+if not orphans:
+    sys.exit(1)
+print(orphans[0])
+PY
+}
+orphan_left() { orphan_in "$1" >/dev/null; }
+
+orphan_case() {
+  prepare_checkpoints || record
+  # Every commit is held 3 s with ckpt-<step>.h5 renamed into place and checkpoint.json not yet
+  # naming it (STRATA_TEST_COMMIT_DELAY_S); the PS is killed there.
+  start_job STRATA_TEST_COMMIT_DELAY_S=3 -- --checkpoint-dir "$CK" --restore latest --stall-timeout "$STALL_S" \
+    --log-every 5 --log-every-secs 0 --epochs 20 --save-every-steps 30
+  wait_for "a renamed file that checkpoint.json does not name" 60 orphan_left "$CK" || { show_job_output; record; }
+  local orphan committed latest f
+  orphan=$(orphan_in "$CK")
+  inject KILL 0 || { show_job_output; record; }
+  wait_end "$KILL_BOUND_S"
+  [ "$RC" != 0 ] || fail "the job exited 0 after the fault"
+  expect_err "strata-mpirun: rank 0 (ps:0 on $HOST) was killed by signal 9"
+  committed=$(python3 -c 'import json,sys; print(" ".join(c["file"] for c in json.load(open(sys.argv[1]+"/checkpoint.json"))["checkpoints"]))' "$CK")
+  latest=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]+"/checkpoint.json"))["latest"])' "$CK")
+  echo "  left uncommitted: $orphan; committed: $committed"
+  [ "$(orphan_in "$CK")" = "$orphan" ] || fail "$orphan is not left uncommitted: $(ls "$CK" | tr '\n' ' ')"
+  timeout 60 "$STRATA_BIN" ckpt verify "$CK/$orphan" >"$CASE_TMP/verify.out" 2>&1 ||
+    fail "the uncommitted $orphan is not a complete file: $(cat "$CASE_TMP/verify.out")"
+  # Listed as uncommitted, never as latest or as what a restore uses.
+  timeout 60 "$STRATA_BIN" ckpt ls "$CK" >"$CASE_TMP/ls.out" 2>&1 || fail "ckpt ls failed: $(cat "$CASE_TMP/ls.out")"
+  grep -qF "uncommitted (ignored): $orphan (" "$CASE_TMP/ls.out" || fail "ckpt ls does not list $orphan as uncommitted: $(cat "$CASE_TMP/ls.out")"
+  grep -qE " $latest .* latest\$" "$CASE_TMP/ls.out" || fail "ckpt ls does not mark $latest latest"
+  timeout 60 "$STRATA_BIN" ckpt ls --verify --json "$CK" >"$CASE_TMP/ls.json" 2>&1 || fail "ckpt ls --verify failed"
+  [ "$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["restore"], [u["file"] for u in j["uncommitted"] if u["complete"]])' "$CASE_TMP/ls.json")" = "$latest ['$orphan']" ] ||
+    fail "ckpt ls --json: restore/uncommitted are not $latest/$orphan: $(cat "$CASE_TMP/ls.json")"
+  # --restore latest resumes from the previous committed checkpoint; its start removes the orphan.
+  T_FAULT=$(now)
+  check_checkpoint "$CK" "$SEED_STEP" --max-to-keep 0
+  expect_out "checkpoint: removed $orphan from $CK (left by an interrupted save)"
+  [ -e "$CK/$orphan" ] && fail "$orphan survived the next start in $CK"
+  for f in $committed; do [ -f "$CK/$f" ] || fail "the committed $f is gone after the next start"; done
+  record
+}
+
 case $CASE_NAME in
   seed)
     dir=${2:?usage: fault_test.sh seed DIR}
@@ -266,6 +317,7 @@ case $CASE_NAME in
   disk_full) disk_full_case 0 ;;
   disk_full_write) disk_full_case 1 ;;
   corrupt_latest) corrupt_case ;;
+  orphan_commit) orphan_case ;;
   *.*.*)
     IFS=. read -r role sig phase <<<"$CASE_NAME"
     signal_case "$role" "$sig" "$phase"

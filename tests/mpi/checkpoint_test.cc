@@ -480,13 +480,174 @@ TEST(Checkpoint, OrphanedFilesAreRemoved) {
   save_test_model(comm.get(), dir, 3);
   bool ok = false;
   if (comm.rank() == 0) {
-    for (const char* name : {"ckpt-7.h5.tmp", "checkpoint.json.tmp", "notes.tmp", "ckpt-x.txt"})
+    for (const char* name : {"ckpt-7.h5.tmp", "checkpoint.json.tmp", "notes.tmp", "ckpt-x.txt", "ckpt-x.h5.tmp"})
       std::ofstream(dir + "/" + name) << "partial";
-    auto removed = remove_orphaned_files(dir);
-    ok = removed == std::vector<std::string>{"checkpoint.json.tmp", "ckpt-7.h5.tmp"} &&
-         fs::exists(dir + "/notes.tmp") && fs::exists(dir + "/ckpt-x.txt") && fs::exists(dir + "/ckpt-3.h5") &&
-         fs::exists(dir + "/checkpoint.json") && remove_orphaned_files(dir).empty() &&
-         remove_orphaned_files(dir + "/nope").empty();
+    auto swept = remove_orphaned_files(dir);
+    ok = swept.removed == std::vector<std::string>{"checkpoint.json.tmp", "ckpt-7.h5.tmp"} && swept.kept.empty() &&
+         fs::exists(dir + "/notes.tmp") && fs::exists(dir + "/ckpt-x.txt") && fs::exists(dir + "/ckpt-x.h5.tmp") &&
+         fs::exists(dir + "/ckpt-3.h5") && fs::exists(dir + "/checkpoint.json") &&
+         remove_orphaned_files(dir).removed.empty() && remove_orphaned_files(dir + "/nope").removed.empty() &&
+         !fs::exists(dir + "/nope");
+  }
+  STRATA_EXPECT_ALL(comm.get(), broadcast_verdict(comm.get(), ok));
+  remove_dir(comm.get(), dir);
+}
+
+// What a PS killed between the file's rename and checkpoint.json's update leaves (a complete
+// ckpt-<step>.h5 that no entry names) is listed as uncommitted and removed, beside a .tmp; what is
+// committed, named by a refused entry, not named like a checkpoint, or a link named like one (and
+// the file the link points to) survives.
+TEST(Checkpoint, UncommittedCompleteFileIsListedAndRemoved) {
+  TestComm comm;
+  std::string dir = make_dir(comm.get(), "uncommitted");
+  std::string other = make_dir(comm.get(), "uncommitted_other");
+  save_test_model(comm.get(), dir, 3);
+  save_test_model(comm.get(), other, 9);
+  bool ok = false;
+  if (comm.rank() == 0) {
+    std::string why;
+    auto expect = [&](bool cond, const std::string& what) {
+      if (!cond) why += what + "; ";
+    };
+    // A complete, valid file of a later step that checkpoint.json does not name.
+    fs::copy_file(other + "/ckpt-9.h5", dir + "/ckpt-9.h5");
+    std::ofstream(dir + "/ckpt-11.h5.tmp") << "partial";
+    std::ofstream(dir + "/ckpt-012.h5") << "not a name save() writes";
+    std::ofstream(dir + "/model-13.h5") << "a user's file";
+    std::ofstream(other + "/target.bin") << "outside the directory";
+    fs::create_symlink(other + "/target.bin", dir + "/ckpt-14.h5");
+    fs::create_symlink(other + "/ckpt-9.h5", dir + "/ckpt-15.h5.tmp");
+    fs::create_directory(dir + "/ckpt-16.h5");
+
+    const auto listed = list_uncommitted_files(dir);
+    expect(listed.size() == 2, "two uncommitted files listed, got " + std::to_string(listed.size()));
+    if (listed.size() == 2) {
+      expect(listed[0].file == "ckpt-11.h5.tmp" && !listed[0].complete && listed[0].bytes == 7, "the .tmp listed");
+      expect(listed[1].file == "ckpt-9.h5" && listed[1].complete &&
+                 listed[1].bytes == fs::file_size(dir + "/ckpt-9.h5"),
+             "the complete file listed");
+    }
+    const auto latest = latest_checkpoint(dir);
+    expect(latest && latest->global_step == 3 && latest->skipped.empty(), "latest is the committed step 3");
+
+    const auto swept = remove_orphaned_files(dir);
+    expect(swept.removed == std::vector<std::string>{"ckpt-11.h5.tmp", "ckpt-9.h5"} && swept.kept.empty(),
+           "removed exactly the .tmp and the complete file");
+    expect(!fs::exists(dir + "/ckpt-9.h5") && !fs::exists(dir + "/ckpt-11.h5.tmp"), "both gone");
+    expect(fs::exists(dir + "/ckpt-3.h5") && fs::exists(dir + "/checkpoint.json") && verify_entry(dir, list_checkpoints(dir).at(0)).ok,
+           "the committed file and the pointer intact");
+    expect(fs::exists(dir + "/ckpt-012.h5") && fs::exists(dir + "/model-13.h5") && fs::is_directory(dir + "/ckpt-16.h5"),
+           "other names survive");
+    expect(fs::is_symlink(dir + "/ckpt-14.h5") && fs::is_symlink(dir + "/ckpt-15.h5.tmp") &&
+               fs::exists(other + "/target.bin") && fs::exists(other + "/ckpt-9.h5"),
+           "links and their targets survive");
+    expect(list_uncommitted_files(dir).empty(), "nothing uncommitted left");
+    if (!why.empty()) std::fprintf(stderr, "UncommittedCompleteFileIsListedAndRemoved: %s\n", why.c_str());
+    ok = why.empty();
+  }
+  STRATA_EXPECT_ALL(comm.get(), broadcast_verdict(comm.get(), ok));
+  remove_dir(comm.get(), dir);
+  remove_dir(comm.get(), other);
+}
+
+// A file named by a refused entry of checkpoint.json is never removed, and without a readable
+// checkpoint.json a complete file is kept (it may be a user's); .tmp files go either way.
+TEST(Checkpoint, OrphanSweepKeepsWhatThePointerCannotVouchFor) {
+  TestComm comm;
+  std::string dir = make_dir(comm.get(), "sweep_pointer");
+  save_test_model(comm.get(), dir, 3);
+  bool ok = false;
+  if (comm.rank() == 0) {
+    std::string why;
+    auto expect = [&](bool cond, const std::string& what) {
+      if (!cond) why += what + "; ";
+    };
+    const std::string committed = dir + "/ckpt-3.h5";
+    // checkpoint.json names ckpt-7.h5 with a step it does not match: refused, and never deleted.
+    fs::copy_file(committed, dir + "/ckpt-7.h5");
+    std::ofstream(dir + "/checkpoint.json")
+        << R"({"format_version": 2, "latest": "ckpt-3.h5", "checkpoints": [)"
+        << R"({"file": "ckpt-7.h5", "global_step": 8, "created_unix": 1},)"
+        << R"({"file": "ckpt-3.h5", "global_step": 3, "created_unix": 2}]})";
+    auto swept = remove_orphaned_files(dir);
+    expect(swept.removed.empty() && swept.kept.empty() && fs::exists(dir + "/ckpt-7.h5"), "refused entry's file kept");
+
+    // No checkpoint.json: the complete file stays, the .tmp goes.
+    fs::rename(dir + "/checkpoint.json", dir + "/saved.json");
+    std::ofstream(dir + "/ckpt-5.h5.tmp") << "partial";
+    swept = remove_orphaned_files(dir);
+    expect(swept.removed == std::vector<std::string>{"ckpt-5.h5.tmp"}, "the .tmp removed without a pointer");
+    expect(swept.kept == std::vector<std::string>{"ckpt-3.h5", "ckpt-7.h5"} &&
+               swept.why_kept.find("no checkpoint.json") != std::string::npos,
+           "complete files kept without a pointer: " + swept.why_kept);
+    // A malformed checkpoint.json: the same.
+    std::ofstream(dir + "/checkpoint.json") << "{ not json";
+    swept = remove_orphaned_files(dir);
+    expect(swept.removed.empty() && swept.kept.size() == 2 &&
+               swept.why_kept.find("cannot be read") != std::string::npos,
+           "complete files kept with a malformed pointer: " + swept.why_kept);
+    expect(fs::exists(dir + "/ckpt-3.h5") && fs::exists(dir + "/ckpt-7.h5"), "both complete files survive");
+
+    // The file this job restores from is kept even when uncommitted here.
+    fs::remove(dir + "/checkpoint.json");
+    fs::rename(dir + "/saved.json", dir + "/checkpoint.json");  // names only ckpt-3.h5 (and the refused ckpt-7.h5)
+    fs::copy_file(committed, dir + "/ckpt-21.h5");
+    fs::copy_file(committed, dir + "/ckpt-22.h5");
+    swept = remove_orphaned_files(dir, dir + "/./ckpt-21.h5");
+    expect(swept.removed == std::vector<std::string>{"ckpt-22.h5"} && swept.kept == std::vector<std::string>{"ckpt-21.h5"} &&
+               swept.why_kept.find("restores from") != std::string::npos,
+           "the restore's file kept: " + swept.why_kept);
+    if (!why.empty()) std::fprintf(stderr, "OrphanSweepKeepsWhatThePointerCannotVouchFor: %s\n", why.c_str());
+    ok = why.empty();
+  }
+  STRATA_EXPECT_ALL(comm.get(), broadcast_verdict(comm.get(), ok));
+  remove_dir(comm.get(), dir);
+}
+
+// While another job holds the directory (its DirectoryClaim), nothing is removed, not even a
+// .tmp: that job may be writing or committing it. Once the claim is released, the sweep runs.
+TEST(Checkpoint, OrphanSweepLeavesAClaimedDirectoryAlone) {
+  TestComm comm;
+  std::string dir = make_dir(comm.get(), "sweep_claimed");
+  save_test_model(comm.get(), dir, 3);
+  bool ok = false;
+  if (comm.rank() == 0) {
+    std::string why;
+    auto expect = [&](bool cond, const std::string& what) {
+      if (!cond) why += what + "; ";
+    };
+    const std::string committed = dir + "/ckpt-3.h5";
+    fs::copy_file(committed, dir + "/ckpt-4.h5");
+    std::ofstream(dir + "/ckpt-5.h5.tmp") << "being written";
+    {
+      // flock(2) locks belong to the open file description, so a claim taken here conflicts with
+      // the sweep's exclusive lock just as another process's would.
+      DirectoryClaim other_job(dir, 5.0);
+      expect(other_job.held(), "claim taken: " + other_job.why_not());
+      DirectoryClaim second_job(dir, 5.0);
+      expect(second_job.held(), "claims are shared: " + second_job.why_not());
+      const auto swept = remove_orphaned_files(dir);
+      expect(swept.removed.empty() && swept.kept == std::vector<std::string>{"ckpt-4.h5", "ckpt-5.h5.tmp"} &&
+                 swept.why_kept.find("another job holds the directory") != std::string::npos,
+             "nothing removed while claimed: " + swept.why_kept);
+      expect(fs::exists(dir + "/ckpt-4.h5") && fs::exists(dir + "/ckpt-5.h5.tmp"), "both still there");
+    }
+    const auto swept = remove_orphaned_files(dir);
+    expect(swept.removed == std::vector<std::string>{"ckpt-4.h5", "ckpt-5.h5.tmp"}, "removed once released");
+    expect(fs::is_regular_file(dir + "/" + kLockFile) && fs::exists(committed), "lock file and committed file remain");
+    // A lock file that is a link is refused, never followed: nothing removed, and no claim.
+    fs::remove(dir + "/" + kLockFile);
+    fs::create_symlink("/dev/null", dir + "/" + kLockFile);
+    std::ofstream(dir + "/ckpt-6.h5.tmp") << "partial";
+    const auto refused = remove_orphaned_files(dir);
+    expect(refused.removed.empty() && refused.kept == std::vector<std::string>{"ckpt-6.h5.tmp"} &&
+               refused.why_kept.find("symbolic link") != std::string::npos,
+           "linked lock file: nothing removed: " + refused.why_kept);
+    DirectoryClaim no_claim(dir, 1.0);
+    expect(!no_claim.held() && no_claim.why_not().find("symbolic link") != std::string::npos,
+           "no claim through a link: " + no_claim.why_not());
+    if (!why.empty()) std::fprintf(stderr, "OrphanSweepLeavesAClaimedDirectoryAlone: %s\n", why.c_str());
+    ok = why.empty();
   }
   STRATA_EXPECT_ALL(comm.get(), broadcast_verdict(comm.get(), ok));
   remove_dir(comm.get(), dir);

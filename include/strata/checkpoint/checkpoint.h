@@ -264,9 +264,71 @@ struct LatestCheckpoint {
 // valid checkpoint. Independent (no MPI); reads every candidate file completely to verify it.
 std::optional<LatestCheckpoint> latest_checkpoint(const std::string& dir, const VerifyOptions& options = {});
 
-// Removes what interrupted saves leave in `dir` (`ckpt-*.h5.tmp`, `checkpoint.json.tmp`; never a
-// committed file) and returns their names. Nothing when `dir` does not exist. Local, no MPI; call
-// it on one rank, when no save into `dir` is in progress (strata does at start-up, on PS 0).
-std::vector<std::string> remove_orphaned_files(const std::string& dir);
+// What an interrupted save can leave in a checkpoint directory (FORMAT.md section 7): a
+// `ckpt-<step>.h5.tmp` being written or abandoned, and a complete `ckpt-<step>.h5` that was renamed
+// into place but never named by checkpoint.json (the writer died between the rename and the
+// pointer's update). Neither is ever restored from: `--restore latest` follows checkpoint.json only.
+struct UncommittedFile {
+  std::string file;         // "ckpt-<step>.h5.tmp" or "ckpt-<step>.h5"
+  std::uint64_t bytes = 0;
+  bool complete = false;    // "ckpt-<step>.h5" that checkpoint.json does not name
+};
+
+// The uncommitted files of `dir`, sorted by name: regular files (lstat: a symbolic link, directory
+// or FIFO of such a name is not strata's and is never listed) named exactly as save() names them
+// (`ckpt-<step>.h5` with the step in canonical decimal, or that plus `.tmp`), where a complete one
+// is named by no entry of checkpoint.json, valid or refused. Throws as read_checkpoint_list() does
+// (a directory that does not exist, a malformed checkpoint.json). Local, no MPI.
+std::vector<UncommittedFile> list_uncommitted_files(const std::string& dir);
+
+// The lock file of a checkpoint directory (FORMAT.md section 7), never removed by strata.
+inline constexpr const char* kLockFile = "checkpoint.lock";
+
+struct OrphanCleanup {
+  std::vector<std::string> removed;  // names removed, sorted
+  std::vector<std::string> kept;     // uncommitted files left in place, sorted
+  std::string why_kept;              // one line when `kept` is not empty
+};
+
+// Removes what interrupted saves left in `dir`: every `ckpt-<step>.h5.tmp` and `checkpoint.json.tmp`,
+// and every complete but uncommitted `ckpt-<step>.h5` (list_uncommitted_files()) when
+// checkpoint.json exists and reads cleanly (without it, nothing shows the directory is one strata
+// commits into, so complete files are kept). Only regular files with exactly those names are
+// removed; links are never followed; nothing else is touched. `keep` (a path, may be empty) is a
+// file this job restores from: never removed, whatever its name.
+//
+// Safe against other jobs: it runs only while it holds an exclusive flock(2) on <dir>/checkpoint.lock,
+// taken without waiting, and every job that saves into `dir` holds a DirectoryClaim on that file
+// for its whole life, so while another job (even one on a node that cannot be reached) holds the
+// directory, or where the file system refuses locks, nothing is removed and `kept` / `why_kept`
+// say so. Nothing when `dir` does not exist. Local, no MPI; call it on one rank before this job's
+// first save into `dir` and before taking this process's DirectoryClaim (strata does at start-up,
+// on PS 0). Never throws for a file it cannot remove (it is kept, with the reason).
+OrphanCleanup remove_orphaned_files(const std::string& dir, const std::string& keep = "");
+
+// A job's claim on a checkpoint directory: a shared flock(2) on <dir>/checkpoint.lock (created,
+// with `dir`, when absent), held until destruction or the death of the process (kill -9 included),
+// so that remove_orphaned_files() in another job never removes a file this job may be writing or
+// committing. Held by the process that commits (PS 0). Not copyable; movable.
+class DirectoryClaim {
+ public:
+  DirectoryClaim() = default;
+  // Waits at most `timeout_s` for another job's remove_orphaned_files() to finish. Never throws:
+  // when the claim cannot be taken (the file system refuses locks, the directory is not writable),
+  // held() is false and why_not() says why; the job then runs unclaimed.
+  DirectoryClaim(const std::string& dir, double timeout_s);
+  ~DirectoryClaim();
+  DirectoryClaim(DirectoryClaim&& other) noexcept;
+  DirectoryClaim& operator=(DirectoryClaim&& other) noexcept;
+  DirectoryClaim(const DirectoryClaim&) = delete;
+  DirectoryClaim& operator=(const DirectoryClaim&) = delete;
+
+  bool held() const { return fd_ >= 0; }
+  const std::string& why_not() const { return why_not_; }
+
+ private:
+  int fd_ = -1;
+  std::string why_not_;
+};
 
 }  // namespace strata::checkpoint

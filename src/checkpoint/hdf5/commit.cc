@@ -1,24 +1,36 @@
-// Atomic commit and the checkpoint.json pointer; list_checkpoints() and latest_checkpoint().
+// Atomic commit and the checkpoint.json pointer; list_checkpoints() and latest_checkpoint(); what
+// interrupted saves leave behind and its removal.
 //
 // Durability argument (FORMAT.md "Commit protocol"): a reader only ever follows checkpoint.json,
 // and checkpoint.json only ever names files that were fsync'ed and renamed into place before it
 // was itself written, fsync'ed and renamed. rename(2) within one directory is atomic, so a crash
 // at any point leaves either the old pointer (naming old, intact files) or the new one (naming a
-// complete file); at worst an orphaned *.tmp remains, which remove_orphaned_files() deletes when
-// the next job opens the directory for saving.
+// complete file). What a crash can leave besides, and nothing ever restores from:
+//   - a crash while the file is written or read back: `ckpt-<step>.h5.tmp`;
+//   - a crash between the file's rename and the pointer's: a complete `ckpt-<step>.h5` that
+//     checkpoint.json does not name (uncommitted; `strata ckpt ls` lists it as such);
+//   - a crash while the pointer is written: `checkpoint.json.tmp`.
+// remove_orphaned_files() removes all three when the next job starts in the directory (PS 0,
+// before its first save), under an exclusive lock that no live job's DirectoryClaim allows, so a
+// file another job may still be writing or committing is never removed. A save that fails without
+// a crash removes its own leftovers (writer.cc).
 #include "checkpoint/hdf5/commit.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
+#include <thread>
 
 #include "checkpoint/hdf5/integrity.h"
 #include "strata/common/error.h"
@@ -253,23 +265,222 @@ std::optional<LatestCheckpoint> latest_checkpoint(const std::string& dir, const 
   return std::nullopt;
 }
 
-std::vector<std::string> remove_orphaned_files(const std::string& dir) {
-  std::vector<std::string> removed;
+namespace {
+
+// The step of `name` when it is exactly what save() writes for it ("ckpt-<step>.h5", canonical
+// decimal: no sign, no leading zero), else nothing. Only such names are ever listed or removed.
+std::optional<std::int64_t> checkpoint_step_of(const std::string& name) {
+  if (name.size() <= 8 || name.size() > 5 + 19 + 3 || name.compare(0, 5, "ckpt-") != 0 ||
+      name.compare(name.size() - 3, 3, ".h5") != 0)
+    return std::nullopt;
+  const std::string digits = name.substr(5, name.size() - 8);
+  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) return std::nullopt;
+  std::int64_t step = 0;
+  try {
+    step = std::stoll(digits);
+  } catch (const std::exception&) {
+    return std::nullopt;  // beyond int64
+  }
+  if (detail::checkpoint_file_name(step) != name) return std::nullopt;
+  return step;
+}
+
+// The uncommitted checkpoint files of `dir` (see list_uncommitted_files()); complete files only
+// when `with_complete`, and only those whose name is not in `named`.
+std::vector<UncommittedFile> scan_uncommitted(const std::string& dir, const std::set<std::string>& named,
+                                              bool with_complete) {
+  std::vector<UncommittedFile> out;
   std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) return removed;
-  const std::string pointer_tmp = std::string(detail::kPointerFile) + ".tmp";
   for (const auto& item : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = item.path().filename().string();
-    const bool save_tmp = name.size() > 12 && name.compare(0, 5, "ckpt-") == 0 &&
-                          name.compare(name.size() - 7, 7, ".h5.tmp") == 0;
-    if (!save_tmp && name != pointer_tmp) continue;
-    std::error_code type_ec;
-    if (!item.is_regular_file(type_ec)) continue;
-    std::error_code rm_ec;
-    if (std::filesystem::remove(item.path(), rm_ec)) removed.push_back(name);
+    const bool tmp = name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0;
+    const std::string base = tmp ? name.substr(0, name.size() - 4) : name;
+    if (!checkpoint_step_of(base)) continue;
+    if (!tmp && (!with_complete || named.count(name) > 0)) continue;
+    struct stat st {};
+    if (::lstat(item.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    out.push_back({name, static_cast<std::uint64_t>(st.st_size), !tmp});
   }
-  std::sort(removed.begin(), removed.end());
-  return removed;
+  std::sort(out.begin(), out.end(), [](const UncommittedFile& a, const UncommittedFile& b) { return a.file < b.file; });
+  return out;
+}
+
+std::set<std::string> named_files(const CheckpointList& list) {
+  std::set<std::string> named;
+  for (const auto& e : list.entries) named.insert(e.file);
+  for (const auto& r : list.refused) named.insert(r.file);
+  return named;
+}
+
+// flock(2), retried on EINTR. 0 or errno.
+int flock_errno(int fd, int operation) {
+  while (::flock(fd, operation) != 0) {
+    if (errno != EINTR) return errno;
+  }
+  return 0;
+}
+
+// Opens <dir>/checkpoint.lock for locking, creating it: a regular file, never through a link.
+// Read-write, because NFS implements flock(2) with byte-range locks, and an exclusive one needs a
+// file open for writing. -1 with `why` set when it cannot.
+int open_lock_file(const std::string& dir, std::string& why) {
+  const std::string path = (std::filesystem::path(dir) / kLockFile).string();
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    why = errno == ELOOP ? path + " is a symbolic link" : "cannot open " + path + ": " + std::strerror(errno);
+    return -1;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    why = path + " is not a regular file";
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
+std::vector<UncommittedFile> list_uncommitted_files(const std::string& dir) {
+  return scan_uncommitted(dir, named_files(read_checkpoint_list(dir)), /*with_complete=*/true);
+}
+
+OrphanCleanup remove_orphaned_files(const std::string& dir, const std::string& keep) {
+  OrphanCleanup out;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return out;
+  const std::filesystem::path root(dir);
+  const std::string lock_path = (root / kLockFile).string();
+
+  // 1. The exclusive lock, without waiting: held, no other job is between its start and its exit
+  // in this directory (each holds a DirectoryClaim), so nothing uncommitted here is being written
+  // or committed. Closing the descriptor releases it.
+  std::string no_lock;
+  int fd = open_lock_file(dir, no_lock);
+  if (fd >= 0) {
+    if (const int err = flock_errno(fd, LOCK_EX | LOCK_NB); err != 0) {
+      no_lock = err == EWOULDBLOCK ? "another job holds the directory (" + lock_path + ") and may be writing them"
+                                   : "no lock on " + lock_path + " (" + std::strerror(err) +
+                                         "), so another job could be writing them";
+      ::close(fd);
+      fd = -1;
+    }
+  } else {
+    no_lock = "no lock: " + no_lock + ", so another job could be writing them";
+  }
+  struct Release {
+    int fd;
+    ~Release() {
+      if (fd >= 0) ::close(fd);
+    }
+  } release{fd};
+
+  // 2. What is uncommitted. A complete file counts only against a checkpoint.json that reads
+  // cleanly; without one, a ckpt-<step>.h5 may be a file a user put there.
+  std::set<std::string> named;
+  std::string complete_kept;
+  bool pointer_ok = false;
+  try {
+    struct stat st {};
+    if (::lstat((root / detail::kPointerFile).c_str(), &st) != 0) {
+      complete_kept = "there is no checkpoint.json";
+    } else {
+      named = named_files(detail::read_pointer(dir));
+      pointer_ok = true;
+    }
+  } catch (const Error& e) {
+    complete_kept = "checkpoint.json cannot be read (" + e.message() + ")";
+  }
+  std::vector<UncommittedFile> found = scan_uncommitted(dir, named, /*with_complete=*/true);
+  const std::string pointer_tmp = std::string(detail::kPointerFile) + ".tmp";
+  {
+    struct stat st {};
+    if (::lstat((root / pointer_tmp).c_str(), &st) == 0 && S_ISREG(st.st_mode))
+      found.push_back({pointer_tmp, static_cast<std::uint64_t>(st.st_size), false});
+  }
+  struct stat keep_st {};
+  const bool have_keep = !keep.empty() && ::stat(keep.c_str(), &keep_st) == 0;
+
+  // 3. Remove, or say why not.
+  std::vector<std::string> reasons;
+  auto keep_file = [&](const std::string& name, const std::string& why) {
+    out.kept.push_back(name);
+    if (std::find(reasons.begin(), reasons.end(), why) == reasons.end()) reasons.push_back(why);
+  };
+  for (const auto& f : found) {
+    const std::string path = (root / f.file).string();
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) continue;  // gone meanwhile
+    if (fd < 0) {
+      keep_file(f.file, no_lock);
+    } else if (f.complete && !pointer_ok) {
+      keep_file(f.file, "complete files are kept when " + complete_kept);
+    } else if (have_keep && st.st_dev == keep_st.st_dev && st.st_ino == keep_st.st_ino) {
+      keep_file(f.file, f.file + " is the checkpoint this job restores from");
+    } else if (!S_ISREG(st.st_mode)) {
+      keep_file(f.file, f.file + " is " + detail::file_kind(st.st_mode) + ", not a regular file");
+    } else if (::unlink(path.c_str()) == 0 || errno == ENOENT) {
+      // unlink(2) never follows a link and never removes a directory, should the name have
+      // changed since the lstat.
+      out.removed.push_back(f.file);
+    } else {
+      keep_file(f.file, "cannot remove " + f.file + ": " + std::strerror(errno));
+    }
+  }
+  std::sort(out.removed.begin(), out.removed.end());
+  std::sort(out.kept.begin(), out.kept.end());
+  for (std::size_t i = 0; i < reasons.size(); ++i) out.why_kept += (i ? "; " : "") + reasons[i];
+  return out;
+}
+
+DirectoryClaim::DirectoryClaim(const std::string& dir, double timeout_s) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    why_not_ = "cannot create '" + dir + "': " + ec.message();
+    return;
+  }
+  const int fd = open_lock_file(dir, why_not_);
+  if (fd < 0) return;
+  // Shared with every other job's claim; only a remove_orphaned_files() in progress (exclusive,
+  // for as long as a few unlinks take) makes it wait.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (;;) {
+    const int err = flock_errno(fd, LOCK_SH | LOCK_NB);
+    if (err == 0) {
+      fd_ = fd;
+      return;
+    }
+    if (err != EWOULDBLOCK) {
+      why_not_ = "no lock on " + (std::filesystem::path(dir) / kLockFile).string() + ": " + std::strerror(err);
+      break;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      why_not_ = "another process held " + (std::filesystem::path(dir) / kLockFile).string() +
+                 " exclusively for more than " + std::to_string(timeout_s) + " s";
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ::close(fd);
+}
+
+DirectoryClaim::~DirectoryClaim() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock
+}
+
+DirectoryClaim::DirectoryClaim(DirectoryClaim&& other) noexcept : fd_(other.fd_), why_not_(std::move(other.why_not_)) {
+  other.fd_ = -1;
+}
+
+DirectoryClaim& DirectoryClaim::operator=(DirectoryClaim&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = other.fd_;
+    why_not_ = std::move(other.why_not_);
+    other.fd_ = -1;
+  }
+  return *this;
 }
 
 }  // namespace strata::checkpoint

@@ -598,6 +598,10 @@ std::string save(MPI_Comm comm, const std::string& dir, std::int64_t global_step
                            << ": " << r.reason;
         for (const auto& e : entries) listed = listed || e.file == name;
         detail::durable_rename(tmp_path, final_path);
+        // Test hook (STRATA_TEST_COMMIT_DELAY_S): hold the commit with the file renamed into place
+        // but checkpoint.json not yet naming it, so a test can kill the PS at that point.
+        if (const char* delay = std::getenv("STRATA_TEST_COMMIT_DELAY_S"))
+          std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(delay)));
         entries.erase(std::remove_if(entries.begin(), entries.end(),
                                      [&](const CheckpointEntry& e) { return e.file == name; }),
                       entries.end());
