@@ -264,10 +264,11 @@ void ParameterServerStrategy::prepare_checkpoint_hooks() {
         std::cout << "checkpoint: not removing the uncommitted " << join(swept.kept) << " from "
                   << checkpoint_.directory << ": " << swept.why_kept << std::endl;
       st->claim = checkpoint::DirectoryClaim(checkpoint_.directory, timeout);
-      if (!st->claim.held())
+      if (!st->claim.held()) {
         STRATA_LOG(WARN) << "checkpoint: running without a claim on " << checkpoint_.directory << " ("
                          << st->claim.why_not() << "): another job starting there could remove this job's "
                          << "uncommitted files";
+      }
     }
     if (runtime_.role() == Role::kPs) {
       const CheckpointOptions copts = checkpoint_;
