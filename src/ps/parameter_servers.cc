@@ -582,7 +582,7 @@ struct ParameterServers::Impl {
         std::vector<int> blame(ps_rank.begin(), ps_rank.end());
         throw TimeoutError("worker " + std::to_string(worker) + " waited " + std::to_string(limit) +
                                " s for the PS ranks to write checkpoint save " + std::to_string(n) +
-                               " (every worker arrived; --save-timeout)",
+                               " (every worker arrived)",
                            std::move(blame));
       }
       backoff.pause();

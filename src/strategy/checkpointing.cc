@@ -414,7 +414,8 @@ void ParameterServerStrategy::gather_restore_report() {
       std::ostringstream line;
       line << "checkpoint: the restored state holds steps";
       for (std::size_t w = 0; w < r.positions.size(); ++w)
-        line << (w ? "," : "") << " 1-" << r.positions[w].step << " of worker " << w;
+        line << (w ? "," : "") << (r.positions[w].step > 0 ? " 1-" + std::to_string(r.positions[w].step) : " none")
+             << " of worker " << w;
       line << " (global step " << r.global_step << ")";
       std::cout << line.str() << std::endl;
     }
