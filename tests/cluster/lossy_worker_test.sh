@@ -17,7 +17,7 @@
 #             steps of worker:1 than of worker:0 (the chief did not wait for the slow worker to
 #             reach its step), and in every checkpoint the global step is the sum of the workers'
 #             saved steps (the state holds exactly those steps). The saves the chief requested
-#             while it trained are about the requested interval apart (below twice it).
+#             while it trained are about the requested interval apart (below 1.5 times it; a save that waited for the slow worker came at 1.8 times).
 #   restore   that lagged checkpoint, resumed without loss: the restore names each worker's saved
 #             steps, every worker resumes after its own, and the job ends at the uninterrupted
 #             run's global step with each worker at its full step count (no step replayed or
@@ -130,9 +130,9 @@ lag=$(sed -n 3p <<<"$lagged" | cut -d' ' -f2-)
   fail "lossy: $consistency"
 if [[ -n $gaps && $gaps != GAPS ]]; then
   over=0
-  for g in $gaps; do [[ $g -lt $((2 * EVERY)) ]] || over=1; done
+  for g in $gaps; do [[ $g -lt $((3 * EVERY / 2)) ]] || over=1; done
   [[ $over -eq 0 ]] && pass "lossy: saves while the chief trained $gaps global steps apart (requested $EVERY)" ||
-    fail "lossy: saves while the chief trained $gaps global steps apart, some at twice the requested $EVERY or more"
+    fail "lossy: saves while the chief trained $gaps global steps apart, some at 1.5 times the requested $EVERY or more"
 else
   fail "lossy: no periodic checkpoint while the chief trained"
 fi
