@@ -108,6 +108,9 @@ constexpr std::uint64_t kSaveDoneOffset = 48;     // id of the latest committed 
 constexpr std::uint64_t kPreemptOffset = 56;      // ranks that got a preemption signal
 constexpr std::uint64_t kSaveStatusOffset = 64;   // SaveStatus of the latest committed save id
 constexpr std::uint64_t kClocksOffset = 128;
+// Per worker after the clocks (PS 0): its WorkerPosition (epoch, offset, step) at the last save it
+// joined, then that save's id (which names the workers a save still waits for).
+constexpr std::uint64_t kPositionBytes = 32;
 constexpr std::int64_t kSaveFinal = 1;
 constexpr std::int64_t kSaveStop = 2;
 // Largest optimizer or global step a checkpoint may restore.
@@ -275,6 +278,8 @@ struct ParameterServers::Impl {
   std::int64_t saves_failed = 0;      // worker: saves joined that failed; PS: saves that failed here
   bool save_error_stop = false;       // a failed save stopped the job (stop_on_save_error)
   bool preemption_reported = false;
+  bool staleness_owed = false;        // worker: end_step left its staleness wait to join a save first
+  ParameterServers::SavePauses pauses;  // worker: saves joined at training step boundaries
   // PS state. The optimizer state (values, slots) and everything below up to `team` are written
   // by the service loop and, for streamed pushes that the transport hands over
   // (consume_notified), by the transport's thread: both hold apply_mu while they do.
@@ -311,7 +316,7 @@ struct ParameterServers::Impl {
   // Every PS's own service statistics (updates, elements, busy ns, split updates), published in its header after
   // each application and before the ack that announces it, so a worker that saw every ack of
   // its pushes reads statistics that include them (ParameterServers::ps_stats).
-  std::uint64_t stats_offset() const { return positions_offset() + 24ull * static_cast<std::uint64_t>(num_workers); }
+  std::uint64_t stats_offset() const { return positions_offset() + kPositionBytes * static_cast<std::uint64_t>(num_workers); }
   void publish_stats() {
     store_i64(base() + stats_offset(), applied);
     store_i64(base() + stats_offset() + 8, applied_elements);
@@ -371,7 +376,7 @@ struct ParameterServers::Impl {
   void layout_arenas(int num_ps) {
     const int num_slots_per_var = ps::num_slots(options.optimizer.kind);
     const auto workers = static_cast<std::uint64_t>(num_workers);
-    arena_bytes.assign(num_ps, align_up(kClocksOffset + 8ull * workers + 24ull * workers + 40));
+    arena_bytes.assign(num_ps, align_up(kClocksOffset + 8ull * workers + kPositionBytes * workers + 40));
     layout.resize(map.shards().size());
     for (std::size_t s = 0; s < map.shards().size(); ++s) {
       const Shard& sh = shard(s);
@@ -481,6 +486,8 @@ struct ParameterServers::Impl {
                   " workers at " + std::to_string(n) + " saves (each worker arrives once per save)");
     SaveContext ctx;
     ctx.save_number = n;
+    // Every worker arrived quiesced (its pushes applied) and increments the global step inside its
+    // step, before its boundary: the word counts exactly the steps whose updates the arenas hold.
     ctx.global_step = read_ps0(kGlobalStepOffset);
     if (ctx.global_step < 0) throw Error("the global step on ps:0 reads " + std::to_string(ctx.global_step) + " at save " + std::to_string(n));
     const std::int64_t flags = read_ps0(kSaveFlagsOffset);
@@ -489,15 +496,22 @@ struct ParameterServers::Impl {
                                 " (known flags: 1 final, 2 stop)");
     ctx.final = (flags & kSaveFinal) != 0;
     ctx.stop = (flags & kSaveStop) != 0;
-    std::vector<std::int64_t> pos(3 * static_cast<std::size_t>(num_workers));
+    constexpr std::size_t kWords = kPositionBytes / 8;
+    std::vector<std::int64_t> pos(kWords * static_cast<std::size_t>(num_workers));
     transport->get(*region, ps0(), positions_offset(), pos.data(), pos.size() * 8);
     transport->flush(*region, ps0());
     for (int w = 0; w < num_workers; ++w) {
-      const WorkerPosition p{pos[3 * w], pos[3 * w + 1], pos[3 * w + 2]};
+      const std::int64_t* word = pos.data() + kWords * static_cast<std::size_t>(w);
+      const WorkerPosition p{word[0], word[1], word[2]};
       if (p.epoch < 0 || p.offset < 0 || p.step < 0)
         fail_word(writers[w], "published the input position epoch " + std::to_string(p.epoch) + ", offset " +
                                   std::to_string(p.offset) + ", step " + std::to_string(p.step) + " for checkpoint save " +
                                   std::to_string(n) + " (none may be negative)");
+      // A worker writes its position and n before it arrives: with n * W arrivals counted, every
+      // worker's word reads n, or the position beside it is not the one of this save.
+      if (word[3] != n)
+        fail_word(writers[w], "arrived at checkpoint save " + std::to_string(n) + " but its position word names save " +
+                                  std::to_string(word[3]));
       ctx.positions.push_back(p);
     }
     transport->sync_local(*region);
@@ -534,18 +548,32 @@ struct ParameterServers::Impl {
     return true;
   }
 
+  // Worker: whether save request n (the newest one) is this boundary's to join: not joined yet,
+  // its target clock reached, and not the final save (joined from finish_checkpoints() only: a
+  // worker still training would push after it and then wait for a request that never comes).
+  bool joinable(std::int64_t n) {
+    if (n <= saves_joined) return false;
+    if (clock < read_ps0(kSaveTargetOffset)) return false;
+    return (read_ps0(kSaveFlagsOffset) & kSaveFinal) == 0;
+  }
+  bool save_waiting_here() { return options.checkpoint.enabled && joinable(read_ps0(kSaveRequestOffset)); }
+
   // Worker: takes part in save `n`: quiesce (every push applied), publish the position, arrive,
-  // wait for the commit.
-  ParameterServers::Boundary join_save(std::int64_t n, const WorkerPosition& position) {
+  // wait until every worker arrived, then for the commit. `training`: joined at a step boundary of
+  // the training loop; the time it took is this worker's save pause (ParameterServers::save_pauses).
+  ParameterServers::Boundary join_save(std::int64_t n, const WorkerPosition& position, bool training) {
+    const auto t0 = Clock::now();
     flush_all_peers();
     for (std::size_t s = 0; s < pushes.size(); ++s) wait_ack(s, "checkpoint quiesce");
-    const std::int64_t pos[3] = {position.epoch, position.offset, position.step};
-    transport->put(*region, ps0(), positions_offset() + 24ull * static_cast<std::uint64_t>(worker), pos, sizeof pos);
+    const std::int64_t words[kPositionBytes / 8] = {position.epoch, position.offset, position.step, n};
+    transport->put(*region, ps0(), positions_offset() + kPositionBytes * static_cast<std::uint64_t>(worker), words,
+                   sizeof words);
     transport->flush(*region, ps0());
     // Read n's flags before arriving: once every worker arrived the save can commit and the chief
     // may post n + 1 (overwriting the flags) before this worker looks again.
     last_flags = read_ps0(kSaveFlagsOffset);
     transport->fetch_add(*region, ps0(), kSaveArrivalsOffset, 1);
+    wait_arrivals(n);
     const double limit = std::max(options.save_timeout_s, options.timeout_s);
     auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
     Backoff backoff;
@@ -553,9 +581,8 @@ struct ParameterServers::Impl {
       if (Clock::now() > deadline) {
         std::vector<int> blame(ps_rank.begin(), ps_rank.end());
         throw TimeoutError("worker " + std::to_string(worker) + " waited " + std::to_string(limit) +
-                               " s for checkpoint save " + std::to_string(n) + " (arrived " +
-                               std::to_string(read_ps0(kSaveArrivalsOffset)) + " of " +
-                               std::to_string(n * num_workers) + " worker arrivals)",
+                               " s for the PS ranks to write checkpoint save " + std::to_string(n) +
+                               " (every worker arrived)",
                            std::move(blame));
       }
       backoff.pause();
@@ -573,7 +600,46 @@ struct ParameterServers::Impl {
     }
     last_save_stopped = (last_flags & kSaveStop) != 0 || (b.failed && options.checkpoint.stop_on_save_error);
     b.stop = last_save_stopped;
+    if (training) {
+      const double paused = std::chrono::duration<double>(Clock::now() - t0).count();
+      pauses.total_s += paused;
+      pauses.max_s = std::max(pauses.max_s, paused);
+      ++pauses.saves;
+    }
     return b;
+  }
+
+  // Worker, arrived at save n: waits until every worker arrived. A worker that is not at a step
+  // boundary yet is still in a step (async: its next boundary; sync: the target clock), so the
+  // bound is --timeout without progress: the deadline moves on while the job's global step moves.
+  // Past it, the message names the workers whose position word does not name save n.
+  void wait_arrivals(std::int64_t n) {
+    const auto bound = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.timeout_s));
+    auto deadline = Clock::now() + bound;
+    std::int64_t step = read_ps0(kGlobalStepOffset);
+    Backoff backoff;
+    while (read_ps0(kSaveArrivalsOffset) < n * num_workers && read_ps0(kSaveDoneOffset) < n) {
+      if (const std::int64_t now_step = read_ps0(kGlobalStepOffset); now_step != step) {
+        step = now_step;
+        deadline = Clock::now() + bound;
+      }
+      if (Clock::now() > deadline) {
+        std::vector<int> late;
+        std::string names;
+        for (int w = 0; w < num_workers; ++w) {
+          const std::uint64_t id_word = positions_offset() + kPositionBytes * static_cast<std::uint64_t>(w) + 24;
+          if (transport->atomic_read(*region, ps0(), id_word) >= n) continue;
+          late.push_back(writers[w].rank);
+          names += (names.empty() ? "" : ", ") + describe(writers[w]);
+        }
+        std::ostringstream os;
+        os << "worker " << worker << " waited " << options.timeout_s << " s at checkpoint save " << n
+           << " while the job's global step stayed at " << step << "; not arrived at a step boundary: "
+           << (names.empty() ? "(none: they arrived meanwhile)" : names) << " (--timeout / STRATA_TIMEOUT_S)";
+        throw TimeoutError(os.str(), std::move(late));
+      }
+      backoff.pause();
+    }
   }
 
   // Chief: posts request n = saves_joined + 1. Target and flags are written before the id, each
@@ -584,6 +650,57 @@ struct ParameterServers::Impl {
     posted_target = target;
     posted_flags = flags;
     save_posted = transport->fetch_add(*region, ps0(), kSaveRequestOffset, 1) + 1;
+  }
+
+  // Under staleness:N: the slowest worker's clock (W remote atomics on PS 0); `who` gets the
+  // workers at it.
+  std::int64_t read_slowest(std::vector<int>* who) {
+    std::int64_t low = clock;
+    std::vector<std::int64_t> clocks(static_cast<std::size_t>(num_workers));
+    for (int w = 0; w < num_workers; ++w) {
+      clocks[w] = transport->atomic_read(*region, ps0(), kClocksOffset + 8ull * w);
+      if (clocks[w] < 0) fail_word(writers[w], "set its clock word on ps:0 to " + std::to_string(clocks[w]));
+      low = std::min(low, clocks[w]);
+    }
+    if (who)
+      for (int w = 0; w < num_workers; ++w)
+        if (clocks[w] == low) who->push_back(w);
+    return low;
+  }
+
+  // Under staleness:N: waits until this worker's clock is at most N ahead of the slowest worker's
+  // and records the gap. Returns false without waiting further when a save this worker must join
+  // is posted meanwhile (save_waiting_here): a worker that arrived at a save keeps its clock until
+  // the save commits, and the save waits for this worker, so the caller joins it first and then
+  // waits again (at_step_boundary).
+  bool wait_staleness(bool yield_to_save) {
+    const std::int64_t bound = options.consistency.staleness;
+    std::int64_t low = read_slowest(nullptr);
+    bool yielded = false;
+    if (clock - low > bound) {
+      try {
+        wait_for(
+            [&] {
+              if (clock - (low = read_slowest(nullptr)) <= bound) return true;
+              return yielded = yield_to_save && save_waiting_here();
+            },
+            "bounded staleness wait (clock " + std::to_string(clock) + ", bound " + std::to_string(bound) + ")", {});
+      } catch (const TimeoutError&) {
+        std::vector<int> late;
+        read_slowest(&late);
+        std::string names;
+        for (int w : late) names += (names.empty() ? "" : ",") + std::to_string(w);
+        throw TimeoutError("worker " + std::to_string(worker) + " waited " + std::to_string(options.timeout_s) +
+                               " s for slowest worker(s) " + names + " at clock " + std::to_string(low) +
+                               " (own clock " + std::to_string(clock) + ", staleness bound " + std::to_string(bound) +
+                               ")",
+                           late);
+      }
+    }
+    known_low = std::max(known_low, low);
+    if (yielded) return false;
+    max_staleness = std::max(max_staleness, clock - low);
+    return true;
   }
 
   // ---- PS service loop ----------------------------------------------------------------------
@@ -1331,19 +1448,6 @@ std::int64_t ParameterServers::end_step() {
     throw Error("the clock word of " + describe(m.writers[m.worker]) + " on ps:0 read " + std::to_string(before) +
                 ", but only this worker advances it and it last set " + std::to_string(m.clock));
   m.clock = before + 1;
-  auto slowest = [&](std::vector<int>* who) {
-    std::int64_t low = m.clock;
-    std::vector<std::int64_t> clocks(m.num_workers);
-    for (int w = 0; w < m.num_workers; ++w) {
-      clocks[w] = m.transport->atomic_read(*m.region, ps0, kClocksOffset + 8ull * w);
-      if (clocks[w] < 0) fail_word(m.writers[w], "set its clock word on ps:0 to " + std::to_string(clocks[w]));
-      low = std::min(low, clocks[w]);
-    }
-    if (who)
-      for (int w = 0; w < m.num_workers; ++w)
-        if (clocks[w] == low) who->push_back(w);
-    return low;
-  };
   // Reading every worker's clock costs W remote atomics on PS 0 per worker step, O(W^2) per round
   // over the job: too much at hundreds of workers. Clocks only grow, so the last slowest clock
   // seen is a lower bound of the current one: under staleness:N the clocks are read only when
@@ -1353,28 +1457,13 @@ std::int64_t ParameterServers::end_step() {
   const bool bounded = m.options.consistency.mode == Consistency::kStaleness;
   const bool must_read = bounded && m.clock - m.known_low > m.options.consistency.staleness;
   if (!must_read && m.clock % kClockSampleSteps != 0) return m.clock;
-  std::int64_t low = slowest(nullptr);
-  m.known_low = std::max(m.known_low, low);
   if (bounded) {
-    const std::int64_t bound = m.options.consistency.staleness;
-    if (m.clock - low > bound) {
-      try {
-        m.wait_for([&] { return m.clock - (low = slowest(nullptr)) <= bound; },
-                   "bounded staleness wait (clock " + std::to_string(m.clock) + ", bound " + std::to_string(bound) + ")",
-                   {});
-      } catch (const TimeoutError&) {
-        std::vector<int> late;
-        slowest(&late);
-        std::string names;
-        for (int w : late) names += (names.empty() ? "" : ",") + std::to_string(w);
-        throw TimeoutError("worker " + std::to_string(m.worker) + " waited " + std::to_string(m.options.timeout_s) +
-                               " s for slowest worker(s) " + names + " at clock " + std::to_string(low) +
-                               " (own clock " + std::to_string(m.clock) + ", staleness bound " +
-                               std::to_string(bound) + ")",
-                           late);
-      }
-    }
+    // With checkpoints on, the wait gives way to a save posted meanwhile; at_step_boundary (which
+    // every worker calls after end_step then) joins it and finishes the wait.
+    m.staleness_owed = !m.wait_staleness(m.options.checkpoint.enabled);
+    return m.clock;
   }
+  const std::int64_t low = m.read_slowest(nullptr);
   m.known_low = std::max(m.known_low, low);
   m.max_staleness = std::max(m.max_staleness, m.clock - low);
   return m.clock;
@@ -1405,7 +1494,11 @@ void ParameterServers::request_save(bool stop) {
   if (m.worker != 0) throw Error("request_save: only the chief (worker 0) requests saves");
   if (!m.options.checkpoint.enabled) throw Error("request_save: checkpointing is not enabled");
   if (save_pending()) return;
-  m.post_save(m.clock + 1, stop ? kSaveStop : 0);
+  // Sync: the target c+1 is where every worker's round c+1 ends (none can be past it). Async and
+  // staleness:N: 0, so every worker joins at its own next boundary and none waits for another to
+  // reach the chief's clock (a slow worker costs the others at most its step in progress).
+  const bool sync = m.options.consistency.mode == Consistency::kSync;
+  m.post_save(sync ? m.clock + 1 : 0, stop ? kSaveStop : 0);
 }
 
 bool ParameterServers::save_pending() const { return impl_->save_posted > impl_->saves_joined; }
@@ -1415,14 +1508,23 @@ ParameterServers::Boundary ParameterServers::at_step_boundary(const WorkerPositi
   m.require_worker("at_step_boundary");
   if (!m.options.checkpoint.enabled) return {};
   if (!m.preemption_reported && preemption_signal() != 0) report_preemption();
-  const std::int64_t n = m.read_ps0(kSaveRequestOffset);
-  if (n <= m.saves_joined) return {};
-  if (m.clock < m.read_ps0(kSaveTargetOffset)) return {};
-  // The final save is joined from finish_checkpoints() only: a worker still training must not
-  // join it at a step boundary (its later pushes would miss the checkpoint, and it would then wait
-  // in finish_checkpoints for a request that never comes).
-  if ((m.read_ps0(kSaveFlagsOffset) & kSaveFinal) != 0) return {};
-  return m.join_save(n, position);
+  // Join the save this boundary owes, then finish a staleness wait end_step left for it; a save
+  // posted during that wait is joined too (at the same position: this worker pushed nothing since).
+  Boundary b;
+  while (true) {
+    if (const std::int64_t n = m.read_ps0(kSaveRequestOffset); m.joinable(n)) {
+      const Boundary joined = m.join_save(n, position, true);
+      const bool failed = b.failed || joined.failed;
+      b = joined;
+      b.failed = failed;
+      if (b.stop) {
+        m.staleness_owed = false;
+        return b;
+      }
+    }
+    if (!m.staleness_owed) return b;
+    m.staleness_owed = !m.wait_staleness(true);
+  }
 }
 
 ParameterServers::Boundary ParameterServers::finish_checkpoints(const WorkerPosition& position) {
@@ -1433,10 +1535,10 @@ ParameterServers::Boundary ParameterServers::finish_checkpoints(const WorkerPosi
   if (m.worker == 0) {
     // A request posted at the last boundary targets a clock nobody reaches: every worker is at its
     // end, so all of them join it here regardless of the target; then the final save.
-    if (save_pending()) last = m.join_save(m.save_posted, position);
+    if (save_pending()) last = m.join_save(m.save_posted, position, false);
     if (last.stop) return last;
     m.post_save(0, kSaveFinal);
-    return m.join_save(m.save_posted, position);
+    return m.join_save(m.save_posted, position, false);
   }
   // Join whatever the chief still requests until its final (or a stop) save. The chief may still
   // be training (async: legitimately for long), so the bound is the one of the job's end-of-training
@@ -1451,7 +1553,7 @@ ParameterServers::Boundary ParameterServers::finish_checkpoints(const WorkerPosi
     if (!m.preemption_reported && preemption_signal() != 0) report_preemption();
     const std::int64_t n = m.read_ps0(kSaveRequestOffset);
     if (n > m.saves_joined) {
-      last = m.join_save(n, position);
+      last = m.join_save(n, position, false);
       if (last.stop || (m.last_flags & (kSaveFinal | kSaveStop)) != 0) return last;
       backoff.reset();
       deadline = Clock::now() + bound;
@@ -1544,6 +1646,7 @@ std::int64_t ParameterServersTestPeer::fetch_add(ParameterServers& servers, int 
 }
 
 std::int64_t ParameterServers::saves_completed() const { return impl_->saves_committed; }
+ParameterServers::SavePauses ParameterServers::save_pauses() const { return impl_->pauses; }
 std::int64_t ParameterServers::save_failures() const { return impl_->saves_failed; }
 bool ParameterServers::save_error_stopped() const { return impl_->save_error_stop; }
 

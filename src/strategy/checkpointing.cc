@@ -422,6 +422,17 @@ void ParameterServerStrategy::gather_restore_report() {
       std::cout << "checkpoint: WARNING: skipped a newer checkpoint that failed verification: " << s << std::endl;
     std::cout << "checkpoint: restored " << r.restored.size() << " variable(s) from " << r.path << " (global step "
               << r.global_step << ")" << std::endl;
+    if (!r.positions.empty()) {
+      // Which steps the restored state holds: each worker's steps up to its saved position, no
+      // more and no fewer (FORMAT.md section 2), so each one resumes right after them.
+      std::ostringstream line;
+      line << "checkpoint: the restored state holds steps";
+      for (std::size_t w = 0; w < r.positions.size(); ++w)
+        line << (w ? "," : "") << (r.positions[w].step > 0 ? " 1-" + std::to_string(r.positions[w].step) : " none")
+             << " of worker " << w;
+      line << " (global step " << r.global_step << ")";
+      std::cout << line.str() << std::endl;
+    }
     if (!r.initialized.empty())
       std::cout << "checkpoint: not in the checkpoint, initialized: " << join(r.initialized) << std::endl;
     if (!r.fresh_slots.empty())

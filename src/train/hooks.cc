@@ -155,6 +155,11 @@ void ProfilerHook::end(RunContext& ctx) {
   if (s.staleness_tracked && s.staleness_count > 0)
     p << "; update staleness mean " << static_cast<double>(s.staleness_sum) / s.staleness_count << " max "
       << s.staleness_max;
+  if (!ctx.strategy->checkpoint_options().directory.empty()) {
+    const ps::ParameterServers::SavePauses sp = ctx.strategy->parameter_servers().save_pauses();
+    p << "; checkpoint saves paused this worker " << sp.total_s << " s in " << sp.saves << " save(s), longest "
+      << 1e3 * sp.max_s << " ms";
+  }
   std::cout << p.str() << std::endl;
   ctx.summary.comm_fraction = (pull_ + push_) / std::max(total_, 1e-9);
   // Each PS's utilisation over the training time (every push is applied by now): the input
@@ -219,6 +224,7 @@ void SummaryHook::end(RunContext& ctx) {
       summary["checkpoint_save_failures"] = strategy.parameter_servers().save_failures();
     if (!strategy.final_checkpoint().empty()) summary["final_checkpoint"] = strategy.final_checkpoint();
     if (strategy.save_error_stopped()) summary["stopped_on_save_error"] = true;
+    if (!s.save_pause_s.empty()) summary["save_pause_s"] = {{"total", s.save_pause_s}, {"max", s.save_pause_max_s}};
   }
   if (strategy.restore_report()) summary["restored_from"] = strategy.restore_report()->path;
   if (s.preempted) summary["preempted"] = true;

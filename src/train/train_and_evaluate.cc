@@ -691,6 +691,18 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
       MPI_Allreduce(&stale_max, &summary.job_staleness_max, 1, MPI_LONG_LONG, MPI_MAX, rt->comms().workers()));
   summary.job_staleness_sum = stale_tot[0];
   summary.job_staleness_count = stale_tot[1];
+  if (!strategy.checkpoint_options().directory.empty()) {
+    // Every worker's save pauses, for the chief's summary: the figure that shows whether a save
+    // made one worker wait for another.
+    const ps::ParameterServers::SavePauses mine = strategy.parameter_servers().save_pauses();
+    const double local[2] = {mine.total_s, mine.max_s};
+    std::vector<double> all(2 * static_cast<std::size_t>(strategy.num_workers()));
+    STRATA_CHECK_MPI(MPI_Allgather(local, 2, MPI_DOUBLE, all.data(), 2, MPI_DOUBLE, rt->comms().workers()));
+    for (std::size_t w = 0; w < all.size() / 2; ++w) {
+      summary.save_pause_s.push_back(all[2 * w]);
+      summary.save_pause_max_s.push_back(all[2 * w + 1]);
+    }
+  }
   for (auto& h : hooks) h->end(ctx);
   result.global_step = strategy.global_step();  // every worker's increments are done by now
   result.final_checkpoint = strategy.final_checkpoint();

@@ -17,7 +17,8 @@
 // Arena of one PS (byte offsets, all 8-byte aligned):
 //   control block: [0] global step (PS 0), [8] workers done, [16..63] save protocol (PS 0:
 //     request id, target clock, flags, arrivals, completed id, preemption reports),
-//     [64 + 8w] clock of worker w (PS 0), then 3 x i64 per worker: its WorkerPosition (PS 0)
+//     [128 + 8w] clock of worker w (PS 0), then 4 x i64 per worker: its WorkerPosition at the
+//     last save it joined and that save's id (PS 0)
 //   per shard placed here: values | optimizer slots | per-worker inbox + doorbell + ack
 //     (inboxes only when pushes go through the PS: stateful optimizers or sync consistency)
 //
@@ -243,14 +244,24 @@ class ParameterServers {
   void barrier();
 
   // ---- checkpoints (workers; only when options.checkpoint.enabled) ----
-  // Saves are taken at step boundaries of a quiesced job: every worker stops at a boundary, waits
-  // until the PS ranks applied all its pushes, records its WorkerPosition and arrives; the PS ranks
-  // then save collectively and release the workers. The chief decides when (request_save); every
-  // worker takes part in every save, in order.
-  //   Agreement: the chief posts request n with target clock c+1 (c = its clock), so in sync mode
-  //   no worker can be past the target (its next round needs the chief's push) and each joins
-  //   exactly at c+1; under async and staleness:N a worker joins at its first boundary with clock
-  //   >= target, and workers behind the target keep training up to it (nobody waits on them).
+  // A save is taken at a consistent point of the PS state: every worker stops at one of its step
+  // boundaries, waits until the PS ranks applied all its pushes, records its WorkerPosition and
+  // arrives; once all arrived, the PS ranks save collectively and release the workers. The saved
+  // state holds exactly each worker's steps up to its recorded position (a step in progress when
+  // the save was requested is in: the worker joins after it), and the global step counts exactly
+  // those steps. The chief decides when (request_save); every worker takes part in every save, in
+  // order.
+  //   Agreement: the chief posts request n with a target clock. Sync: c+1 (c = the chief's clock):
+  //   no worker can be past it (its next round needs the chief's push), so each joins exactly at
+  //   c+1, and the wait for the others is part of sync's lockstep. Async and staleness:N: 0, so
+  //   each worker joins at its own next boundary, whatever its clock: workers' saved steps differ,
+  //   and a save pauses every worker for at most the longest step in progress plus the write, never
+  //   until a slow worker reaches a fast one's step. Under staleness:N a worker whose end_step is
+  //   waiting for the slowest worker (which may be sitting at the save) joins the save first and
+  //   finishes the wait after it (at_step_boundary).
+  //   Waits: for the other workers to arrive, --timeout without progress of the global step (past
+  //   it, a TimeoutError names the workers not arrived); for the write, max(save_timeout_s,
+  //   timeout_s).
   struct Boundary {
     bool saved = false;    // this boundary took part in a save
     bool stop = false;     // stop training now: a preemption save, or a failed save under stop_on_save_error
@@ -261,7 +272,8 @@ class ParameterServers {
   // the workers stop after it and serve() returns true on the PS ranks.
   void request_save(bool stop);
   bool save_pending() const;
-  // Every worker, after end_step(): joins the pending save when this boundary is its turn.
+  // Every worker, after end_step() (mandatory when checkpointing: under staleness:N it may finish
+  // end_step's wait): joins the pending save when this boundary is its turn.
   Boundary at_step_boundary(const WorkerPosition& position);
   // Every worker, after its last step: takes part in every save the chief still requests, ending
   // with the final save, which the chief requests here. Returns when that save is committed.
@@ -271,6 +283,15 @@ class ParameterServers {
   std::int64_t preemption_reports();
   // Saves this job committed so far (as seen by this worker; skipped and failed saves not counted).
   std::int64_t saves_completed() const;
+  // Worker: how long the saves joined at training step boundaries (at_step_boundary) paused this
+  // worker, from the boundary to the commit: its own quiesce, the wait for the other workers to
+  // arrive, and the write. The saves joined in finish_checkpoints() (after training) not counted.
+  struct SavePauses {
+    std::int64_t saves = 0;
+    double total_s = 0;
+    double max_s = 0;
+  };
+  SavePauses save_pauses() const;
   // Saves that failed (SaveStatus::kFailed), as seen by this rank (worker or PS).
   std::int64_t save_failures() const;
   // A failed save stopped the job (CheckpointHooks::stop_on_save_error): exit with status 1.
