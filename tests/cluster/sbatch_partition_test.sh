@@ -82,6 +82,12 @@ if run_job end "$LIMIT" -N 3 -n 3 --exclusive "$SCRIPT" train --epochs 3 --jobs 
   fi
   grep -qE '^strata: liveness: rank 2 \(worker:1 on cn3\) stopped' <<<"$out" \
     && pass "end: $(grep -m1 '^strata: liveness: ' <<<"$out")" || fail "end: no liveness line naming rank 2 (worker:1 on cn3)"
+  # The template's own line names the verdict, not a healthy task that srun killed on the way out.
+  grep -qE '^strata.sbatch: the step ended on strata.s verdict: rank 2 \(worker:1 on cn3\)' <<<"$out" \
+    && pass "end: $(grep -m1 '^strata.sbatch: the step ended' <<<"$out")" || fail "end: no 'the step ended on strata's verdict' line"
+  if grep -qE '^strata.sbatch: task [0-9]+ \([a-z]+:[0-9]+ on cn[12]\) died' <<<"$out"; then
+    fail "end: a healthy task is reported as died: $(grep -m1 -E '^strata.sbatch: task .* died' <<<"$out")"
+  fi
 fi
 wait
 show_job
