@@ -97,6 +97,8 @@ using Clock = std::chrono::steady_clock;
 constexpr int kTagBeat = 1;  // rank r -> rank 0
 constexpr int kTagBack = 2;  // rank 0 -> rank r
 constexpr int kTagHello = 3;  // rank r -> rank 0 (and rank 0 -> rank 1): the sender's host name, once
+constexpr int kTagWitness = 4;  // rank 2 -> rank 1: lets rank 1 tell rank 0's silence from its own isolation
+constexpr int kWitness = 2;     // rank 1's witness
 constexpr int kHostBytes = 64;
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -245,6 +247,18 @@ struct LivenessMonitor::Impl {
          << " s): this rank's node is cut off from the others, or every other rank stopped";
       verdict(rank, os.str());
     }
+    // Rank 1 watches rank 0 alone; rank 2's beats are its witness: rank 0 and rank 2 silent at
+    // once is rank 1's own isolation, as above.
+    if (rank == 1 && size > kWitness && !done(0) && !done(kWitness) &&
+        seconds(now - seen[0].last) > options.stop_timeout_s &&
+        seconds(now - seen[kWitness].last) > options.stop_timeout_s) {
+      std::ostringstream os;
+      os.precision(3);
+      os << "lost rank 0 (" << name_of(0) << ") and rank " << kWitness << " at once (neither beat for "
+         << std::min(seconds(now - seen[0].last), seconds(now - seen[kWitness].last)) << " s, --stall-timeout "
+         << options.stop_timeout_s << " s): this rank's node is cut off from the others, or both stopped";
+      verdict(rank, os.str());
+    }
     for (int r = 0; r < size; ++r) {
       if (!watches(r) || done(r)) continue;
       const double silent = seconds(now - seen[r].last);
@@ -284,6 +298,7 @@ struct LivenessMonitor::Impl {
     } else {
       post_recv(0, kTagBack);
     }
+    if (rank == 1 && size > kWitness) post_recv(kWitness, kTagWitness);
     std::unique_lock<std::mutex> lock(mu);
     while (!stop) {
       lock.unlock();
@@ -296,6 +311,8 @@ struct LivenessMonitor::Impl {
         take(0, kTagBack, now);
         beat(0, kTagBeat);
       }
+      if (rank == 1 && size > kWitness) take(kWitness, kTagWitness, now);
+      if (rank == kWitness) beat(1, kTagWitness);
       check(now);
       lock.lock();
       cv.wait_for(lock, std::chrono::duration<double>(options.interval_s), [this] { return stop; });
@@ -308,6 +325,7 @@ struct LivenessMonitor::Impl {
     } else {
       beat(0, kTagBeat);
     }
+    if (rank == kWitness) beat(1, kTagWitness);
     for (auto* reqs : {&recv_req, &hello_recv})
       for (auto& req : *reqs)
         if (req != MPI_REQUEST_NULL) {

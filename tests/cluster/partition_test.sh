@@ -12,9 +12,10 @@
 #                15 s, status 1, one line naming rank 2 (worker:1 on cn3) and the node.
 #   ps_cut       cn1 (ps:0), no restarts: the same bound, naming the PS's rank and node from the
 #                survivors' side.
-#   heal         cn1 (ps:0) cut for 15 s under plain mpirun (which waits for the cut node): every
+#   heal_ps      cn1 (ps:0) cut for 15 s under plain mpirun (which waits for the cut node): every
 #                verdict line, the PS's own included once its link is back, names rank 0 (ps:0 on
 #                cn1), never a worker.
+#   heal_worker  the same with cn2 (worker:0, rank 1, the PS's watcher): every line names rank 1.
 #   restart      cn2 (worker:0), STRATA_MAX_RESTARTS=1: the restart leaves cn2 out (the line
 #                names it), the job runs on cn1, cn3 and cn4 from the checkpoint and finishes
 #                with status 0 and "restarts": 1.
@@ -79,26 +80,30 @@ for c in "worker_cut cn3 2 worker:1" "ps_cut cn1 0 ps:0"; do
   if [[ $failed -ne 0 ]]; then tail -n 30 "$D/$name.err"; fi
 done
 
-# ---- the PS's node cut, then healed, under plain mpirun: every verdict names the PS's rank ----
-# mpirun waits for the cut node's daemon, so the lines of the isolated PS arrive once the link is
-# back: they must name the PS's own isolation, not a worker.
-ck=$D/ck-heal
-rm -rf "$ck"
-STRATA_NUM_PS=1 timeout -k 10 120 "$here/cluster_mpirun" "$D" --host cn1,cn2,cn3 -np 3 "$BIN" train --epochs 4 \
-  --log-every 0 --checkpoint-dir "$ck" --save-every-steps 100 --stall-timeout "$STALL" --timeout 30 \
-  >"$D/heal.out" 2>"$D/heal.err" &
-job=$!
-for _ in $(seq 600); do [[ -e $ck/checkpoint.json ]] && break; kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
-"$here/node_exec" "$D" cn1 ip link set eth0 down
-sleep 15
-"$here/node_exec" "$D" cn1 ip link set eth0 up
-wait "$job"
-rc=$?
-mapfile -t verdicts < <(grep '^strata: liveness: rank' "$D/heal.err")
-if [[ ${#verdicts[@]} -ge 1 ]]; then pass "heal: ${#verdicts[@]} verdict line(s), status $rc"; else fail "heal: no verdict line (status $rc)"; fi
-for v in "${verdicts[@]}"; do
-  if [[ $v == "strata: liveness: rank 0 (ps:0 on cn1) "* ]]; then pass "heal: $v"
-  else fail "heal: a verdict blames another rank than the cut-off PS: $v"; fi
+# ---- a node cut, then healed, under plain mpirun: every verdict names the cut-off rank --------
+# mpirun waits for the cut node's daemon, so the lines of the isolated rank arrive once the link
+# is back: they must name its own isolation, not a healthy peer. cn1 holds rank 0 (the PS, which
+# watches every rank), cn2 rank 1 (worker:0, which watches rank 0 with rank 2 as its witness).
+for c in "heal_ps cn1 0 ps:0" "heal_worker cn2 1 worker:0"; do
+  read -r name node rank role <<<"$c"
+  ck=$D/ck-$name
+  rm -rf "$ck"
+  STRATA_NUM_PS=1 timeout -k 10 120 "$here/cluster_mpirun" "$D" --host cn1,cn2,cn3 -np 3 "$BIN" train --epochs 4 \
+    --log-every 0 --checkpoint-dir "$ck" --save-every-steps 100 --stall-timeout "$STALL" --timeout 30 \
+    >"$D/$name.out" 2>"$D/$name.err" &
+  job=$!
+  for _ in $(seq 600); do [[ -e $ck/checkpoint.json ]] && break; kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+  "$here/node_exec" "$D" "$node" ip link set eth0 down
+  sleep 15
+  "$here/node_exec" "$D" "$node" ip link set eth0 up
+  wait "$job"
+  rc=$?
+  mapfile -t verdicts < <(grep '^strata: liveness: rank' "$D/$name.err")
+  if [[ ${#verdicts[@]} -ge 1 ]]; then pass "$name: ${#verdicts[@]} verdict line(s), status $rc"; else fail "$name: no verdict line (status $rc)"; fi
+  for v in "${verdicts[@]}"; do
+    if [[ $v == "strata: liveness: rank $rank ($role on $node) "* ]]; then pass "$name: $v"
+    else fail "$name: a verdict blames another rank than the cut-off $role: $v"; fi
+  done
 done
 
 # ---- a restart that leaves the lost node out ----------------------------------------------------
