@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <condition_variable>
 #include <cstdio>
@@ -231,15 +232,20 @@ struct LivenessMonitor::Impl {
     // far more often than all the others stopping together (a node cut off from the network; its
     // line, delivered when the link comes back, must not blame a healthy peer). The verdict then
     // names this rank, so a launcher leaves its node out.
+    // "At once" means their last beats came within at_once_s of each other: a rank that stops
+    // and leaves the others blocked behind it falls silent first, and is the one named.
+    const double at_once_s = std::max(2.0, 8 * options.interval_s);
     int watched = 0, silent = 0;
-    double least = 0;
+    double least = 0, most = 0;
     for (int r = 0; r < size; ++r) {
       if (!watches(r) || done(r)) continue;
       const double quiet = seconds(now - seen[r].last);
-      least = watched++ == 0 ? quiet : std::min(least, quiet);
+      least = watched == 0 ? quiet : std::min(least, quiet);
+      most = watched == 0 ? quiet : std::max(most, quiet);
+      ++watched;
       if (quiet > options.stop_timeout_s) ++silent;
     }
-    if (watched >= 2 && silent == watched) {
+    if (watched >= 2 && silent == watched && most - least <= at_once_s) {
       std::ostringstream os;
       os.precision(3);
       os << "lost every one of the " << watched << " ranks it watches at once (none beat for " << least
@@ -251,7 +257,8 @@ struct LivenessMonitor::Impl {
     // once is rank 1's own isolation, as above.
     if (rank == 1 && size > kWitness && !done(0) && !done(kWitness) &&
         seconds(now - seen[0].last) > options.stop_timeout_s &&
-        seconds(now - seen[kWitness].last) > options.stop_timeout_s) {
+        seconds(now - seen[kWitness].last) > options.stop_timeout_s &&
+        std::abs(seconds(seen[0].last - seen[kWitness].last)) <= at_once_s) {
       std::ostringstream os;
       os.precision(3);
       os << "lost rank 0 (" << name_of(0) << ") and rank " << kWitness << " at once (neither beat for "
@@ -263,6 +270,19 @@ struct LivenessMonitor::Impl {
       if (!watches(r) || done(r)) continue;
       const double silent = seconds(now - seen[r].last);
       if (silent > options.stop_timeout_s) {
+        // The others this rank hears from gone quiet too, just not yet past the timeout: an
+        // isolation in the making (their last beats came a moment later). Decide in a later
+        // round, once they either beat again (then `r` is named) or pass the timeout too (then
+        // the checks above name this rank); at most at_once_s later.
+        bool others_quiet = false, any_other = false;
+        for (int q = 0; q < size; ++q) {
+          const bool hears = q != r && q != rank && !done(q) && (watches(q) || (rank == 1 && q == kWitness));
+          if (!hears) continue;
+          if (!any_other) others_quiet = true;
+          any_other = true;
+          others_quiet = others_quiet && seconds(now - seen[q].last) > options.stop_timeout_s - at_once_s;
+        }
+        if (others_quiet && silent <= options.stop_timeout_s + at_once_s) continue;
         std::ostringstream os;
         os.precision(3);
         os << "stopped: no heartbeat for " << silent << " s (--stall-timeout " << options.stop_timeout_s << " s)";

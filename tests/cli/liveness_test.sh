@@ -15,12 +15,18 @@ source "$(dirname "$0")/lib.sh"
 stop_case() {
   local rank=$1 limit=$2
   shift 2
-  "$MPIEXEC" "${MPIEXEC_FLAGS[@]}" -x STRATA_NUM_PS=1 -np 3 env STRATA_NUM_PS=1 "$STRATA_BIN" train --epochs 20 \
-    "$@" >"$OUT" 2>"$ERR" &
+  # Each rank marks the phases it enters (STRATA_TEST_PHASE_DIR): the victim is stopped once it
+  # is in its working phase (the PS serving, a worker training), not while it still restores,
+  # which a fixed delay after the chief's first line does not guarantee on a loaded machine.
+  local phases want=train
+  phases=$(mktemp -d)
+  [ "$rank" = 0 ] && want=serve
+  "$MPIEXEC" "${MPIEXEC_FLAGS[@]}" -x STRATA_NUM_PS=1 -np 3 env STRATA_NUM_PS=1 STRATA_TEST_PHASE_DIR="$phases" \
+    "$STRATA_BIN" train --epochs 20 "$@" >"$OUT" 2>"$ERR" &
   local mp=$! t=0
-  # Wait until training has started (the chief printed its transport line) and a bit more.
-  while ! grep -q '^strata train: transport' "$OUT" 2>/dev/null && [ $t -lt 300 ]; do sleep 0.1; t=$((t + 1)); done
-  sleep 1
+  while [ ! -e "$phases/$rank.$want" ] && [ $t -lt 600 ]; do sleep 0.1; t=$((t + 1)); done
+  rm -rf "$phases"
+  sleep 0.5
   # The ranks are mpirun's children, in rank order of their start; pick the one with RANK in its
   # environment (OMPI_COMM_WORLD_RANK).
   local victim=""
