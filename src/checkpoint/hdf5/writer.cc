@@ -57,6 +57,7 @@
 #include "checkpoint/hdf5/integrity.h"
 #include "strata/checkpoint/checkpoint.h"
 #include "strata/common/error.h"
+#include "strata/common/parse.h"
 #include "strata/common/logging.h"
 
 namespace strata::checkpoint {
@@ -473,7 +474,7 @@ std::string save(MPI_Comm comm, const std::string& dir, std::int64_t global_step
       // Test hook (STRATA_TEST_SAVE_DELAY_S): hold the save open with its data written but the file
       // not yet closed or committed, so a test can kill a rank in the middle of a save reliably.
       if (const char* delay = std::getenv("STRATA_TEST_SAVE_DELAY_S"))
-        std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(delay)));
+        std::this_thread::sleep_for(std::chrono::duration<double>(clamp_seconds(std::atof(delay))));
       // Every rank closes (collective), whatever its writes did. After a failed write (a full disk,
       // typically) rank 0 first gives the data's space back: HDF5's close still writes metadata,
       // and a rank whose collective metadata write failed would leave the others waiting in it.
@@ -601,7 +602,7 @@ std::string save(MPI_Comm comm, const std::string& dir, std::int64_t global_step
         // Test hook (STRATA_TEST_COMMIT_DELAY_S): hold the commit with the file renamed into place
         // but checkpoint.json not yet naming it, so a test can kill the PS at that point.
         if (const char* delay = std::getenv("STRATA_TEST_COMMIT_DELAY_S"))
-          std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(delay)));
+          std::this_thread::sleep_for(std::chrono::duration<double>(clamp_seconds(std::atof(delay))));
         entries.erase(std::remove_if(entries.begin(), entries.end(),
                                      [&](const CheckpointEntry& e) { return e.file == name; }),
                       entries.end());
