@@ -98,8 +98,14 @@ using Clock = std::chrono::steady_clock;
 constexpr int kTagBeat = 1;  // rank r -> rank 0
 constexpr int kTagBack = 2;  // rank 0 -> rank r
 constexpr int kTagHello = 3;  // rank r -> rank 0 (and rank 0 -> rank 1): the sender's host name, once
-constexpr int kTagWitness = 4;  // rank 2 -> rank 1: lets rank 1 tell rank 0's silence from its own isolation
-constexpr int kWitness = 2;     // rank 1's witness
+// Witness beats: every rank r >= 1 hears one rank besides rank 0 (its witness: rank 2 for rank 1,
+// rank r - 1 for r >= 2), so it can tell rank 0's silence from its own isolation.
+constexpr int kTagWitness = 4;
+// The witness of `rank` in a communicator of `size` ranks; -1 when it has none (rank 0, or size < 3).
+int witness_of(int rank, int size) {
+  if (rank < 1 || size < 3) return -1;
+  return rank == 1 ? 2 : rank - 1;
+}
 constexpr int kHostBytes = 64;
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -141,7 +147,10 @@ struct LivenessMonitor::Impl {
     return names[r];
   }
 
-  // Which ranks this rank watches: rank 0 all others, rank 1 rank 0.
+  // Which ranks this rank watches (names when they fall silent): rank 0 all others, rank 1 rank 0.
+  // Ranks >= 2 name nobody but themselves: they hear rank 0 and their witness only to detect their
+  // own isolation, so a cut-off rank's line names its own node instead of a transport timeout
+  // blaming the PS.
   bool watches(int r) const { return r != rank && (rank == 0 || (rank == 1 && r == 0)); }
 
   void start_hellos() {
@@ -188,6 +197,12 @@ struct LivenessMonitor::Impl {
     send_buf[to] = {liveness::g_step.load(std::memory_order_relaxed),
                     liveness::g_phase.load(std::memory_order_relaxed)};
     MPI_Isend(send_buf[to].data(), 2, MPI_INT64_T, to, tag, comm, &send_req[to]);
+  }
+
+  // Beats to the ranks this rank is the witness of (rank 2 serves rank 1; rank r serves r + 1).
+  void witness_beats() {
+    for (const int to : {rank - 1, rank + 1})
+      if (to >= 1 && to < size && witness_of(to, size) == rank) beat(to, kTagWitness);
   }
 
   void take(int from, int tag, Clock::time_point now) {
@@ -253,16 +268,16 @@ struct LivenessMonitor::Impl {
          << " s): this rank's node is cut off from the others, or every other rank stopped";
       verdict(rank, os.str());
     }
-    // Rank 1 watches rank 0 alone; rank 2's beats are its witness: rank 0 and rank 2 silent at
-    // once is rank 1's own isolation, as above.
-    if (rank == 1 && size > kWitness && !done(0) && !done(kWitness) &&
-        seconds(now - seen[0].last) > options.stop_timeout_s &&
-        seconds(now - seen[kWitness].last) > options.stop_timeout_s &&
-        std::abs(seconds(seen[0].last - seen[kWitness].last)) <= at_once_s) {
+    // Every other rank watches rank 0 alone; its witness's beats tell rank 0's silence from its
+    // own isolation: rank 0 and the witness silent at once is this rank's isolation, as above.
+    const int w = witness_of(rank, size);
+    if (w >= 0 && !done(0) && !done(w) && seconds(now - seen[0].last) > options.stop_timeout_s &&
+        seconds(now - seen[w].last) > options.stop_timeout_s &&
+        std::abs(seconds(seen[0].last - seen[w].last)) <= at_once_s) {
       std::ostringstream os;
       os.precision(3);
-      os << "lost rank 0 (" << name_of(0) << ") and rank " << kWitness << " at once (neither beat for "
-         << std::min(seconds(now - seen[0].last), seconds(now - seen[kWitness].last)) << " s, --stall-timeout "
+      os << "lost rank 0 (" << name_of(0) << ") and rank " << w << " at once (neither beat for "
+         << std::min(seconds(now - seen[0].last), seconds(now - seen[w].last)) << " s, --stall-timeout "
          << options.stop_timeout_s << " s): this rank's node is cut off from the others, or both stopped";
       verdict(rank, os.str());
     }
@@ -276,7 +291,7 @@ struct LivenessMonitor::Impl {
         // the checks above name this rank); at most at_once_s later.
         bool others_quiet = false, any_other = false;
         for (int q = 0; q < size; ++q) {
-          const bool hears = q != r && q != rank && !done(q) && (watches(q) || (rank == 1 && q == kWitness));
+          const bool hears = q != r && q != rank && !done(q) && (watches(q) || q == w);
           if (!hears) continue;
           if (!any_other) others_quiet = true;
           any_other = true;
@@ -318,7 +333,7 @@ struct LivenessMonitor::Impl {
     } else {
       post_recv(0, kTagBack);
     }
-    if (rank == 1 && size > kWitness) post_recv(kWitness, kTagWitness);
+    if (const int w = witness_of(rank, size); w >= 0) post_recv(w, kTagWitness);
     std::unique_lock<std::mutex> lock(mu);
     while (!stop) {
       lock.unlock();
@@ -331,8 +346,8 @@ struct LivenessMonitor::Impl {
         take(0, kTagBack, now);
         beat(0, kTagBeat);
       }
-      if (rank == 1 && size > kWitness) take(kWitness, kTagWitness, now);
-      if (rank == kWitness) beat(1, kTagWitness);
+      if (const int w = witness_of(rank, size); w >= 0) take(w, kTagWitness, now);
+      witness_beats();
       check(now);
       lock.lock();
       cv.wait_for(lock, std::chrono::duration<double>(options.interval_s), [this] { return stop; });
@@ -345,7 +360,7 @@ struct LivenessMonitor::Impl {
     } else {
       beat(0, kTagBeat);
     }
-    if (rank == kWitness) beat(1, kTagWitness);
+    witness_beats();
     for (auto* reqs : {&recv_req, &hello_recv})
       for (auto& req : *reqs)
         if (req != MPI_REQUEST_NULL) {

@@ -16,6 +16,8 @@
 #                verdict line, the PS's own included once its link is back, names rank 0 (ps:0 on
 #                cn1), never a worker.
 #   heal_worker  the same with cn2 (worker:0, rank 1, the PS's watcher): every line names rank 1.
+#   heal_worker2 the same with cn3 (worker:1, rank 2, which watches only for its own isolation,
+#                with rank 1 as its witness): every line names rank 2, none blames the PS.
 #   restart      cn2 (worker:0), STRATA_MAX_RESTARTS=1: the restart leaves cn2 out (the line
 #                names it), the job runs on cn1, cn3 and cn4 from the checkpoint and finishes
 #                with status 0 and "restarts": 1.
@@ -83,8 +85,9 @@ done
 # ---- a node cut, then healed, under plain mpirun: every verdict names the cut-off rank --------
 # mpirun waits for the cut node's daemon, so the lines of the isolated rank arrive once the link
 # is back: they must name its own isolation, not a healthy peer. cn1 holds rank 0 (the PS, which
-# watches every rank), cn2 rank 1 (worker:0, which watches rank 0 with rank 2 as its witness).
-for c in "heal_ps cn1 0 ps:0" "heal_worker cn2 1 worker:0"; do
+# watches every rank), cn2 rank 1 (worker:0, which watches rank 0 with rank 2 as its witness), cn3
+# rank 2 (worker:1, whose witness is rank 1).
+for c in "heal_ps cn1 0 ps:0" "heal_worker cn2 1 worker:0" "heal_worker2 cn3 2 worker:1"; do
   read -r name node rank role <<<"$c"
   ck=$D/ck-$name
   rm -rf "$ck"
@@ -104,6 +107,13 @@ for c in "heal_ps cn1 0 ps:0" "heal_worker cn2 1 worker:0"; do
     if [[ $v == "strata: liveness: rank $rank ($role on $node) "* ]]; then pass "$name: $v"
     else fail "$name: a verdict blames another rank than the cut-off $role: $v"; fi
   done
+  # A rank >= 2 accuses nobody: its own isolation verdict (rank 0 and its witness silent at once)
+  # is how it avoids timing out on the PS and blaming it.
+  if [[ $name == heal_worker2 ]]; then
+    if grep -q "^strata: liveness: rank $rank ($role on $node) lost rank 0 .* at once" "$D/$name.err"; then
+      pass "$name: the cut-off rank named its own isolation"
+    else fail "$name: no isolation verdict from rank $rank itself"; fi
+  fi
 done
 
 # ---- a restart that leaves the lost node out ----------------------------------------------------

@@ -5,7 +5,8 @@
 //
 // Protocol: on a communicator of its own, each rank's monitor thread sends rank 0 a small
 // heartbeat {step, phase} every 250 ms and rank 0 sends every rank one back. Rank 0 watches every
-// rank; rank 1 watches rank 0. Before the first heartbeat each rank sends its host name (rank 0
+// rank; rank 1 watches rank 0. Every rank r >= 1 also hears a witness (rank 2 for rank 1, rank
+// r - 1 for r >= 2), which sends it the same beat. Before the first heartbeat each rank sends its host name (rank 0
 // sends its own to rank 1), so a rank that stops inside the bootstrap, before roles are known, is
 // still named by rank and host; Runtime-derived names ("worker:1 on cn3") replace these once the
 // bootstrap is done (name_ranks). Heartbeats come from a thread, not from the training loop, so a
@@ -17,7 +18,10 @@
 //             other workers did move
 //   cut off   every rank a watcher watches (two or more: rank 0's view) is silent at once: the
 //             verdict names the watcher itself, whose node most likely lost the network (its line,
-//             delivered when the link returns, must not blame a healthy peer)
+//             delivered when the link returns, must not blame a healthy peer); for a rank >= 1,
+//             rank 0 and its witness silent at once. Ranks >= 2 accuse nobody else: this check is
+//             what they watch for, so a cut-off worker names its own node, not the PS it timed
+//             out on
 // A verdict prints one line on stderr ("strata: liveness: rank 2 (worker:1 on cn3) stopped: no
 // heartbeat for 10.3 s; last step 200, phase train") and ends the job (MPI_Abort): fail-stop,
 // DESIGN.md section 9. A rank killed outright is reported by the launcher (mpirun/srun) at once.
