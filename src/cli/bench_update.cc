@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
@@ -60,26 +61,27 @@ int run_update_bench(const UpdateBenchConfig& cfg, const Runtime& rt) {
     spec.name = "bench/w";
     spec.shape = {static_cast<std::int64_t>(bytes / sizeof(float))};
     spec.init = ps::Initializer::constant(0.5);
-    auto servers = ps::ParameterServers::materialize(rt, options, {spec});
-    transport = servers->transport_description();
+    auto servers = std::make_unique<ps::ParameterServers>(ps::ParameterServers::materialize(rt, options, {spec}));
+    transport = servers->endpoint().transport_description();
     double mine = 0;
     std::int64_t applied = 0;
-    if (servers->is_ps()) {
-      servers->serve();
-      applied = servers->applied_updates();
-    } else {
+    if (ps::PsServer* server = servers->server.get()) {
+      server->serve();
+      applied = server->applied_updates();
+    } else if (servers->client) {
+      ps::PsClient& client = *servers->client;
       std::vector<float> grad(bytes / sizeof(float), 1e-3f);
       auto update = [&] {
-        servers->push(spec.name, grad.data(), bytes);
-        servers->wait_applied();
+        client.push(spec.name, grad.data(), bytes);
+        client.wait_applied();
       };
       for (int i = 0; i < cfg.warmup; ++i) update();
       const auto t0 = Clock::now();
       for (int i = 0; i < cfg.iters; ++i) update();
       mine = std::chrono::duration<double>(Clock::now() - t0).count() * 1e6 / cfg.iters;
-      servers->done();
+      client.done();
     }
-    servers->barrier();
+    servers->endpoint().barrier();
     // SGD pushes are accumulates that never pass the service loop: count them as applied.
     const bool through_loop = options.optimizer.kind != ps::OptimizerKind::kSgd;
     double sum = 0, worst = 0;

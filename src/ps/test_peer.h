@@ -1,4 +1,4 @@
-// Test access to a ParameterServers arena: where this worker's inbox, doorbell and chunk counter
+// Test access to a PS arena: where this worker's inbox, doorbell and chunk counter
 // for a shard live, and raw transport operations on a PS region. Tests use it to write words a
 // worker never would (a malformed inbox, a doorbell run ahead) and check that the PS refuses them
 // (arena_checks.h). Not for the library's own use.
@@ -22,18 +22,17 @@ struct ParameterServersTestPeer {
     std::uint64_t chunks = 0;      // i64: streamed chunks delivered (0 when the shard is not streamed)
     std::uint64_t chunk_bytes = 0;
   };
-  // Worker ranks only.
-  static InboxWords inbox_words(ParameterServers& servers, std::string_view shard_name);
+  static InboxWords inbox_words(PsClient& client, std::string_view shard_name);
   // PS 0's control words (its rank is ps_rank): the chief's save request id and every worker's clock.
   struct ControlWords {
     int ps_rank = -1;
     std::uint64_t save_request = 0;
     std::uint64_t clock_of_worker0 = 0;  // worker w's clock at clock_of_worker0 + 8 w
   };
-  static ControlWords control_words(ParameterServers& servers);
+  static ControlWords control_words(PsEndpoint& endpoint);
   // Raw one-sided operations on the PS region (remote completion included).
-  static void put(ParameterServers& servers, int rank, std::uint64_t offset, const void* src, std::size_t bytes);
-  static std::int64_t fetch_add(ParameterServers& servers, int rank, std::uint64_t offset, std::int64_t value);
+  static void put(PsEndpoint& endpoint, int rank, std::uint64_t offset, const void* src, std::size_t bytes);
+  static std::int64_t fetch_add(PsEndpoint& endpoint, int rank, std::uint64_t offset, std::int64_t value);
 };
 
 }  // namespace strata::ps

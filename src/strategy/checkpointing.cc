@@ -11,7 +11,7 @@
 //   4. PS 0 builds the report (restored / initialised / unused variables, positions) and every rank
 //      receives it; the chief prints it.
 // Save: the PS ranks call checkpoint::save collectively over Communicators::ps() from the service
-// loop once every worker stopped at the agreed boundary (ParameterServers::at_step_boundary). A
+// loop once every worker stopped at the agreed boundary (PsClient::at_step_boundary). A
 // checkpoint::SaveError (identical on every PS rank) is reported by PS 0 in one line and becomes
 // SaveStatus::kFailed; the final save is skipped when this job already saved its global step.
 // At start-up PS 0 removes what interrupted saves left in the checkpoint directory (*.tmp files and
@@ -289,7 +289,7 @@ void ParameterServerStrategy::prepare_checkpoint_hooks() {
                       << st->last_saved_path << std::endl;
           return ps::SaveStatus::kSkipped;
         }
-        const ps::ShardMap& map = ps_->shard_map();
+        const ps::ShardMap& map = ps_->endpoint().shard_map();
         MPI_Comm comm = rt->comms().ps();
         const auto slot_names = ps::slot_names(st->optimizer.kind);
         // Per-variable optimizer step: the largest over this variable's shards (all equal for dense
@@ -382,7 +382,7 @@ void ParameterServerStrategy::gather_restore_report() {
     std::vector<std::string> restored, initialized, unused, fresh_slots;
     std::set<std::string> model;
     const auto slot_names = ps::slot_names(options_.ps.optimizer.kind);
-    for (const auto& spec : ps_->shard_map().variables()) {
+    for (const auto& spec : ps_->endpoint().shard_map().variables()) {
       model.insert(spec.name);
       const auto* meta = reader.find(spec.name);
       if (!meta) {
@@ -461,7 +461,7 @@ ps::WorkerPosition ParameterServerStrategy::restored_position() const {
 
 StepOutcome ParameterServerStrategy::end_step(const ps::WorkerPosition& position) {
   std::lock_guard<std::mutex> lock(ps_mutex_);
-  auto& p = parameter_servers();
+  auto& p = ps_client();
   p.end_step();
   StepOutcome out;
   if (checkpoint_.directory.empty()) return out;

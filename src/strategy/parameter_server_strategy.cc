@@ -40,14 +40,14 @@ const float* ReplicaContext::read_all(const std::vector<Variable>& vars) {
   if (replica_ == 0) {
     strategy_.shared_.resize(total);
     std::lock_guard<std::mutex> lock(strategy_.ps_mutex_);
-    std::vector<ps::ParameterServers::PullTarget> targets;
+    std::vector<ps::PsClient::PullTarget> targets;
     std::size_t offset = 0;
     for (const Variable& v : vars) {
       const std::size_t n = static_cast<std::size_t>(v.num_elements());
       targets.push_back({v.name(), strategy_.shared_.data() + offset, n * sizeof(float)});
       offset += n;
     }
-    strategy_.parameter_servers().pull_many(targets);
+    strategy_.ps_client().pull_many(targets);
   }
   group.barrier(replica_);
   return strategy_.shared_.data();
@@ -59,14 +59,14 @@ void ReplicaContext::read_many(const std::vector<Variable>& vars, const std::vec
                 " variables");
   if (strategy_.replicas_->size() == 1) {
     // One replica: the pulls land in the outputs directly.
-    std::vector<ps::ParameterServers::PullTarget> targets;
+    std::vector<ps::PsClient::PullTarget> targets;
     for (std::size_t i = 0; i < vars.size(); ++i) {
       const std::size_t n = static_cast<std::size_t>(vars[i].num_elements());
       out[i]->resize(n);
       targets.push_back({vars[i].name(), out[i]->data(), n * sizeof(float)});
     }
     std::lock_guard<std::mutex> lock(strategy_.ps_mutex_);
-    strategy_.parameter_servers().pull_many(targets);
+    strategy_.ps_client().pull_many(targets);
     return;
   }
   const float* all = read_all(vars);
@@ -84,14 +84,14 @@ void ReplicaContext::read(const Variable& var, std::vector<float>& out) {
     // One replica: nothing to share, so the pull lands in `out` directly (no second copy).
     out.resize(n);
     std::lock_guard<std::mutex> lock(strategy_.ps_mutex_);
-    strategy_.parameter_servers().pull(var.name(), out.data(), n * sizeof(float));
+    strategy_.ps_client().pull(var.name(), out.data(), n * sizeof(float));
     return;
   }
   // Barrier first: nobody may still be copying the previous shared value.
   group.barrier(replica_);
   if (replica_ == 0) {
     strategy_.shared_.resize(n);
-    strategy_.parameter_servers().pull(var.name(), strategy_.shared_.data(), n * sizeof(float));
+    strategy_.ps_client().pull(var.name(), strategy_.shared_.data(), n * sizeof(float));
   }
   group.barrier(replica_);
   out.assign(strategy_.shared_.begin(), strategy_.shared_.begin() + static_cast<std::ptrdiff_t>(n));
@@ -102,7 +102,7 @@ void ReplicaContext::read_rows(const Variable& var, const std::vector<std::int64
       static_cast<std::size_t>(var.num_elements() / std::max<std::int64_t>(1, ps::num_rows(var.shape())));
   out.resize(rows.size() * width);
   std::lock_guard<std::mutex> lock(strategy_.ps_mutex_);
-  strategy_.parameter_servers().pull_rows(var.name(), rows, out.data(), out.size() * sizeof(float));
+  strategy_.ps_client().pull_rows(var.name(), rows, out.data(), out.size() * sizeof(float));
 }
 
 void ReplicaContext::apply_gradient(const Variable& var, std::vector<float>& grad) {
@@ -112,7 +112,7 @@ void ReplicaContext::apply_gradient(const Variable& var, std::vector<float>& gra
   all_reduce(ReduceOp::kMean, grad);
   if (replica_ == 0) {
     std::lock_guard<std::mutex> lock(strategy_.ps_mutex_);
-    strategy_.parameter_servers().push(var.name(), grad.data(), grad.size() * sizeof(float));
+    strategy_.ps_client().push(var.name(), grad.data(), grad.size() * sizeof(float));
   }
 }
 
@@ -136,7 +136,7 @@ void ReplicaContext::apply_gradients_flat(const std::vector<Variable>& vars, flo
   std::size_t offset = 0;
   for (const Variable& v : vars) {
     const std::size_t size = static_cast<std::size_t>(v.num_elements());
-    if (v.trainable()) strategy_.parameter_servers().push(v.name(), host + offset, size * sizeof(float));
+    if (v.trainable()) strategy_.ps_client().push(v.name(), host + offset, size * sizeof(float));
     offset += size;
   }
 }
@@ -163,7 +163,7 @@ void ReplicaContext::apply_sparse_gradient(const Variable& var, const std::vecto
       for (float g : strategy_.gathered_grads_[r]) all_grads.push_back(k == 1 ? g : g * inv);
     }
     std::lock_guard<std::mutex> lock(strategy_.ps_mutex_);
-    strategy_.parameter_servers().push_rows(var.name(), all_rows, all_grads.data(), all_grads.size() * sizeof(float));
+    strategy_.ps_client().push_rows(var.name(), all_rows, all_grads.data(), all_grads.size() * sizeof(float));
   }
 }
 
@@ -172,7 +172,7 @@ std::int64_t ReplicaContext::increment_global_step() {
   group.barrier(replica_);
   if (replica_ == 0) {
     std::lock_guard<std::mutex> lock(strategy_.ps_mutex_);
-    strategy_.shared_step_ = strategy_.parameter_servers().increment_global_step();
+    strategy_.shared_step_ = strategy_.ps_client().increment_global_step();
   }
   group.barrier(replica_);
   return strategy_.shared_step_;
@@ -203,7 +203,7 @@ bool DistributedDataset::next(PerReplica<data::Batch>& out) {
 data::InputContext ParameterServerStrategy::input_context() const {
   data::InputContext ctx;
   ctx.num_input_pipelines = std::max(1, num_workers());
-  ctx.input_pipeline_id = std::max(0, ps_ ? ps_->worker_index() : 0);
+  ctx.input_pipeline_id = std::max(0, ps_ && ps_->client ? ps_->client->worker_index() : 0);
   ctx.num_replicas_in_sync = num_replicas_in_sync();
   return ctx;
 }
@@ -348,15 +348,21 @@ void ParameterServerStrategy::colocate_vars_with(const Variable& var, const std:
 void ParameterServerStrategy::materialize() {
   prepare_checkpoint_hooks();
   // PS ranks ignore what they declared; the chief's list is authoritative (checked on workers).
-  ps_ = ps::ParameterServers::materialize(runtime_, options_.ps, pending_);
+  ps_ = std::make_unique<ps::ParameterServers>(ps::ParameterServers::materialize(runtime_, options_.ps, pending_));
   gather_restore_report();
   if (report_) last_save_global_step_ = report_->global_step;
   last_save_time_ = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-ps::ParameterServers& ParameterServerStrategy::parameter_servers() {
+ps::PsEndpoint& ParameterServerStrategy::ps_endpoint() {
   if (!ps_) throw Error("variables are not materialised yet: create them in strategy.scope() first");
-  return *ps_;
+  return ps_->endpoint();
+}
+
+ps::PsClient& ParameterServerStrategy::ps_client() {
+  if (!ps_) throw Error("variables are not materialised yet: create them in strategy.scope() first");
+  if (!ps_->client) throw Error("the parameter-server client is a chief's or worker's; this rank is " + runtime_.task().str());
+  return *ps_->client;
 }
 
 const cluster::ResolvedCluster& ParameterServerStrategy::cluster_resolver() const { return runtime_.resolved(); }
@@ -365,16 +371,18 @@ bool ParameterServerStrategy::is_chief() const { return runtime_.is_chief(); }
 int ParameterServerStrategy::num_workers() const {
   return runtime_.count_role(Role::kChief) + runtime_.count_role(Role::kWorker);
 }
-int ParameterServerStrategy::worker_index() const { return ps_ ? ps_->worker_index() : -1; }
+int ParameterServerStrategy::worker_index() const { return ps_ && ps_->client ? ps_->client->worker_index() : -1; }
 
 bool ParameterServerStrategy::serve() {
-  stopped_ = parameter_servers().serve();
+  ps_endpoint();  // materialised
+  if (!ps_->server) throw Error("serve() runs on PS ranks only; this rank is " + runtime_.task().str());
+  stopped_ = ps_->server->serve();
   return stopped_;
 }
 
 void ParameterServerStrategy::finish_training(const ps::WorkerPosition& position) {
   std::lock_guard<std::mutex> lock(ps_mutex_);
-  auto& p = parameter_servers();
+  auto& p = ps_client();
   if (training_finished_) return;
   training_finished_ = true;
   if (!checkpoint_.directory.empty() && !stopped_) {
@@ -387,23 +395,23 @@ void ParameterServerStrategy::finish_training(const ps::WorkerPosition& position
   }
 }
 
-bool ParameterServerStrategy::save_error_stopped() const { return ps_ && ps_->save_error_stopped(); }
+bool ParameterServerStrategy::save_error_stopped() const { return ps_ && ps_->endpoint().save_error_stopped(); }
 
 void ParameterServerStrategy::finish(const ps::WorkerPosition& position) {
   finish_training(position);
   std::lock_guard<std::mutex> lock(ps_mutex_);
-  parameter_servers().done();
+  ps_client().done();
 }
 
 void ParameterServerStrategy::read(const Variable& var, std::vector<float>& out) {
   out.resize(static_cast<std::size_t>(var.num_elements()));
   std::lock_guard<std::mutex> lock(ps_mutex_);
-  parameter_servers().pull(var.name(), out.data(), out.size() * sizeof(float));
+  ps_client().pull(var.name(), out.data(), out.size() * sizeof(float));
 }
 
 std::int64_t ParameterServerStrategy::global_step() {
   std::lock_guard<std::mutex> lock(ps_mutex_);
-  return parameter_servers().global_step();
+  return ps_client().global_step();
 }
 
 void ParameterServerStrategy::run_replicas(const std::function<void(ReplicaContext&)>& fn) {

@@ -69,7 +69,7 @@ void LoggingHook::after_create_session(RunContext& ctx) {
   }
   line << " (--devices " << to_string(ctx.config->devices) << ")";
   std::cout << line.str() << std::endl;
-  std::cout << "strata train: transport " << ctx.strategy->parameter_servers().transport_description() << std::endl;
+  std::cout << "strata train: transport " << ctx.strategy->ps_endpoint().transport_description() << std::endl;
   if (ctx.resumed)
     std::cout << "resuming at epoch " << (ctx.resumed_from.epoch + 1) << ", step " << ctx.resumed_from.step
               << ", global step " << ctx.global_step << std::endl;
@@ -81,7 +81,7 @@ void LoggingHook::after_run(RunContext& ctx, const RunValues& v) {
   line << "step " << v.step << " global_step " << v.global_step << " epoch " << (v.epoch + 1) << "/" << ctx.epochs
        << std::fixed << std::setprecision(4) << " loss " << v.window_loss << " acc " << v.window_accuracy
        << std::setprecision(0) << " examples/s " << v.window_examples_per_sec << " staleness "
-       << ctx.strategy->parameter_servers().max_observed_staleness();
+       << ctx.strategy->ps_client().max_observed_staleness();
   std::cout << line.str() << std::endl;
 }
 
@@ -156,7 +156,7 @@ void ProfilerHook::end(RunContext& ctx) {
     p << "; update staleness mean " << static_cast<double>(s.staleness_sum) / s.staleness_count << " max "
       << s.staleness_max;
   if (!ctx.strategy->checkpoint_options().directory.empty()) {
-    const ps::ParameterServers::SavePauses sp = ctx.strategy->parameter_servers().save_pauses();
+    const ps::PsClient::SavePauses sp = ctx.strategy->ps_client().save_pauses();
     p << "; checkpoint saves paused this worker " << sp.total_s << " s in " << sp.saves << " save(s), longest "
       << 1e3 * sp.max_s << " ms";
   }
@@ -166,7 +166,7 @@ void ProfilerHook::end(RunContext& ctx) {
   // docs/SCALING.md needs to say how many PS ranks a job wants.
   if (!ctx.is_chief) return;
   const double train_s = s.train_s;
-  const auto stats = ctx.strategy->parameter_servers().ps_stats();
+  const auto stats = ctx.strategy->ps_client().ps_stats();
   const ps::PsOptions& po = ctx.strategy_options.ps;
   for (std::size_t q = 0; q < stats.size(); ++q) {
     const auto& st = stats[q];
@@ -219,9 +219,9 @@ void SummaryHook::end(RunContext& ctx) {
   const CheckpointOptions& co = strategy.checkpoint_options();
   if (!co.directory.empty()) {
     summary["checkpoint_dir"] = co.directory;
-    summary["checkpoints_saved"] = strategy.parameter_servers().saves_completed();
-    if (strategy.parameter_servers().save_failures() > 0)
-      summary["checkpoint_save_failures"] = strategy.parameter_servers().save_failures();
+    summary["checkpoints_saved"] = strategy.ps_client().saves_completed();
+    if (strategy.ps_endpoint().save_failures() > 0)
+      summary["checkpoint_save_failures"] = strategy.ps_endpoint().save_failures();
     if (!strategy.final_checkpoint().empty()) summary["final_checkpoint"] = strategy.final_checkpoint();
     if (strategy.save_error_stopped()) summary["stopped_on_save_error"] = true;
     if (!s.save_pause_s.empty()) summary["save_pause_s"] = {{"total", s.save_pause_s}, {"max", s.save_pause_max_s}};

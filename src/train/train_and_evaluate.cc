@@ -673,7 +673,7 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
   // Every worker's pushes must be applied before the chief evaluates the final model (and reads
   // the PS statistics): each worker waits for its own acks, then all meet.
   // (No replica thread runs here: the PS client is this thread's alone.)
-  strategy.parameter_servers().wait_applied();
+  strategy.ps_client().wait_applied();
   // Test hook (documented in the env table): RANK:SECONDS holds that world rank back before the
   // workers' final barrier, a worker alive but late.
   if (const double delay = test_hook_delay(env, "STRATA_TEST_FINAL_DELAY_RANK", rt->rank()); delay > 0)
@@ -694,7 +694,7 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
   if (!strategy.checkpoint_options().directory.empty()) {
     // Every worker's save pauses, for the chief's summary: the figure that shows whether a save
     // made one worker wait for another.
-    const ps::ParameterServers::SavePauses mine = strategy.parameter_servers().save_pauses();
+    const ps::PsClient::SavePauses mine = strategy.ps_client().save_pauses();
     const double local[2] = {mine.total_s, mine.max_s};
     std::vector<double> all(2 * static_cast<std::size_t>(strategy.num_workers()));
     STRATA_CHECK_MPI(MPI_Allgather(local, 2, MPI_DOUBLE, all.data(), 2, MPI_DOUBLE, rt->comms().workers()));

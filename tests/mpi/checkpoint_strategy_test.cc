@@ -101,7 +101,7 @@ ps::WorkerPosition train(ParameterServerStrategy& strategy, const Model& m, int 
   ps::WorkerPosition pos;
   if (strategy.is_chief()) {
     std::vector<std::int64_t> counts = {1, 2, 3, 40};
-    strategy.parameter_servers().assign("counts", counts.data(), counts.size() * 8);
+    strategy.ps_client().assign("counts", counts.data(), counts.size() * 8);
   }
   for (int s = 0; s < steps; ++s) {
     const float k = static_cast<float>(strategy.worker_index() + 1 + s);
@@ -137,7 +137,7 @@ std::vector<char> snapshot(const TestComm& comm, ParameterServerStrategy& strate
       out.insert(out.end(), p, p + values.size() * sizeof(float));
     }
     std::vector<std::int64_t> counts(4);
-    strategy.parameter_servers().pull("counts", counts.data(), 32);
+    strategy.ps_client().pull("counts", counts.data(), 32);
     const char* p = reinterpret_cast<const char*>(counts.data());
     out.insert(out.end(), p, p + 32);
   }
@@ -215,7 +215,7 @@ TEST(CheckpointStrategy, RestoresIntoOtherPsCountAndPartitioningIdentically) {
     const auto& report = strategy.restore_report();
     ok = ok && report && report->global_step == steps * workers && report->restored.size() == 4 &&
          report->initialized.empty() && report->unused.empty() && report->fresh_slots.empty();
-    ok = ok && strategy.parameter_servers().shard_map().shards_of("embedding/table").size() == 3;
+    ok = ok && strategy.ps_endpoint().shard_map().shards_of("embedding/table").size() == 3;
     if (!strategy.is_ps()) {
       // One worker now: the saving job had two, so it restarts at the oldest epoch's start.
       const auto pos = strategy.restored_position();
@@ -264,7 +264,7 @@ TEST(CheckpointStrategy, ReportsMissingAndUnusedVariablesAndRejectsShapeMismatch
          r->initialized == std::vector<std::string>{"extra"} && r->restored.size() == 3;
     if (strategy.is_chief()) {
       std::vector<float> extra(2);
-      strategy.parameter_servers().pull("extra", extra.data(), 8);
+      strategy.ps_client().pull("extra", extra.data(), 8);
       ok = ok && extra == std::vector<float>{3, 3};  // its initializer
     }
     if (strategy.is_ps())

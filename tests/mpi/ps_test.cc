@@ -72,24 +72,24 @@ TEST_P(PsTransport, ConcurrentSgdPushesSumExactly) {
                                      var("dense/bias", {3})};
   auto ps = ParameterServers::materialize(*job.runtime, options, specs);
   const int K = 10;
-  if (ps->is_ps()) {
-    ps->serve();
+  if (ps.is_ps()) {
+    ps.server->serve();
   } else {
     std::vector<float> g(64 * 3), b(3);
     for (int k = 0; k < K; ++k) {
-      for (std::size_t i = 0; i < g.size(); ++i) g[i] = grad_of(ps->worker_index(), 0, i);
-      for (std::size_t i = 0; i < b.size(); ++i) b[i] = grad_of(ps->worker_index(), 0, i);
-      ps->push("dense/kernel", g.data(), g.size() * 4);
-      ps->push("dense/bias", b.data(), b.size() * 4);
+      for (std::size_t i = 0; i < g.size(); ++i) g[i] = grad_of(ps.client->worker_index(), 0, i);
+      for (std::size_t i = 0; i < b.size(); ++i) b[i] = grad_of(ps.client->worker_index(), 0, i);
+      ps.client->push("dense/kernel", g.data(), g.size() * 4);
+      ps.client->push("dense/bias", b.data(), b.size() * 4);
     }
-    ps->done();
+    ps.client->done();
   }
   // Progressing barriers: over UCX on TCP a PS must keep answering while workers still pull.
-  ps->barrier();
+  ps.endpoint().barrier();
   bool ok = true;
-  if (!ps->is_ps()) {
+  if (!ps.is_ps()) {
     std::vector<float> got(64 * 3);
-    ps->pull("dense/kernel", got.data(), got.size() * 4);
+    ps.client->pull("dense/kernel", got.data(), got.size() * 4);
     for (std::size_t i = 0; i < got.size(); ++i) {
       float expected = 0;
       for (int w = 0; w < job.workers; ++w) expected += grad_of(w, 0, i);
@@ -97,7 +97,7 @@ TEST_P(PsTransport, ConcurrentSgdPushesSumExactly) {
       ok = ok && got[i] == expected;
     }
   }
-  ps->barrier();
+  ps.endpoint().barrier();
   STRATA_EXPECT_ALL(comm.get(), ok);
 }
 
@@ -142,19 +142,19 @@ TEST_P(SyncOptimizer, MatchesSingleProcessReferenceBitForBit) {
   auto ps = ParameterServers::materialize(*job.runtime, options, {var("w", shape, Partitioner::fixed_shards(2), init)});
   const int steps = 6;
   bool ok = true;
-  if (ps->is_ps()) {
-    ps->serve();
+  if (ps.is_ps()) {
+    ps.server->serve();
   } else {
     std::vector<float> g(70), got(70);
     for (int t = 0; t < steps; ++t) {
-      for (std::size_t i = 0; i < g.size(); ++i) g[i] = grad_of(ps->worker_index(), t, i);
-      ps->push("w", g.data(), g.size() * 4);
+      for (std::size_t i = 0; i < g.size(); ++i) g[i] = grad_of(ps.client->worker_index(), t, i);
+      ps.client->push("w", g.data(), g.size() * 4);
       // The next pull waits until this worker's sync rounds are applied: everyone sees the same values.
     }
-    ps->pull("w", got.data(), got.size() * 4);
+    ps.client->pull("w", got.data(), got.size() * 4);
     std::vector<float> want = reference(options.optimizer, init, shape, job.workers, steps);
     ok = std::memcmp(got.data(), want.data(), got.size() * 4) == 0;
-    ps->done();
+    ps.client->done();
   }
   STRATA_EXPECT_ALL(comm.get(), ok);
 }
@@ -183,28 +183,28 @@ TEST(ParameterServers, ApplyThreadsGiveTheSameBits) {
   auto ps = ParameterServers::materialize(*job.runtime, options, {var("big", shape, Partitioner::none(), init)});
   const int steps = 3;
   bool ok = true;
-  if (ps->is_ps()) {
-    ps->serve();
+  if (ps.is_ps()) {
+    ps.server->serve();
   } else {
     const std::size_t n = static_cast<std::size_t>(num_elements(shape));
     std::vector<float> g(n), got(n);
     for (int t = 0; t < steps; ++t) {
-      for (std::size_t i = 0; i < n; ++i) g[i] = grad_of(ps->worker_index(), t, i);
-      ps->push("big", g.data(), n * 4);
+      for (std::size_t i = 0; i < n; ++i) g[i] = grad_of(ps.client->worker_index(), t, i);
+      ps.client->push("big", g.data(), n * 4);
     }
-    ps->pull("big", got.data(), n * 4);
+    ps.client->pull("big", got.data(), n * 4);
     std::vector<float> want = reference(options.optimizer, init, shape, job.workers, steps);
     ok = std::memcmp(got.data(), want.data(), n * 4) == 0;
     // The team did split every round (a lost split would pass the bit check alone); the
     // variable lives on one of the PS ranks.
-    ps->wait_applied();
+    ps.client->wait_applied();
     std::int64_t split = 0, most = 0;
-    for (const auto& st : ps->ps_stats()) {
+    for (const auto& st : ps.client->ps_stats()) {
       split += st.split_updates;
       most = std::max(most, st.max_threads);
     }
     ok = ok && split == steps && most == 2;
-    ps->done();
+    ps.client->done();
   }
   STRATA_EXPECT_ALL(comm.get(), ok);
 }
@@ -217,22 +217,23 @@ TEST(ParameterServers, AsyncStatefulOptimizerAppliesEveryPush) {
   options.optimizer = OptimizerConfig::parse("adagrad:lr=0.1");
   auto ps = ParameterServers::materialize(*job.runtime, options, {var("v", {5, 2}, Partitioner::fixed_shards(2))});
   const int K = 15;
-  if (ps->is_ps()) {
-    ps->serve();
+  if (ps.is_ps()) {
+    ps.server->serve();
   } else {
     std::vector<float> g(10, 1.0f);
-    for (int k = 0; k < K; ++k) ps->push("v", g.data(), g.size() * 4);
-    ps->done();
+    for (int k = 0; k < K; ++k) ps.client->push("v", g.data(), g.size() * 4);
+    ps.client->done();
   }
-  long long applied = ps->applied_updates(), total = 0;
+  long long applied = (ps.server ? ps.server->applied_updates() : 0), total = 0;
   MPI_Allreduce(&applied, &total, 1, MPI_LONG_LONG, MPI_SUM, comm.get());
   // Every worker's K pushes reached both shards.
   STRATA_EXPECT_ALL(comm.get(), total == static_cast<long long>(job.workers) * K * 2);
 }
 
 // Async stateful pushes of a shard of 512 KiB or more are streamed in 256 KiB chunks that the PS
-// applies as they arrive (parameter_servers.cc, streams()), from the inbox in its service loop or,
-// where the transport hands chunks over (tcp between nodes), on the transport's thread: the result
+// applies as they arrive (arena_layout.cc decides which shards stream, ps_server.cc applies
+// them), from the inbox in its service loop or, where the transport hands chunks over (tcp
+// between nodes), on the transport's thread: the result
 // must be the bits of applying each whole gradient in order, including the last, shorter chunk,
 // with an apply team present (a chunk is below its split size, so one thread applies each), and the
 // optimizer step shared by every chunk of a push. Only worker 0 pushes, so the order is defined.
@@ -249,25 +250,25 @@ TEST_P(PsTransport, StreamedPushesMatchTheReferenceBitForBit) {
   auto ps = ParameterServers::materialize(*job.runtime, options, {var("big", shape, Partitioner::none(), init)});
   const int steps = 4;
   bool ok = true;
-  if (ps->is_ps()) {
-    ps->serve();
+  if (ps.is_ps()) {
+    ps.server->serve();
   } else {
-    if (ps->worker_index() == 0) {
+    if (ps.client->worker_index() == 0) {
       const std::size_t n = static_cast<std::size_t>(num_elements(shape));
       std::vector<float> g(n), got(n);
       for (int t = 0; t < steps; ++t) {
         for (std::size_t i = 0; i < n; ++i) g[i] = grad_of(0, t, i);
-        ps->push("big", g.data(), n * 4);
+        ps.client->push("big", g.data(), n * 4);
       }
-      ps->wait_applied();
-      ps->pull("big", got.data(), n * 4);
+      ps.client->wait_applied();
+      ps.client->pull("big", got.data(), n * 4);
       std::vector<float> want = reference(options.optimizer, init, shape, 1, steps);
       ok = std::memcmp(got.data(), want.data(), n * 4) == 0;
       std::int64_t updates = 0;
-      for (const auto& st : ps->ps_stats()) updates += st.updates;
+      for (const auto& st : ps.client->ps_stats()) updates += st.updates;
       ok = ok && updates == steps;
     }
-    ps->done();
+    ps.client->done();
   }
   STRATA_EXPECT_ALL(comm.get(), ok);
 }
@@ -289,32 +290,32 @@ TEST_P(PsTransport, ConcurrentStreamedPushesEachApplyOnce) {
   auto ps = ParameterServers::materialize(*job.runtime, options,
                                           {var("w", shape, Partitioner::fixed_shards(2), Initializer::constant(0.0))});
   const int steps = 5;
-  if (ps->is_ps()) {
-    ps->serve();
+  if (ps.is_ps()) {
+    ps.server->serve();
   } else {
     std::vector<float> g(n);
-    const int w = ps->worker_index();
+    const int w = ps.client->worker_index();
     for (int t = 0; t < steps; ++t) {
       for (std::size_t i = 0; i < n; ++i) g[i] = static_cast<float>((w + 1) * (t + 1) + static_cast<int>(i % 5));
-      ps->push("w", g.data(), n * 4);
+      ps.client->push("w", g.data(), n * 4);
     }
-    ps->wait_applied();
+    ps.client->wait_applied();
   }
   // Read while the PS still serves (UCX over TCP needs its progress for a large get).
   bool ok = true;
-  if (!ps->is_ps()) {
+  if (!ps.is_ps()) {
     MPI_Barrier(job.runtime->comms().workers());  // every worker's pushes are applied
     std::vector<float> got(n);
-    ps->pull("w", got.data(), n * 4);
-    const int workers = ps->num_workers();
+    ps.client->pull("w", got.data(), n * 4);
+    const int workers = ps.endpoint().num_workers();
     const int sum_w = workers * (workers + 1) / 2, sum_t = steps * (steps + 1) / 2;
     for (std::size_t i = 0; i < n; ++i)
       ok = ok && got[i] == -static_cast<float>(sum_w * sum_t + workers * steps * static_cast<int>(i % 5));
     std::int64_t updates = 0;
-    for (const auto& st : ps->ps_stats()) updates += st.updates;
+    for (const auto& st : ps.client->ps_stats()) updates += st.updates;
     // Each push is one update on every PS holding a part of the shard.
-    ok = ok && updates == static_cast<std::int64_t>(workers) * steps * static_cast<std::int64_t>(ps->shard_map().shards().size());
-    ps->done();
+    ok = ok && updates == static_cast<std::int64_t>(workers) * steps * static_cast<std::int64_t>(ps.endpoint().shard_map().shards().size());
+    ps.client->done();
   }
   STRATA_EXPECT_ALL(comm.get(), ok);
 }
@@ -331,21 +332,21 @@ TEST_P(PsTransport, SparseRowsWithRepeatsAndPartitionedPulls) {
   // Distinct values that stay exact under the updates below.
   std::vector<float> initial(400);
   for (std::size_t i = 0; i < initial.size(); ++i) initial[i] = static_cast<float>(i);
-  if (ps->is_ps()) {
-    ps->serve();
+  if (ps.is_ps()) {
+    ps.server->serve();
   } else {
-    if (ps->worker_index() == 0) ps->assign("embedding", initial.data(), initial.size() * 4);
+    if (ps.client->worker_index() == 0) ps.client->assign("embedding", initial.data(), initial.size() * 4);
     MPI_Barrier(job.runtime->comms().workers());
     const std::vector<std::int64_t> rows = {5, 99, 5, 0, 50, 33, 34};  // 33|34 straddle shards 0|1
     std::vector<float> g(rows.size() * 4, 1.0f);
-    ps->push_rows("embedding", rows, g.data(), g.size() * 4);
-    ps->done();
+    ps.client->push_rows("embedding", rows, g.data(), g.size() * 4);
+    ps.client->done();
   }
-  ps->barrier();
+  ps.endpoint().barrier();
   bool ok = true;
-  if (!ps->is_ps()) {
+  if (!ps.is_ps()) {
     std::vector<float> dense(400);
-    ps->pull("embedding", dense.data(), dense.size() * 4);
+    ps.client->pull("embedding", dense.data(), dense.size() * 4);
     const float w = static_cast<float>(job.workers);
     for (int r = 0; r < 100; ++r) {
       float times = (r == 5) ? 2 : (r == 99 || r == 0 || r == 50 || r == 33 || r == 34) ? 1 : 0;
@@ -354,11 +355,11 @@ TEST_P(PsTransport, SparseRowsWithRepeatsAndPartitionedPulls) {
     // Rows in any order, with duplicates, agree with the dense pull.
     std::vector<std::int64_t> ask = {99, 0, 34, 33, 34, 66, 67};
     std::vector<float> rows(ask.size() * 4);
-    ps->pull_rows("embedding", ask, rows.data(), rows.size() * 4);
+    ps.client->pull_rows("embedding", ask, rows.data(), rows.size() * 4);
     for (std::size_t i = 0; i < ask.size(); ++i)
       ok = ok && std::memcmp(&rows[i * 4], &dense[ask[i] * 4], 16) == 0;
   }
-  ps->barrier();
+  ps.endpoint().barrier();
   STRATA_EXPECT_ALL(comm.get(), ok);
 }
 
@@ -370,15 +371,15 @@ TEST_P(PsTransport, GlobalStepCountsEveryIncrement) {
   options.transport = GetParam();
   auto ps = ParameterServers::materialize(*job.runtime, options, {var("x", {1})});
   const int K = 25;
-  if (ps->is_ps()) {
-    ps->serve();
+  if (ps.is_ps()) {
+    ps.server->serve();
   } else {
-    for (int k = 0; k < K; ++k) ps->increment_global_step();
-    ps->done();
+    for (int k = 0; k < K; ++k) ps.client->increment_global_step();
+    ps.client->done();
   }
-  ps->barrier();
-  const bool ok = ps->is_ps() || ps->global_step() == static_cast<std::int64_t>(job.workers) * K;
-  ps->barrier();
+  ps.endpoint().barrier();
+  const bool ok = ps.is_ps() || ps.client->global_step() == static_cast<std::int64_t>(job.workers) * K;
+  ps.endpoint().barrier();
   STRATA_EXPECT_ALL(comm.get(), ok);
 }
 
@@ -394,20 +395,20 @@ TEST(ParameterServers, StalenessBoundIsNeverExceeded) {
   options.timeout_s = 60;
   auto ps = ParameterServers::materialize(*job.runtime, options, {var("x", {4})});
   std::int64_t observed = 0, worst = 0;
-  if (ps->is_ps()) {
-    ps->serve();
+  if (ps.is_ps()) {
+    ps.server->serve();
   } else {
     std::vector<float> g(4, 1.0f);
     for (int step = 0; step < 30; ++step) {
       // Worker 0 is slow: the others would run ahead without the bound.
-      if (ps->worker_index() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
-      ps->push("x", g.data(), 16);
-      const std::int64_t clock = ps->end_step();
+      if (ps.client->worker_index() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      ps.client->push("x", g.data(), 16);
+      const std::int64_t clock = ps.client->end_step();
       // Checked independently of end_step's own (cached, sampled) reads, after every step.
-      worst = std::max(worst, clock - ps->slowest_clock());
+      worst = std::max(worst, clock - ps.client->slowest_clock());
     }
-    observed = ps->max_observed_staleness();
-    ps->done();
+    observed = ps.client->max_observed_staleness();
+    ps.client->done();
   }
   STRATA_EXPECT_ALL(comm.get(), observed <= 1 && worst <= 1);
   // The slow worker held the others back at the bound at least once (the test can fail).
@@ -425,7 +426,7 @@ TEST(ParameterServers, PlacementIsIdenticalOnEveryRank) {
   auto ps = ParameterServers::materialize(*job.runtime, PsOptions{}, specs);
   // Every rank (PS ranks included, which never saw `specs`) must hold the same shard -> PS map.
   std::string mine;
-  for (const auto& sh : ps->shard_map().shards())
+  for (const auto& sh : ps.endpoint().shard_map().shards())
     mine += sh.name + "@" + std::to_string(sh.ps) + "[" + std::to_string(sh.row_begin) + "," +
             std::to_string(sh.row_end) + ");";
   auto all = allgather_strings(comm.get(), mine, 30, "placement test");
@@ -433,10 +434,10 @@ TEST(ParameterServers, PlacementIsIdenticalOnEveryRank) {
   for (const auto& other : all) same = same && other == all[0];
   STRATA_EXPECT_ALL(comm.get(), same);
   STRATA_EXPECT_ALL(comm.get(), mine.find("a/part_3@") != std::string::npos);
-  if (ps->is_ps())
-    ps->serve();
+  if (ps.is_ps())
+    ps.server->serve();
   else
-    ps->done();
+    ps.client->done();
 }
 
 TEST(ParameterServers, DifferentCreationOrderOnOneWorkerIsNamed) {
@@ -465,8 +466,8 @@ TEST(ParameterServers, BadRequestsAreClearLocalErrors) {
   auto ps = ParameterServers::materialize(*job.runtime, PsOptions{},
                                           {var("emb", {10, 2}, Partitioner::fixed_shards(2))});
   std::vector<std::string> errors;
-  if (ps->is_ps()) {
-    ps->serve();
+  if (ps.is_ps()) {
+    ps.server->serve();
   } else {
     auto capture = [&](auto fn) {
       try {
@@ -477,12 +478,12 @@ TEST(ParameterServers, BadRequestsAreClearLocalErrors) {
       }
     };
     std::vector<float> buf(20);
-    capture([&] { ps->pull("nope", buf.data(), 80); });
-    capture([&] { ps->push("emb", buf.data(), 40); });
-    capture([&] { ps->push_rows("emb", {3, 10}, buf.data(), 16); });
-    ps->done();
+    capture([&] { ps.client->pull("nope", buf.data(), 80); });
+    capture([&] { ps.client->push("emb", buf.data(), 40); });
+    capture([&] { ps.client->push_rows("emb", {3, 10}, buf.data(), 16); });
+    ps.client->done();
   }
-  bool ok = ps->is_ps() || (errors.size() == 3 && errors[0].find("unknown variable 'nope'") != std::string::npos &&
+  bool ok = ps.is_ps() || (errors.size() == 3 && errors[0].find("unknown variable 'nope'") != std::string::npos &&
                             errors[1].find("40 bytes given, but [10,2] f32 has 80") != std::string::npos &&
                             errors[2].find("row 10 is out of range [0, 10)") != std::string::npos);
   STRATA_EXPECT_ALL(comm.get(), ok);

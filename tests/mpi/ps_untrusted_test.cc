@@ -44,13 +44,13 @@ VariableSpec var(const std::string& name, Shape shape, Partitioner part = Partit
   return s;
 }
 
-void put_i64s(ParameterServers& ps, int rank, std::uint64_t offset, const std::vector<std::int64_t>& words) {
+void put_i64s(PsEndpoint& ps, int rank, std::uint64_t offset, const std::vector<std::int64_t>& words) {
   Peer::put(ps, rank, offset, words.data(), words.size() * 8);
 }
 
 // A malformed inbox: the header (row count, then row indices) written raw, then the doorbell rung
 // as a worker rings it once its message is in place.
-void malformed_inbox(ParameterServers& ps, const std::string& shard, const std::vector<std::int64_t>& header) {
+void malformed_inbox(PsClient& ps, const std::string& shard, const std::vector<std::int64_t>& header) {
   const Peer::InboxWords words = Peer::inbox_words(ps, shard);
   put_i64s(ps, words.rank, words.header, header);
   Peer::fetch_add(ps, words.rank, words.doorbell, 1);
@@ -66,7 +66,7 @@ struct Outcome {
 // compares it with the initializer's 0.5 everywhere.
 Outcome run_case(const TestComm& comm, const std::string& transport, const std::string& optimizer,
                  const std::vector<VariableSpec>& specs, const std::string& check,
-                 const std::function<void(ParameterServers&)>& attack, const std::string& consistency = "async") {
+                 const std::function<void(PsClient&)>& attack, const std::string& consistency = "async") {
   auto runtime = start(comm);
   PsOptions options;
   options.transport = transport;
@@ -75,26 +75,26 @@ Outcome run_case(const TestComm& comm, const std::string& transport, const std::
   options.timeout_s = 30;
   auto ps = ParameterServers::materialize(*runtime, options, specs);
   Outcome out;
-  if (ps->is_ps()) {
+  if (ps.is_ps()) {
     try {
-      ps->serve();
+      ps.server->serve();
     } catch (const Error& e) {
       out.ps_error = e.message();
     }
   } else {
-    attack(*ps);
-    ps->done();
+    attack(*ps.client);
+    ps.client->done();
   }
   // Keeps the PS's transport progressing while worker 0 reads the values back (over UCX on TCP a
   // get needs the target's help).
-  ps->barrier();
-  if (ps->worker_index() == 0 && !check.empty()) {
-    const VariableSpec* spec = ps->shard_map().find(check);
+  ps.endpoint().barrier();
+  if (ps.client && ps.client->worker_index() == 0 && !check.empty()) {
+    const VariableSpec* spec = ps.endpoint().shard_map().find(check);
     std::vector<float> got(static_cast<std::size_t>(num_elements(spec->shape)));
-    ps->pull(check, got.data(), got.size() * 4);
+    ps.client->pull(check, got.data(), got.size() * 4);
     for (float v : got) out.values_kept = out.values_kept && v == 0.5f;
   }
-  ps->barrier();
+  ps.endpoint().barrier();
   return out;
 }
 
@@ -118,7 +118,7 @@ TEST_P(PsUntrusted, RowCountAboveTheInboxCapacity) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   const Outcome out = run_case(comm, GetParam(), "adam:lr=0.1", {var("dense/kernel", {784, 10})}, "dense/kernel",
-                               [](ParameterServers& ps) {
+                               [](PsClient& ps) {
                                  if (ps.worker_index() == 0) malformed_inbox(ps, "dense/kernel", {785});
                                });
   EXPECT_REFUSED(comm, out,
@@ -130,7 +130,7 @@ TEST_P(PsUntrusted, RowCountBelowMinusOne) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   const Outcome out = run_case(comm, GetParam(), "adagrad:lr=0.1", {var("dense/kernel", {784, 10})}, "dense/kernel",
-                               [](ParameterServers& ps) {
+                               [](PsClient& ps) {
                                  if (ps.worker_index() == 0) malformed_inbox(ps, "dense/kernel", {-7});
                                });
   EXPECT_REFUSED(comm, out,
@@ -143,7 +143,7 @@ TEST_P(PsUntrusted, RowIndexFarOutsideTheShard) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   const Outcome out = run_case(comm, GetParam(), "adam:lr=0.1", {var("dense/kernel", {784, 10})}, "dense/kernel",
-                               [](ParameterServers& ps) {
+                               [](PsClient& ps) {
                                  if (ps.worker_index() == 0)
                                    malformed_inbox(ps, "dense/kernel", {1, std::int64_t{1} << 40});
                                });
@@ -156,7 +156,7 @@ TEST_P(PsUntrusted, NegativeRowIndex) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   const Outcome out = run_case(comm, GetParam(), "momentum:lr=0.1,momentum=0.9", {var("dense/kernel", {784, 10})},
-                               "dense/kernel", [](ParameterServers& ps) {
+                               "dense/kernel", [](PsClient& ps) {
                                  if (ps.worker_index() == 0) malformed_inbox(ps, "dense/kernel", {3, 5, 783, -3});
                                });
   EXPECT_REFUSED(comm, out,
@@ -169,7 +169,7 @@ TEST_P(PsUntrusted, RowIndexOfTheNextShard) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   const Outcome out = run_case(comm, GetParam(), "adam:lr=0.1", {var("emb", {10, 4}, Partitioner::fixed_shards(2))},
-                               "emb", [](ParameterServers& ps) {
+                               "emb", [](PsClient& ps) {
                                  if (ps.worker_index() == 0) malformed_inbox(ps, "emb/part_1", {2, 4, 5});
                                });
   EXPECT_REFUSED(comm, out,
@@ -182,7 +182,7 @@ TEST_P(PsUntrusted, DoorbellRunAhead) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   const Outcome out = run_case(comm, GetParam(), "adam:lr=0.1", {var("dense/kernel", {784, 10})}, "dense/kernel",
-                               [](ParameterServers& ps) {
+                               [](PsClient& ps) {
                                  if (ps.worker_index() != 0) return;
                                  const Peer::InboxWords words = Peer::inbox_words(ps, "dense/kernel");
                                  put_i64s(ps, words.rank, words.header, {1, 7});
@@ -198,7 +198,7 @@ TEST_P(PsUntrusted, ChunkCounterRunAhead) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   const Outcome out = run_case(comm, GetParam(), "adam:lr=0.1", {var("big", {1024, 128})}, "big",
-                               [](ParameterServers& ps) {
+                               [](PsClient& ps) {
                                  if (ps.worker_index() != 0) return;
                                  const Peer::InboxWords words = Peer::inbox_words(ps, "big");
                                  ASSERT_NE(words.chunks, 0u) << "'big' should be streamed";
@@ -218,7 +218,7 @@ TEST_P(PsUntrusted, SyncRoundMixingDenseAndSparse) {
   const Outcome out = run_case(
       // No read-back: a sync pull waits for the round, which the PS refused.
       comm, GetParam(), "sgd:lr=0.1", {var("emb", {10, 4})}, "",
-      [](ParameterServers& ps) {
+      [](PsClient& ps) {
         std::vector<float> g(40, 1.0f);
         if (ps.worker_index() == 1)
           ps.push_rows("emb", {3}, g.data(), 16);
@@ -248,26 +248,26 @@ TEST_P(PsUntrusted, SaveRequestRunAhead) {
   };
   auto ps = ParameterServers::materialize(*runtime, options, {var("dense/kernel", {784, 10})});
   std::string error;
-  if (ps->is_ps()) {
+  if (ps.is_ps()) {
     try {
-      ps->serve();
+      ps.server->serve();
     } catch (const Error& e) {
       error = e.message();
     }
   } else {
-    if (ps->worker_index() == 0) {
-      const Peer::ControlWords words = Peer::control_words(*ps);
-      Peer::fetch_add(*ps, words.ps_rank, words.save_request, 5);
+    if (ps.client->worker_index() == 0) {
+      const Peer::ControlWords words = Peer::control_words(ps.endpoint());
+      Peer::fetch_add(ps.endpoint(), words.ps_rank, words.save_request, 5);
     }
-    ps->done();
+    ps.client->done();
   }
-  ps->barrier();
+  ps.endpoint().barrier();
   const std::string want = "worker:0 (rank 1) posted checkpoint save request 5 on ps:0 after 0 saves (requests are "
                            "posted one at a time)";
-  if (ps->is_ps()) {
+  if (ps.is_ps()) {
     EXPECT_EQ(error, want);
   }
-  STRATA_EXPECT_ALL(comm.get(), !ps->is_ps() || error == want);
+  STRATA_EXPECT_ALL(comm.get(), !ps.is_ps() || error == want);
   STRATA_EXPECT_ALL(comm.get(), !saved);
 }
 
@@ -281,28 +281,29 @@ TEST_P(PsUntrusted, ClockWordMovedUnderItsWorker) {
   options.consistency = ConsistencyConfig::parse("staleness:2");
   auto ps = ParameterServers::materialize(*runtime, options, {var("dense/kernel", {784, 10})});
   std::string error;
-  if (ps->is_ps()) {
-    ps->serve();
+  if (ps.is_ps()) {
+    ps.server->serve();
   } else {
-    if (ps->worker_index() == 0) {
-      ps->end_step();
-      const Peer::ControlWords words = Peer::control_words(*ps);
-      Peer::fetch_add(*ps, words.ps_rank, words.clock_of_worker0, 5);
+    if (ps.client->worker_index() == 0) {
+      ps.client->end_step();
+      const Peer::ControlWords words = Peer::control_words(ps.endpoint());
+      Peer::fetch_add(ps.endpoint(), words.ps_rank, words.clock_of_worker0, 5);
       try {
-        ps->end_step();
+        ps.client->end_step();
       } catch (const Error& e) {
         error = e.message();
       }
     }
-    ps->done();
+    ps.client->done();
   }
-  ps->barrier();
+  ps.endpoint().barrier();
   const std::string want = "the clock word of worker:0 (rank 1) on ps:0 read 6, but only this worker advances it and it "
                            "last set 1";
-  if (ps->worker_index() == 0) {
+  const bool worker0 = ps.client && ps.client->worker_index() == 0;
+  if (worker0) {
     EXPECT_EQ(error, want);
   }
-  STRATA_EXPECT_ALL(comm.get(), ps->worker_index() != 0 || error == want);
+  STRATA_EXPECT_ALL(comm.get(), !worker0 || error == want);
 }
 
 INSTANTIATE_TEST_SUITE_P(Compiled, PsUntrusted, ::testing::ValuesIn(strata::comm::compiled_transports()),

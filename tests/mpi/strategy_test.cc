@@ -139,7 +139,7 @@ TEST(Strategy, GradientsArePushedOncePerWorkerAsTheReplicaMean) {
     // The global step counts one increment per worker step, not per replica.
     ok = ok && strategy.global_step() == workers;
     // Colocation put the table on w's PS (the only one here) without splitting it.
-    ok = ok && strategy.parameter_servers().shard_map().shards_of("emb").size() == 1;
+    ok = ok && strategy.ps_endpoint().shard_map().shards_of("emb").size() == 1;
   }
   STRATA_EXPECT_ALL(comm.get(), ok);
 }

@@ -27,6 +27,8 @@
 namespace {
 
 using strata::ps::ParameterServers;
+using strata::ps::PsClient;
+using strata::ps::PsEndpoint;
 using Peer = strata::ps::ParameterServersTestPeer;
 
 strata::ps::VariableSpec var(const std::string& name, strata::ps::Shape shape) {
@@ -37,12 +39,12 @@ strata::ps::VariableSpec var(const std::string& name, strata::ps::Shape shape) {
   return s;
 }
 
-void put_i64s(ParameterServers& ps, int rank, std::uint64_t offset, const std::vector<std::int64_t>& words) {
+void put_i64s(PsEndpoint& ps, int rank, std::uint64_t offset, const std::vector<std::int64_t>& words) {
   Peer::put(ps, rank, offset, words.data(), words.size() * 8);
 }
 
 // Worker 0's malformed message; false for an unknown case.
-bool attack(ParameterServers& ps, const std::string& which) {
+bool attack(PsClient& ps, const std::string& which) {
   const Peer::InboxWords kernel = Peer::inbox_words(ps, "dense/kernel");
   if (which == "row-count") {
     put_i64s(ps, kernel.rank, kernel.header, {785});
@@ -88,13 +90,13 @@ int main(int argc, char** argv) {
       ps_options.transport = argc > 2 ? argv[2] : "auto";
       ps_options.timeout_s = 30;
       auto ps = ParameterServers::materialize(*runtime, ps_options, {var("dense/kernel", {784, 10}), var("big", {1024, 128})});
-      if (ps->is_ps()) {
-        ps->serve();
+      if (ps.is_ps()) {
+        ps.server->serve();
       } else {
-        if (ps->worker_index() == 0 && !attack(*ps, which)) throw strata::ConfigError("unknown case '" + which + "'");
-        ps->done();
+        if (ps.client->worker_index() == 0 && !attack(*ps.client, which)) throw strata::ConfigError("unknown case '" + which + "'");
+        ps.client->done();
       }
-      ps->barrier();
+      ps.endpoint().barrier();
     }
   } catch (const std::exception& e) {
     std::string text = e.what();

@@ -10,17 +10,17 @@
 //      ShardMap and arena layout; each PS checks its arena fits; one region per PS is allocated;
 //      PS ranks fill values (from options.restore when it supplies them, else the initializer) and
 //      optimizer slots.
-//   3. PS ranks call serve(), which returns once every worker called done(). Workers pull, push,
-//      step the global step and call end_step() (bounded staleness) from their training loop.
-//   4. Destroying the object is collective (it frees the region).
+//   3. PS ranks call PsServer::serve(), which returns once every worker called done(). Workers
+//      pull, push, step the global step and call end_step() (bounded staleness) from their
+//      training loop through their PsClient.
+//   4. Destroying the server or client is collective (it frees the region).
 //
-// Arena of one PS (byte offsets, all 8-byte aligned):
-//   control block: [0] global step (PS 0), [8] workers done, [16..63] save protocol (PS 0:
-//     request id, target clock, flags, arrivals, completed id, preemption reports),
-//     [128 + 8w] clock of worker w (PS 0), then 4 x i64 per worker: its WorkerPosition at the
-//     last save it joined and that save's id (PS 0)
-//   per shard placed here: values | optimizer slots | per-worker inbox + doorbell + ack
-//     (inboxes only when pushes go through the PS: stateful optimizers or sync consistency)
+// Roles: materialize hands a PS rank a PsServer (the service loop) and a chief or worker a
+// PsClient (the data plane, clocks, checkpoint boundaries); what both roles may call sits on their
+// common base PsEndpoint. Calling a worker operation on a PS rank does not compile.
+//
+// The arenas' layout (control words, per-shard values, slots, inboxes, doorbells, acks, clocks) is
+// computed in one place, src/ps/arena_layout.h, which documents it.
 //
 // Push protocols:
 //   async SGD      MPI_Accumulate(SUM) of -lr*g straight into the values (atomic per element).
@@ -38,7 +38,7 @@
 //                  variable (each a PS wake-up and a worker wake-up).
 // Consistency: async readers may see a tensor mid-update (TF semantics). staleness:N makes
 // end_step() wait while this worker is more than N steps ahead of the slowest worker.
-// Thread-safety: one thread per rank uses a ParameterServers object at a time.
+// Thread-safety: one thread per rank uses its PsServer or PsClient at a time.
 #pragma once
 
 #include <cstdint>
@@ -107,7 +107,7 @@ enum class SaveStatus {
 
 struct CheckpointHooks {
   // Set identically on every rank when the job saves checkpoints: workers then stop at the agreed
-  // step boundaries and the PS ranks save there (see ParameterServers::at_step_boundary).
+  // step boundaries and the PS ranks save there (see PsClient::at_step_boundary).
   bool enabled = false;
   // PS ranks, after the variable list and placement are known, before anything is allocated: ""
   // when a pending restore can go ahead, else one line (e.g. a shape mismatch naming the variable).
@@ -125,7 +125,7 @@ struct CheckpointHooks {
   // previous checkpoint stays committed).
   std::function<SaveStatus(const SaveContext& context)> save;
   // Every rank, identically: after a kFailed save the workers stop training as after a preemption
-  // save (Boundary::stop), and every rank ends with save_error_stopped() true. false: training
+  // save (PsClient::Boundary::stop), and every rank ends with save_error_stopped() true. false: training
   // continues, the failure only counted (save_failures()).
   bool stop_on_save_error = true;
 };
@@ -147,57 +147,97 @@ struct PsOptions {
   CheckpointHooks checkpoint;
 };
 
-class ParameterServers {
+struct PsCore;
+struct ServerCore;
+struct ClientCore;
+
+// What a PS's service loop did: `busy_s` is time spent applying the optimizer (and summing sync
+// rounds), not counting the progress calls made between chunks; busy_s over the training time is
+// the PS's utilisation, the quantity docs/SCALING.md uses to size the number of PS ranks. Async
+// SGD pushes are MPI accumulates that never pass through the loop: they count nowhere here.
+struct ServeStats {
+  std::int64_t updates = 0;   // optimizer applications (one per shard per push or sync round)
+  std::int64_t elements = 0;  // parameter elements (or row elements) updated, summed
+  double busy_s = 0;
+  std::int64_t split_updates = 0;  // applications split over the apply team (--ps-threads)
+  std::int64_t max_threads = 1;    // most threads one application used
+};
+
+// What both roles share: the placement, the transport, the job-wide barrier and the checkpoint
+// outcomes. Destroying one is collective over the job (it frees the region).
+class PsEndpoint {
  public:
-  // Collective over the runtime's communicator (see the lifecycle above). `specs` is read on the
-  // chief and workers and ignored on PS ranks.
-  static std::unique_ptr<ParameterServers> materialize(const Runtime& runtime, const PsOptions& options,
-                                                       const std::vector<VariableSpec>& specs);
-  ~ParameterServers();  // collective
-  ParameterServers(const ParameterServers&) = delete;
-  ParameterServers& operator=(const ParameterServers&) = delete;
+  virtual ~PsEndpoint();
+  PsEndpoint(const PsEndpoint&) = delete;
+  PsEndpoint& operator=(const PsEndpoint&) = delete;
 
   const ShardMap& shard_map() const;
-  bool is_ps() const;
   int num_workers() const;
-  int worker_index() const;  // this worker's index among chief + workers (-1 on PS ranks)
-
-  // PS ranks: the service loop. Returns once every worker has called done() and every update they
-  // pushed is applied. An idle PS waits as long as the job runs: the deadlines sit in the workers'
-  // waits, and a dead worker ends the job through mpirun/srun (fail-stop).
-  // Returns true when the job was stopped by a preemption save (see at_step_boundary), false when
-  // training ran to its end. Every word a worker wrote into this PS's arena (inbox row counts and
-  // row indices, doorbells, chunk counters, save-protocol words) is checked before it is used;
-  // a malformed one throws Error naming the worker (task and rank), the shard and the value,
-  // before anything of it is applied: the caller ends the job (fail-stop).
-  bool serve();
-  // Statistics of this PS's service loop.
-  std::int64_t applied_updates() const;
-  // What a PS's service loop did: `busy_s` is time spent applying the optimizer (and summing sync
-  // rounds), not counting the progress calls made between chunks; busy_s over the training time is the PS's utilisation, the quantity
-  // docs/SCALING.md uses to size the number of PS ranks. Async SGD pushes are MPI accumulates
-  // that never pass through the loop: they count nowhere here.
-  struct ServeStats {
-    std::int64_t updates = 0;   // optimizer applications (one per shard per push or sync round)
-    std::int64_t elements = 0;  // parameter elements (or row elements) updated, summed
-    double busy_s = 0;
-    std::int64_t split_updates = 0;  // applications split over the apply team (--ps-threads)
-    std::int64_t max_threads = 1;    // most threads one application used
-  };
-  // Worker: waits until every push this worker made has been applied (each shard's wait has the
-  // job's timeout and names the PS). After it returns on every worker (and a barrier), the
-  // variables and ps_stats() include every update of the job.
-  void wait_applied();
   // The data-plane transport this job uses and why it was chosen, in words (identical on every
   // rank): "tcp: 3 node(s): intra-node shared memory ..., inter-node TCP ... [auto: ...]".
   std::string transport_description() const;
-  // Worker: every PS's ServeStats so far, in PS order, read from the PS regions (one-sided; the
-  // PS publishes them before acknowledging each application). Not collective. The words are read
+  // COLLECTIVE over every rank of the job (PS ranks and workers). A barrier that keeps this rank's
+  // transport progressing while it waits: over transports whose one-sided operations need the
+  // target's help (UCX over TCP, between nodes), a PS in a plain MPI_Barrier would stall workers
+  // still pulling from it. Throws TimeoutError after PsOptions::timeout_s.
+  void barrier();
+  // Preemption: record that this rank (any role) got a signal; the chief reads the job-wide count.
+  void report_preemption();
+  std::int64_t preemption_reports();
+  // Saves that failed (SaveStatus::kFailed), as seen by this rank (worker or PS).
+  std::int64_t save_failures() const;
+  // A failed save stopped the job (CheckpointHooks::stop_on_save_error): exit with status 1.
+  bool save_error_stopped() const;
+
+ protected:
+  explicit PsEndpoint(std::unique_ptr<PsCore> core);
+  std::unique_ptr<PsCore> core_;
+
+ private:
+  friend struct ParameterServersTestPeer;  // tests: raw words into a PS arena (src/ps/test_peer.h)
+};
+
+// A PS rank's part: the service loop that applies the workers' pushes and takes the checkpoint
+// saves.
+class PsServer final : public PsEndpoint {
+ public:
+  ~PsServer() override;
+  int ps_index() const;
+  // The service loop. Returns once every worker has called done() and every update they pushed
+  // is applied. An idle PS waits as long as the job runs: the deadlines sit in the workers' waits,
+  // and a dead worker ends the job through mpirun/srun (fail-stop).
+  // Returns true when the job was stopped by a preemption save (see PsClient::at_step_boundary),
+  // false when training ran to its end. Every word a worker wrote into this PS's arena (inbox row
+  // counts and row indices, doorbells, chunk counters, save-protocol words) is checked before it
+  // is used; a malformed one throws Error naming the worker (task and rank), the shard and the
+  // value, before anything of it is applied: the caller ends the job (fail-stop).
+  bool serve();
+  // Statistics of this PS's service loop.
+  std::int64_t applied_updates() const;
+
+ private:
+  friend struct ParameterServers;
+  explicit PsServer(std::unique_ptr<ServerCore> core);
+  ServerCore& core();
+  const ServerCore& core() const;
+};
+
+// A chief's or worker's part: the data plane, the clocks and the checkpoint boundaries.
+class PsClient final : public PsEndpoint {
+ public:
+  ~PsClient() override;
+  int worker_index() const;  // this worker's index among chief + workers
+
+  // Waits until every push this worker made has been applied (each shard's wait has the job's
+  // timeout and names the PS). After it returns on every worker (and a barrier), the variables
+  // and ps_stats() include every update of the job.
+  void wait_applied();
+  // Every PS's ServeStats so far, in PS order, read from the PS regions (one-sided; the PS
+  // publishes them before acknowledging each application). Not collective. The words are read
   // one by one, so mid-training they are not one snapshot; after wait_applied on every worker and
   // a barrier they are exact.
   std::vector<ServeStats> ps_stats();
 
-  // ---- worker side ----
   // Dense pull of the whole (logical, reassembled) variable into `dst` (its full byte size).
   // Under sync consistency it first waits until this worker's pushed rounds are applied (above).
   void pull(std::string_view variable, void* dst, std::size_t bytes);
@@ -230,20 +270,15 @@ class ParameterServers {
   // never exceeds N. Observed, not exhaustive: to keep end_step O(1) remote operations, the W
   // clocks are read only when staleness:N needs them and otherwise every 16th step.
   std::int64_t max_observed_staleness() const;
-  // Worker: reads every worker's clock on PS 0 (W remote atomics, so not for every step at scale)
-  // and returns the slowest. For tests and diagnostics: after end_step() under staleness:N,
-  // this worker's clock minus slowest_clock() is at most N.
+  // Reads every worker's clock on PS 0 (W remote atomics, so not for every step at scale) and
+  // returns the slowest. For tests and diagnostics: after end_step() under staleness:N, this
+  // worker's clock minus slowest_clock() is at most N.
   std::int64_t slowest_clock();
   // Signals the PS ranks that this worker is finished. Call once, after its last push (and after
   // finish_checkpoints() when checkpointing).
   void done();
-  // COLLECTIVE over every rank of the job (PS ranks and workers). A barrier that keeps this rank's
-  // transport progressing while it waits: over transports whose one-sided operations need the
-  // target's help (UCX over TCP, between nodes), a PS in a plain MPI_Barrier would stall workers
-  // still pulling from it. Throws TimeoutError after PsOptions::timeout_s.
-  void barrier();
 
-  // ---- checkpoints (workers; only when options.checkpoint.enabled) ----
+  // ---- checkpoints (only when options.checkpoint.enabled) ----
   // A save is taken at a consistent point of the PS state: every worker stops at one of its step
   // boundaries, waits until the PS ranks applied all its pushes, records its WorkerPosition and
   // arrives; once all arrived, the PS ranks save collectively and release the workers. The saved
@@ -272,37 +307,51 @@ class ParameterServers {
   // the workers stop after it and serve() returns true on the PS ranks.
   void request_save(bool stop);
   bool save_pending() const;
-  // Every worker, after end_step() (mandatory when checkpointing: under staleness:N it may finish
-  // end_step's wait): joins the pending save when this boundary is its turn.
+  // After end_step() (mandatory when checkpointing: under staleness:N it may finish end_step's
+  // wait): joins the pending save when this boundary is its turn.
   Boundary at_step_boundary(const WorkerPosition& position);
-  // Every worker, after its last step: takes part in every save the chief still requests, ending
-  // with the final save, which the chief requests here. Returns when that save is committed.
+  // After the last step: takes part in every save the chief still requests, ending with the final
+  // save, which the chief requests here. Returns when that save is committed.
   Boundary finish_checkpoints(const WorkerPosition& position);
-  // Preemption: record that this rank (any role) got a signal; the chief reads the job-wide count.
-  void report_preemption();
-  std::int64_t preemption_reports();
   // Saves this job committed so far (as seen by this worker; skipped and failed saves not counted).
   std::int64_t saves_completed() const;
-  // Worker: how long the saves joined at training step boundaries (at_step_boundary) paused this
-  // worker, from the boundary to the commit: its own quiesce, the wait for the other workers to
-  // arrive, and the write. The saves joined in finish_checkpoints() (after training) not counted.
+  // How long the saves joined at training step boundaries (at_step_boundary) paused this worker,
+  // from the boundary to the commit: its own quiesce, the wait for the other workers to arrive,
+  // and the write. The saves joined in finish_checkpoints() (after training) not counted.
   struct SavePauses {
     std::int64_t saves = 0;
     double total_s = 0;
     double max_s = 0;
   };
   SavePauses save_pauses() const;
-  // Saves that failed (SaveStatus::kFailed), as seen by this rank (worker or PS).
-  std::int64_t save_failures() const;
-  // A failed save stopped the job (CheckpointHooks::stop_on_save_error): exit with status 1.
-  bool save_error_stopped() const;
-
-  struct Impl;
 
  private:
-  friend struct ParameterServersTestPeer;  // tests: raw words into a PS arena (src/ps/test_peer.h)
-  explicit ParameterServers(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  friend struct ParameterServers;
+  explicit PsClient(std::unique_ptr<ClientCore> core);
+  ClientCore& core();
+  const ClientCore& core() const;
+};
+
+// What materialize hands one rank: a PS rank gets `server`, a chief or worker `client`, and a rank
+// of neither role (an evaluator) `bystander`, which only holds its share of the collective region;
+// the others are null. Destroying it is collective (through the part it holds).
+struct ParameterServers {
+  // Collective over the runtime's communicator (see the lifecycle above). `specs` is read on the
+  // chief and workers and ignored on PS ranks.
+  static ParameterServers materialize(const Runtime& runtime, const PsOptions& options,
+                                      const std::vector<VariableSpec>& specs);
+
+  std::unique_ptr<PsServer> server;
+  std::unique_ptr<PsClient> client;
+  std::unique_ptr<PsEndpoint> bystander;
+
+  bool is_ps() const { return server != nullptr; }
+  // The part this rank holds, as what every role shares.
+  PsEndpoint& endpoint() {
+    if (server) return *server;
+    if (client) return *client;
+    return *bystander;
+  }
 };
 
 // Serialises variable specs (every field, exactly) to JSON and back: how the chief ships its

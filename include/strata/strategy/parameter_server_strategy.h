@@ -76,7 +76,7 @@ class Variable {
 
 // Checkpoints (DESIGN.md section 6; TF's CheckpointManager and Checkpoint.restore). The PS ranks
 // write `<directory>/ckpt-<global_step>.h5` collectively with parallel HDF5 while the job is
-// quiesced at a step boundary (ps::ParameterServers::at_step_boundary), so a checkpoint is one
+// quiesced at a step boundary (ps::PsClient::at_step_boundary), so a checkpoint is one
 // consistent state: every push of every worker up to its recorded position applied, nothing after.
 struct CheckpointOptions {
   std::string directory;              // "" = no checkpoints
@@ -356,7 +356,10 @@ class ParameterServerStrategy {
   // Strategy-level (cross-replica context) reads and the global step.
   void read(const Variable& var, std::vector<float>& out);
   std::int64_t global_step();
-  ps::ParameterServers& parameter_servers();
+  // This rank's part of the parameter servers, once materialised (Error before): the client on the
+  // chief and workers (Error on other ranks), and what every role shares.
+  ps::PsClient& ps_client();
+  ps::PsEndpoint& ps_endpoint();
   const Runtime& runtime() const { return runtime_; }
 
  private:

@@ -48,7 +48,7 @@ struct TrainSummary {
   std::int64_t staleness_sum = 0, staleness_count = 0, staleness_max = 0;  // this worker
   long long job_staleness_sum = 0, job_staleness_count = 0, job_staleness_max = 0;
   // When the job saves checkpoints: per worker (index = worker index), how long the saves taken
-  // during training paused it, in total and the longest one (ParameterServers::save_pauses).
+  // during training paused it, in total and the longest one (PsClient::save_pauses).
   std::vector<double> save_pause_s, save_pause_max_s;
   // Filled by the profiler hook when it runs (comm_fraction < 0: not measured).
   double comm_fraction = -1;

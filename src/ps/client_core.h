@@ -1,0 +1,68 @@
+// The client part of the parameter servers: a worker's (or the chief's) state, its data plane
+// (pulls, pushes, rows, assign, acks, the settling of sync rounds) and clocks (ps_client.cc), and
+// its side of the checkpoint protocol (checkpoint_protocol.cc). Private to the ps layer.
+// Thread-safety: one thread uses a client at a time.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "ps/ps_core.h"
+
+namespace strata::ps {
+
+struct ClientCore final : PsCore {
+  int worker = -1;  // index among chief + workers
+  bool done_called = false;
+
+  std::vector<std::int64_t> pushes;  // per shard: pushes this worker sent
+  std::vector<std::int64_t> acked;   // per shard: the last ack of this worker's pushes read from its PS
+  // Per shard: the ack word a streamed push reads back (put_notify), valid once drained by a flush;
+  // readback_pending says one is on its way. Sized once: the transport writes into it.
+  std::vector<std::int64_t> ack_readback;
+  std::vector<char> readback_pending;
+  std::int64_t clock = 0;
+  std::int64_t max_staleness = 0;
+  std::int64_t known_low = 0;  // a lower bound of the slowest worker's clock (clocks only grow)
+  bool staleness_owed = false;  // end_step left its staleness wait to join a save first
+  // Checkpoint protocol (checkpoint_protocol.cc).
+  std::int64_t saves_joined = 0;     // saves this worker took part in
+  std::int64_t save_posted = 0;      // chief: the last request id it posted
+  std::int64_t posted_target = 0;    // chief: value of the target word it last wrote
+  std::int64_t posted_flags = 0;     // chief: value of the flags word it last wrote
+  bool last_save_stopped = false;
+  std::int64_t last_flags = 0;       // flags of the last save joined
+  std::int64_t saves_committed = 0;  // saves joined that committed a checkpoint
+  PsClient::SavePauses pauses;       // saves joined at training step boundaries
+
+  // ---- data plane (ps_client.cc) ----
+  const VariableSpec& spec_of(std::string_view variable, const char* op) const;
+  void check_bytes(const VariableSpec& spec, std::size_t bytes, const char* op) const;
+  void check_trainable(const VariableSpec& spec, const char* op) const;
+  // Waits until the PS applied this worker's previous push to shard s.
+  void wait_ack(std::size_t s, const char* why);
+  void refresh_acks();
+  void send_inbox(std::size_t s, bool dense, const std::vector<std::int64_t>& rows, const void* payload,
+                  std::size_t payload_bytes);
+  void send_streamed(std::size_t s, const void* payload);
+  // Sync consistency: waits until every round this worker pushed is applied. No-op otherwise.
+  void settle_sync(const char* why);
+  template <typename T>
+  void push_dense_shard(std::size_t s, const T* grad);
+  template <typename T>
+  void push_rows_typed(const VariableSpec& spec, const std::vector<std::int64_t>& rows, const T* grads);
+
+  // ---- clocks (ps_client.cc) ----
+  std::int64_t read_slowest(std::vector<int>* who);
+  bool wait_staleness(bool yield_to_save);
+
+  // ---- checkpoint protocol (checkpoint_protocol.cc) ----
+  bool joinable(std::int64_t n);
+  bool save_waiting_here();
+  PsClient::Boundary join_save(std::int64_t n, const WorkerPosition& position, bool training);
+  void wait_arrivals(std::int64_t n);
+  void post_save(std::int64_t target, std::int64_t flags);
+};
+
+}  // namespace strata::ps

@@ -1,0 +1,111 @@
+// What the server and the client parts of the parameter servers share on one rank: the variable
+// list and its placement, the arena layout, the transport and the region, who every rank is, and
+// the waits and words both roles use. materialize (parameter_servers.cc) builds one per rank, as a
+// ServerCore on PS ranks (server_core.h) or a ClientCore on chief and workers (client_core.h).
+// Private to the ps layer.
+// Thread-safety: one thread per rank uses it, except where server_core.h says otherwise.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <mpi.h>
+
+#include "ps/arena_checks.h"
+#include "ps/arena_layout.h"
+#include "strata/comm/transport.h"
+#include "strata/common/error.h"
+#include "strata/ps/parameter_servers.h"
+
+namespace strata::ps {
+
+using Clock = std::chrono::steady_clock;
+
+// Largest optimizer or global step a checkpoint may restore.
+constexpr std::int64_t kMaxRestoredStep = std::int64_t{1} << 62;
+
+inline std::int64_t load_i64(const void* p) {
+  return __atomic_load_n(static_cast<const std::int64_t*>(p), __ATOMIC_ACQUIRE);
+}
+inline void store_i64(void* p, std::int64_t v) { __atomic_store_n(static_cast<std::int64_t*>(p), v, __ATOMIC_RELEASE); }
+
+// Backoff for polling loops: spin briefly (latency), then sleep in growing steps so an
+// oversubscribed node keeps its cores for the ranks doing work.
+class Backoff {
+ public:
+  void reset() { idle_ = 0; }
+  void pause() {
+    if (++idle_ < 64) return;
+    auto us = std::min<int>(500, 1 << std::min(idle_ / 64, 9));
+    std::this_thread::sleep_for(std::chrono::microseconds(us));
+  }
+
+ private:
+  int idle_ = 0;
+};
+
+struct PsCore {
+  PsOptions options;
+  ShardMap map;
+  ArenaLayout layout;
+  std::vector<int> ps_rank;  // PS index -> transport rank
+  std::unique_ptr<comm::Transport> transport;
+  std::unique_ptr<comm::Region> region;
+  MPI_Comm comm = MPI_COMM_NULL;  // the runtime's communicator (borrowed; outlives this object)
+  int num_workers = 0;
+  int chief_rank = -1;     // worker 0's transport rank (the chief, which requests every save)
+  bool uses_inbox = false;  // pushes go through the PS's inboxes (a stateful optimizer or sync)
+  // Who writes each worker's words (per worker index) and how messages name each shard (per shard):
+  // what a check of a word read from an arena names when it fails (arena_checks.h).
+  std::vector<WordWriter> writers;
+  std::vector<ShardName> shard_names;
+  // Checkpoint outcomes as this rank saw them (checkpoint_protocol.cc).
+  std::int64_t saves_failed = 0;  // worker: saves joined that failed; PS: saves that failed here
+  bool save_error_stop = false;   // a failed save stopped the job (stop_on_save_error)
+  bool preemption_reported = false;
+
+  PsCore() = default;
+  virtual ~PsCore() = default;
+  PsCore(const PsCore&) = delete;
+  PsCore& operator=(const PsCore&) = delete;
+
+  // Collective: frees the region, then the transport, in the same order on every rank. Idempotent.
+  // Called before the role's own state is destroyed, so no transport thread still calls into it.
+  void release() noexcept;
+
+  int ps0() const { return ps_rank[0]; }
+  std::int64_t read_ps0(std::uint64_t offset) { return transport->atomic_read(*region, ps0(), offset); }
+  char* base() { return static_cast<char*>(region->local_base()); }
+  const Shard& shard(std::size_t s) const { return map.shards()[s]; }
+  bool trainable_shard(std::size_t s) const { return takes_gradients(map, shard(s)); }
+  std::size_t row_bytes(std::size_t s) const {
+    const Shard& sh = shard(s);
+    std::int64_t rows = std::max<std::int64_t>(1, sh.row_end - sh.row_begin);
+    return sh.bytes / static_cast<std::size_t>(rows);
+  }
+  void flush_all_peers() { transport->flush_all(*region); }
+
+  // Adds 1 to PS 0's preemption word, once per rank.
+  void report_preemption();
+
+  [[noreturn]] void timeout(const std::string& what, std::vector<int> ranks) const;
+
+  // Polls `ready` until it is true or options.timeout_s passes (then TimeoutError blaming `blame`).
+  template <typename Pred>
+  void wait_for(Pred ready, const std::string& what, std::vector<int> blame) {
+    auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                       std::chrono::duration<double>(options.timeout_s));
+    Backoff backoff;
+    while (!ready()) {
+      if (Clock::now() > deadline) timeout(what, blame);
+      backoff.pause();
+    }
+  }
+};
+
+}  // namespace strata::ps

@@ -1,0 +1,86 @@
+// The server part of the parameter servers: a PS rank's state, its service loop (ps_server.cc)
+// and its side of the checkpoint protocol (checkpoint_protocol.cc). Private to the ps layer.
+//
+// Thread-safety: the service loop's thread owns everything here, except the optimizer state
+// (values, slots) and the fields marked "apply_mu" below, which the transport's thread also
+// writes when it hands a streamed push's chunk over (consume_notified): both hold apply_mu while
+// they do.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <type_traits>
+#include <vector>
+
+#include "ps/apply_team.h"
+#include "ps/ps_core.h"
+
+namespace strata::ps {
+
+struct ServerCore final : PsCore {
+  int ps_index = -1;
+
+  std::mutex apply_mu;
+  std::vector<std::size_t> local_shards;  // shards served here through the inbox ("local shard" ls indexes it)
+  // Per local shard, per worker (apply_mu):
+  std::vector<std::vector<std::int64_t>> consumed;     // pushes applied
+  std::vector<std::vector<std::int64_t>> bells_seen;   // doorbell pushes applied
+  std::vector<std::vector<std::int64_t>> chunks_seen;  // streamed chunks applied
+  std::vector<std::vector<std::int64_t>> stream_step;  // step of its streamed push
+  std::vector<std::vector<std::int64_t>> handed_seen;  // chunks the transport handed over
+  std::vector<std::int64_t> rounds;     // per shard: applications in this job (sync rounds) (apply_mu)
+  std::vector<std::int64_t> step_base;  // per shard: optimizer steps restored from a checkpoint
+  // Service statistics (apply_mu), published in the control block (publish_stats).
+  std::int64_t applied = 0;
+  std::int64_t applied_elements = 0;
+  double busy_s = 0;                // time in apply() and sync-round sums
+  std::int64_t split_updates = 0;   // applications split over the apply team
+  std::int64_t max_parts = 1;       // most threads one application used
+  std::unique_ptr<ApplyTeam> team;  // optimizer threads beyond the loop's own (serve())
+  std::vector<float> round_sum_f32;  // a sync round's mean gradient (reused across rounds)
+  std::vector<double> round_sum_f64;
+  template <typename T>
+  std::vector<T>& round_sum() {
+    if constexpr (std::is_same_v<T, float>) return round_sum_f32;
+    else return round_sum_f64;
+  }
+  // Checkpoint protocol (checkpoint_protocol.cc).
+  std::int64_t saves_done = 0;  // saves this PS took part in
+  bool stopped = false;         // a preemption save happened
+
+  // Materialisation, after the region is allocated: slots, values (restored or initialised) and
+  // the restored global step (PS 0).
+  void initialise_local_shards();
+  // The service state, and a consumer for every streamed push the transport can hand over.
+  // Called once, after the shards are initialised and before the barrier that lets workers push.
+  void prepare_service();
+  // This PS's view of shard s (s must be placed here).
+  ShardBuffers shard_buffers(std::size_t s);
+  // Publishes the service statistics in this PS's control block (ArenaLayout::stats()).
+  void publish_stats();
+
+  // One pass of the service loop over every local shard; true when it applied something.
+  bool serve_once();
+  // The whole loop (PsServer::serve).
+  bool serve();
+
+  // Checkpoint protocol: runs the save requested on PS 0 once every worker arrived at it.
+  bool maybe_save();
+
+  template <typename T>
+  void apply(std::size_t s, const T* grad_or_null, const std::vector<std::int64_t>& rows, const T* row_grads);
+  template <typename T>
+  void apply_stream_chunk(std::size_t ls, std::size_t s, int w, std::size_t begin, std::size_t count, const T* grad,
+                          bool first, bool last, bool on_loop);
+  template <typename T>
+  const T* read_inbox(std::size_t s, int w, std::vector<std::int64_t>& rows, bool* dense);
+  template <typename T>
+  bool serve_shard_async(std::size_t ls, std::size_t s);
+  template <typename T>
+  bool serve_shard_sync(std::size_t ls, std::size_t s);
+  template <typename T>
+  void consume_chunk(std::size_t ls, std::size_t s, int w, std::uint64_t offset, const void* data, std::size_t bytes);
+};
+
+}  // namespace strata::ps
