@@ -53,6 +53,7 @@ struct TrainFlags {
   std::string checkpoint_dir, save_every_steps, save_every_secs, max_to_keep, keep_every_n_hours, restore;
   std::string on_save_error;  // --on-save-error stop|continue
   std::string devices;  // --devices auto|cpu|gpu
+  std::string model_spec, eval_data;  // --model-spec FILE.json, --eval-data csv:FILE[,FILE...]
   std::string eval_steps, eval_start_delay_secs, eval_throttle_secs, eval_best_metric;  // the evaluator task
   bool profile = false;
   bool expect_partial = false;
