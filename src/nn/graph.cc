@@ -35,6 +35,7 @@ const char* type_name(Op op) {
     case Op::kDense: return "dense";
     case Op::kEmbedding: return "embedding";
     case Op::kCross: return "cross";
+    case Op::kBias: return "bias";
     default: return "layer";
   }
 }
@@ -245,6 +246,17 @@ Tensor Graph::dot_interaction(const std::vector<Tensor>& xs, bool concat_first) 
   const std::int64_t width = k * (k - 1) / 2 + (concat_first ? xs.front().width : 0);
   if (width > (std::int64_t{1} << 30)) throw ConfigError("nn: dot_interaction: too many tensors");
   n.width = static_cast<int>(width);
+  return push(*def_, std::move(n));
+}
+
+Tensor Graph::bias(Tensor x, const std::string& name) {
+  node_of(*def_, x, "bias");
+  const std::string path = layer_path(*def_, Op::kBias, name);
+  Node n;
+  n.op = Op::kBias;
+  n.inputs = {x.node};
+  n.width = x.width;
+  n.bias = add_var(*def_, path + "/bias", {x.width}, ps::Initializer::zeros(), false);
   return push(*def_, std::move(n));
 }
 

@@ -22,6 +22,7 @@ enum class Op {
   kDotInteraction,
   kCross,
   kDropout,
+  kBias,
 };
 
 struct Var {
@@ -35,7 +36,7 @@ struct Node {
   Op op = Op::kDenseInput;
   int width = 0;                 // output width
   std::vector<int> inputs;       // node indices
-  int kernel = -1, bias = -1;    // kDense, kCross: variable indices
+  int kernel = -1, bias = -1;    // kDense, kCross (kBias: bias only): variable indices
   int table = -1;                // kEmbedding: variable index
   Ids ids;                       // kEmbedding, kIndicator
   std::int64_t vocab = 0;        // kEmbedding, kIndicator

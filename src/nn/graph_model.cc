@@ -142,7 +142,7 @@ GraphModel::GraphModel(const Graph& graph, Tensor output, Loss loss, std::string
   prog->var_live.assign(def.vars.size(), 0);
   for (int i = 0; i < n; ++i) {
     const Node& node = def.nodes[static_cast<std::size_t>(i)];
-    bool g = node.kernel >= 0 || node.table >= 0;
+    bool g = node.kernel >= 0 || node.bias >= 0 || node.table >= 0;
     for (int in : node.inputs) g = g || prog->needs_grad[static_cast<std::size_t>(in)];
     prog->needs_grad[static_cast<std::size_t>(i)] = g;
     if (!prog->live[static_cast<std::size_t>(i)]) continue;
@@ -590,6 +590,16 @@ train::StepResult GraphModel::run(const train::Params& params, const train::Inpu
         }
         break;
       }
+      case Op::kBias: {
+        const View x = view(n.inputs[0]);
+        const float* bias = ws.var_value[static_cast<std::size_t>(n.bias)];
+        for (std::size_t b = 0; b < nb; ++b) {
+          float* row = y.data() + b * static_cast<std::size_t>(w);
+          const float* src = x.p + b * static_cast<std::size_t>(x.stride);
+          for (int j = 0; j < w; ++j) row[j] = src[j] + bias[j];
+        }
+        break;
+      }
       case Op::kDropout: {
         const View x = view(n.inputs[0]);
         std::vector<float>& mask = ws.aux[i];
@@ -831,6 +841,15 @@ train::StepResult GraphModel::run(const train::Params& params, const train::Inpu
           detail::gemm(false, true, batch, w, w, u.data(), w, ws.var_value[static_cast<std::size_t>(n.kernel)], w, true,
                        dx, w);
         }
+        break;
+      }
+      case Op::kBias: {
+        // db += the column sums of dY, row by row in batch order (address-independent); dX += dY.
+        float* db = ws.var_grad[static_cast<std::size_t>(n.bias)];
+        for (std::size_t b = 0; b < nb; ++b)
+          for (int j = 0; j < w; ++j) db[j] += dy[b * static_cast<std::size_t>(w) + static_cast<std::size_t>(j)];
+        if (float* dx = grad_of(n.inputs[0]))
+          for (std::size_t e = 0; e < nb * static_cast<std::size_t>(w); ++e) dx[e] += dy[e];
         break;
       }
       case Op::kDropout:

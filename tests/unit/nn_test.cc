@@ -225,6 +225,16 @@ TEST(NnGradient, EveryLayerAndLossMatchesCentralDifferences) {
          return g.dense(g.add({g.multiply({a, b, d}), a, d}), 1);
        },
        Loss::kSigmoidCrossEntropy},
+      {"embedding sums -> add -> bias (a linear model without a Dense)",
+       [](Graph& g) {
+         const Tensor a = g.embedding(g.ids_input(0, 3), 9, 1, Combiner::kSum);
+         const Tensor b = g.embedding(g.ids_input(3, 2), 9, 1, Combiner::kSum);
+         return g.bias(g.add({a, b}));
+       },
+       Loss::kSigmoidCrossEntropy},
+      {"dense -> bias -> dense + mse (bias between layers)",
+       [](Graph& g) { return g.dense(g.bias(g.dense(g.dense_input(0, 5), 3, Activation::kTanh)), 1); },
+       Loss::kMeanSquaredError},
       {"indicator -> dense",
        [](Graph& g) { return g.dense(g.indicator(g.ids_input(0, 4), 9), 2); }, Loss::kSoftmaxCrossEntropy},
       {"dot interaction with the first input",

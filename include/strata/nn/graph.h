@@ -138,6 +138,9 @@ class Graph {
   // DCN-v2 cross layer: x0 * (x W + b) + x, W [d, d] Glorot-uniform, b [d] zeros; x0 and x have
   // the same width d. The first layer of a cross network is cross(x0, x0).
   Tensor cross(Tensor x0, Tensor x, const std::string& name = "");
+  // x + b with a trainable b [width] (zeros): an offset on its own, e.g. the bias of a linear
+  // model whose terms are all embedding sums (no Dense carries one).
+  Tensor bias(Tensor x, const std::string& name = "");
   // Inverted dropout while training (step() with gradients): each element is kept with
   // probability 1 - rate and scaled by 1 / (1 - rate). The mask is a pure function of (seed,
   // Inputs::step, Inputs::first_example + row, column), so runs are bit-reproducible. Identity
