@@ -17,7 +17,7 @@ cmp -s <(cat "$OUT") "$TEST_TMP/a.tsv.json" || fail "FILE.json differs from the 
 head -1 "$TEST_TMP/a.tsv" | grep -qP '^label\tI1\t.*\tI13\tC1\t.*\tC26$' || fail "header line: $(head -1 "$TEST_TMP/a.tsv")"
 bad=$(awk -F'\t' 'NR > 1 && (NF != 40 || $1 !~ /^[01]$/) { n++ } END { print n + 0 }' "$TEST_TMP/a.tsv")
 [ "$bad" = 0 ] || fail "$bad rows are not 40 columns with a 0/1 label"
-bad=$(awk -F'\t' 'NR > 1 { for (i = 15; i <= 40; i++) if ($i != "" && $i !~ /^[0-9a-f]{8}$/) n++ } END { print n + 0 }' "$TEST_TMP/a.tsv")
+bad=$(awk -F'\t' 'NR > 1 { for (i = 15; i <= 40; i++) if ($i != "" && (length($i) != 8 || $i !~ /^[0-9a-f]+$/)) n++ } END { print n + 0 }' "$TEST_TMP/a.tsv")
 [ "$bad" = 0 ] || fail "$bad categorical values are not 8 hex digits"
 
 case_begin "same seed, same bytes; gzip shards concatenate to the single file"

@@ -736,10 +736,10 @@ void ftrl_double_step(const OptimizerConfig& c, FtrlDouble& s, double g) {
 const char* const kFtrlSpecs[] = {
     "ftrl",
     "ftrl:lr=0.1",
-    "ftrl:lr=0.1,l1=0.01",
-    "ftrl:lr=0.05,l1=0.002,l2=0.01,l2_shrinkage=0.02,beta=0.1",
+    "ftrl:lr=0.1,l1=0.3",
+    "ftrl:lr=0.05,l1=0.2,l2=0.01,l2_shrinkage=0.02,beta=0.1",
     "ftrl:lr=0.1,lr_power=-0.3,l2=0.05",
-    "ftrl:lr=0.1,lr_power=0,l1=0.02",
+    "ftrl:lr=0.1,lr_power=0,l1=0.4",
     "ftrl:lr=0.2,lr_power=-1,initial_accumulator=0.5,l2_shrinkage=0.1",
     "ftrl:lr=0.1,initial_accumulator=0,beta=1",
 };
@@ -819,8 +819,12 @@ TYPED_TEST(HandComputedTest, FtrlMatchesTheDoubleReference) {
         ++zeros;
       }
     }
-    if (c.l1 > 0) EXPECT_GT(zeros, 0u) << "l1 > 0 should zero some weights";
-    if (c.l1 == 0) EXPECT_EQ(zeros, 0u);
+    if (c.l1 > 0) {
+      EXPECT_GT(zeros, 0u) << "l1 > 0 should zero some weights";
+      EXPECT_LT(zeros, n) << "l1 this large should not zero every weight";
+    } else {
+      EXPECT_EQ(zeros, 0u);
+    }
   }
 }
 
