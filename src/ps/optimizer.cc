@@ -278,20 +278,26 @@ using Vec = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
 template <typename T>
 using ConstVec = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 
-// FTRL over one chunk, pw(x) = x^p. Three statements, so that no temporary array is needed:
-// pw(a + g*g) is evaluated twice (before and after the accumulator is stored), to the same bits.
-// TF's kernel (x / y where |z| > l1, else 0) evaluates both sides of its select; so does this.
-// Vectorised throughout when p is 0.5 (ExactSqrt, FtrlWeight); ScalarPow is scalar.
+// FTRL over one chunk, pw(x) = x^p, in blocks of kFtrlBlock elements so that pw(a + g*g), used
+// twice, is computed once into a stack buffer (no allocation; sqrt and division dominate the
+// cost). TF's kernel (x / y where |z| > l1, else 0) evaluates both sides of its select; so does
+// FtrlWeight. Vectorised throughout when p is 0.5 (ExactSqrt, FtrlWeight); ScalarPow is scalar.
 template <typename T, typename Pw>
-void eigen_ftrl(const Coefficients<T>& c, const Pw& pw, Vec<T>& var, Vec<T> accum, Vec<T> linear,
-                const ConstVec<T>& grad) {
-  if (c.ftrl_shrink)
-    linear += (grad + var * c.two_l2_shrinkage) -
-              (((accum + grad.square()).unaryExpr(pw) - accum.unaryExpr(pw)) / c.lr) * var;
-  else
-    linear += grad - (((accum + grad.square()).unaryExpr(pw) - accum.unaryExpr(pw)) / c.lr) * var;
-  accum += grad.square();
-  var = linear.binaryExpr(accum.unaryExpr(pw) / c.lr + c.two_l2, FtrlWeight<T>{c.l1});
+void eigen_ftrl(const Coefficients<T>& c, const Pw& pw, T* w, T* a, T* z, const T* g, std::size_t n) {
+  constexpr std::size_t kFtrlBlock = 256;
+  alignas(64) T buffer[kFtrlBlock];
+  for (std::size_t begin = 0; begin < n; begin += kFtrlBlock) {
+    const auto len = static_cast<Eigen::Index>(std::min(kFtrlBlock, n - begin));
+    Vec<T> var(w + begin, len), accum(a + begin, len), linear(z + begin, len), pw_new(buffer, len);
+    ConstVec<T> grad(g + begin, len);
+    pw_new = (accum + grad.square()).unaryExpr(pw);
+    if (c.ftrl_shrink)
+      linear += (grad + var * c.two_l2_shrinkage) - ((pw_new - accum.unaryExpr(pw)) / c.lr) * var;
+    else
+      linear += grad - ((pw_new - accum.unaryExpr(pw)) / c.lr) * var;
+    accum += grad.square();
+    var = linear.binaryExpr(pw_new / c.lr + c.two_l2, FtrlWeight<T>{c.l1});
+  }
 }
 
 // One update of n contiguous elements with Eigen. s0/s1 are the first and second slot (null when
@@ -344,9 +350,9 @@ void eigen_update(const Coefficients<T>& c, T* w, T* s0, T* s1, const T* g, std:
     }
     case OptimizerKind::kFtrl:
       if (c.ftrl_sqrt)
-        eigen_ftrl(c, ExactSqrt<T>(), var, Vec<T>(s0, len), Vec<T>(s1, len), grad);
+        eigen_ftrl(c, ExactSqrt<T>(), w, s0, s1, g, n);
       else
-        eigen_ftrl(c, ScalarPow<T>{c.ftrl_p}, var, Vec<T>(s0, len), Vec<T>(s1, len), grad);
+        eigen_ftrl(c, ScalarPow<T>{c.ftrl_p}, w, s0, s1, g, n);
       break;
   }
 }
