@@ -157,7 +157,7 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& f) {
   cmd->add_option("--epochs", f.epochs, "passes over each worker's shard (default: per model)");
   cmd->add_option("--steps", f.steps, "stop each worker after this many steps");
   cmd->add_option("--global-batch", f.global_batch, "examples per worker step, split over its replicas (default 128)");
-  cmd->add_option("--optimizer", f.optimizer, "sgd|momentum|adagrad|adam|rmsprop[:key=value,...] (default adam)");
+  cmd->add_option("--optimizer", f.optimizer, "sgd|momentum|adagrad|adam|rmsprop|ftrl[:key=value,...] (default adam)");
   cmd->add_option("--lr", f.lr, "learning rate (default: the optimizer's)");
   cmd->add_option("--consistency", f.consistency, "async|sync|staleness:N (default async)");
   cmd->add_option("--transport", f.transport, "auto|mpi|tcp|ucx (default STRATA_TRANSPORT or auto: shared memory within a node; between nodes MPI RMA where probed one-sided, else tcp)");

@@ -82,4 +82,12 @@ CLI::App* add_slurm_command(CLI::App& app, SlurmFlags& flags, CLI::App** hostnam
 int run_slurm_hostnames(const SlurmFlags& flags);
 int run_slurm_tasks_per_node(const SlurmFlags& flags);
 
+// `strata data synth-ctr`: no MPI. Numbers are kept as text for the strict parsers.
+struct DataFlags {
+  std::string rows, seed, out, files, vocab, zipf, missing;
+  bool header = false;
+};
+CLI::App* add_data_command(CLI::App& app, DataFlags& flags, CLI::App** synth_ctr);
+int run_data_synth_ctr(const DataFlags& flags);
+
 }  // namespace strata::cli
