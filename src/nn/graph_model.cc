@@ -699,8 +699,10 @@ train::StepResult GraphModel::run(const train::Params& params, const train::Inpu
       if (training) dout[b] = 2.0f * e * inv_batch;
     }
   }
-  if (scores_out != nullptr || batch == 0) return result;
-  result.loss = total / static_cast<double>(batch);
+  if (scores_out != nullptr) return result;
+  if (batch > 0) result.loss = total / static_cast<double>(batch);
+  // An empty slice still trains: its gradients are zeros (and no table rows), so a replica
+  // without examples contributes nothing instead of last step's values.
   if (!training) return result;
 
   // ---- (5) backward ----

@@ -582,6 +582,11 @@ TEST(NnGraph, RejectsMalformedGraphsAndInputs) {
   missing.dense.erase(missing.dense.begin());
   EXPECT_THROW(m.step(missing, b.view(), &gr), Error);
   EXPECT_NO_THROW(m.step(p, b.view(), &gr));
+  // An empty slice: loss 0 and zero gradients (not the previous step's).
+  b.size = 0;
+  EXPECT_EQ(m.step(p, b.view(), &gr).loss, 0.0);
+  for (const auto& [name, d] : gr.dense)
+    for (float v : d.value) EXPECT_EQ(v, 0.0f) << name;
 }
 
 // ---- predictions --------------------------------------------------------------------------------
