@@ -40,15 +40,14 @@ std::unique_ptr<strata::nn::GraphModel> wide_and_deep() {
   Tensor h = g.dense(g.concatenate(deep), 64, Activation::kRelu);
   h = g.dense(h, 32, Activation::kRelu);
   const Tensor wide = g.embedding(g.ids_input(0, kFields), kVocab, 1, Combiner::kSum, "wide");
-  return std::make_unique<GraphModel>(g, g.add({g.dense(h, 1), wide}), Loss::kSigmoidCrossEntropy, "wide_deep");
+  return std::make_unique<GraphModel>(g, g.add({g.dense(h, 1), wide}), Loss::kSigmoidCrossEntropy, "wide_deep",
+                                      TrainingDefaults{"adagrad", 0.1, 2});
 }
 
 int run(int argc, char** argv) {
   strata::train::RunConfig config = strata::train::RunConfig::from_environment(strata::Env::from_process());
   config.devices = strata::DevicePolicy::kCpu;
   config.global_batch = 128;
-  config.optimizer = "adagrad";
-  config.learning_rate = 0.1;
   if (argc > 1) {
     config.model_dir = argv[1];
     config.save_checkpoints_steps = 100;
@@ -58,7 +57,6 @@ int run(int argc, char** argv) {
   strata::train::TrainSpec train;
   train.input_fn = [] { return clicks(0, 40000); };
   train.data_name = "synthetic clicks";
-  train.epochs = 2;
   strata::train::EvalSpec eval;
   eval.input_fn = [] { return clicks(40000, 4000); };
   const auto result = strata::train::train_and_evaluate(*model, config, train, eval);

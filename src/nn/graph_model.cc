@@ -149,8 +149,10 @@ std::int32_t index_of(const std::vector<std::int64_t>& ids, std::int64_t id) {
 
 }  // namespace
 
-GraphModel::GraphModel(const Graph& graph, Tensor output, Loss loss, std::string name)
-    : name_(std::move(name)), loss_(loss) {
+GraphModel::GraphModel(const Graph& graph, Tensor output, Loss loss, std::string name, TrainingDefaults defaults)
+    : name_(std::move(name)), loss_(loss), defaults_(std::move(defaults)) {
+  if (defaults_.epochs < 1 || !(defaults_.learning_rate >= 0))
+    throw ConfigError("nn: model " + name_ + ": default epochs must be >= 1 and the learning rate >= 0");
   auto prog = std::make_unique<Program>();
   prog->def = graph.def();
   detail::GraphDef& def = prog->def;
