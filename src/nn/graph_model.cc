@@ -50,6 +50,8 @@ struct Workspace {
   std::vector<TableScratch> table;                   // per variable (tables only)
   std::vector<const float*> var_value;               // per variable (dense only)
   std::vector<float*> var_grad;                      // per variable (dense only)
+  std::vector<char> var_written;                     // per variable: its gradient has a value
+  std::vector<char> fresh;                           // per node: its gradient is not written yet
 };
 
 }  // namespace detail
@@ -109,6 +111,37 @@ float activation_slope(Activation a, float y) {
 
 void resize(std::vector<float>& v, std::size_t n) { v.resize(n); }
 
+// y = act(y + bias) over [rows, w], one loop per activation so that each vectorises.
+void bias_activation(Activation a, float* y, const float* bias, std::size_t rows, int w) {
+  for (std::size_t b = 0; b < rows; ++b) {
+    float* row = y + b * static_cast<std::size_t>(w);
+    switch (a) {
+      case Activation::kNone:
+        for (int j = 0; j < w; ++j) row[j] += bias[j];
+        break;
+      case Activation::kRelu:
+        for (int j = 0; j < w; ++j) row[j] = std::max(row[j] + bias[j], 0.0f);
+        break;
+      default:
+        for (int j = 0; j < w; ++j) row[j] = activate(a, row[j] + bias[j]);
+        break;
+    }
+  }
+}
+
+// dy *= act'(z) given the activation's output y, n elements.
+void times_slope(Activation a, float* dy, const float* y, std::size_t n) {
+  switch (a) {
+    case Activation::kNone: break;
+    case Activation::kRelu:
+      for (std::size_t e = 0; e < n; ++e) dy[e] = y[e] > 0.0f ? dy[e] : 0.0f;
+      break;
+    default:
+      for (std::size_t e = 0; e < n; ++e) dy[e] *= activation_slope(a, y[e]);
+      break;
+  }
+}
+
 // Position of `id` in the ascending `ids` (which contains it).
 std::int32_t index_of(const std::vector<std::int64_t>& ids, std::int64_t id) {
   return static_cast<std::int32_t>(std::lower_bound(ids.begin(), ids.end(), id) - ids.begin());
@@ -116,8 +149,10 @@ std::int32_t index_of(const std::vector<std::int64_t>& ids, std::int64_t id) {
 
 }  // namespace
 
-GraphModel::GraphModel(const Graph& graph, Tensor output, Loss loss, std::string name)
-    : name_(std::move(name)), loss_(loss) {
+GraphModel::GraphModel(const Graph& graph, Tensor output, Loss loss, std::string name, TrainingDefaults defaults)
+    : name_(std::move(name)), loss_(loss), defaults_(std::move(defaults)) {
+  if (defaults_.epochs < 1 || !(defaults_.learning_rate >= 0))
+    throw ConfigError("nn: model " + name_ + ": default epochs must be >= 1 and the learning rate >= 0");
   auto prog = std::make_unique<Program>();
   prog->def = graph.def();
   detail::GraphDef& def = prog->def;
@@ -279,6 +314,8 @@ std::unique_ptr<Workspace> GraphModel::acquire() const {
   ws->table.resize(v);
   ws->var_value.resize(v);
   ws->var_grad.resize(v);
+  ws->var_written.resize(v);
+  ws->fresh.resize(n);
   return ws;
 }
 
@@ -469,11 +506,7 @@ train::StepResult GraphModel::run(const train::Params& params, const train::Inpu
         const int in_w = def.nodes[static_cast<std::size_t>(n.inputs[0])].width;
         detail::gemm(false, false, batch, w, in_w, x.p, x.stride, ws.var_value[static_cast<std::size_t>(n.kernel)], w,
                      false, y.data(), w);
-        const float* bias = ws.var_value[static_cast<std::size_t>(n.bias)];
-        for (std::size_t b = 0; b < nb; ++b) {
-          float* row = y.data() + b * static_cast<std::size_t>(w);
-          for (int j = 0; j < w; ++j) row[j] = activate(n.activation, row[j] + bias[j]);
-        }
+        bias_activation(n.activation, y.data(), ws.var_value[static_cast<std::size_t>(n.bias)], nb, w);
         break;
       }
       case Op::kEmbedding: {
@@ -678,13 +711,16 @@ train::StepResult GraphModel::run(const train::Params& params, const train::Inpu
       if (training) dout[b] = 2.0f * e * inv_batch;
     }
   }
-  if (scores_out != nullptr || batch == 0) return result;
-  result.loss = total / static_cast<double>(batch);
+  if (scores_out != nullptr) return result;
+  if (batch > 0) result.loss = total / static_cast<double>(batch);
+  // An empty slice still trains: its gradients are zeros (and no table rows), so a replica
+  // without examples contributes nothing instead of last step's values.
   if (!training) return result;
 
   // ---- (5) backward ----
-  // Gradient buffers of the variables: dense ones zeroed (each use adds), the tables' restricted
-  // to the batch's unique ids, ascending.
+  // Gradient buffers of the variables: the tables' zeroed and restricted to the batch's unique
+  // ids, ascending; the dense ones sized, then assigned by their first use and added to by any
+  // further one (written[v]), which spares a pass over every kernel.
   for (std::size_t v = 0; v < def.vars.size(); ++v) {
     if (!prog.var_live[v]) continue;
     const Var& var = def.vars[v];
@@ -698,21 +734,47 @@ train::StepResult GraphModel::run(const train::Params& params, const train::Inpu
     } else {
       model::DenseParam& g = grads->dense[var.name];
       if (g.shape != var.shape) g.shape = var.shape;
-      g.value.assign(static_cast<std::size_t>(ps::num_elements(var.shape)), 0.0f);
+      g.value.resize(static_cast<std::size_t>(ps::num_elements(var.shape)));
       ws.var_grad[v] = g.value.data();
+      ws.var_written[v] = 0;
     }
   }
+  // Node gradients likewise: sized here, zeroed (or assigned by a GEMM) on their first write.
   for (std::size_t i = 0; i < num_nodes; ++i) {
     if (!prog.live[i] || !prog.needs_grad[i] || static_cast<int>(i) == prog.output) continue;
-    ws.grad[i].assign(nb * static_cast<std::size_t>(def.nodes[i].width), 0.0f);
+    ws.grad[i].resize(nb * static_cast<std::size_t>(def.nodes[i].width));
+    ws.fresh[i] = 1;
   }
+  ws.fresh[static_cast<std::size_t>(prog.output)] = 0;
+  // The gradient buffer of `node` to add into (zeroed on first use); null when it needs none.
   auto grad_of = [&](int node) -> float* {
-    return prog.needs_grad[static_cast<std::size_t>(node)] ? ws.grad[static_cast<std::size_t>(node)].data() : nullptr;
+    const std::size_t k = static_cast<std::size_t>(node);
+    if (!prog.needs_grad[k]) return nullptr;
+    if (ws.fresh[k]) {
+      std::fill(ws.grad[k].begin(), ws.grad[k].end(), 0.0f);
+      ws.fresh[k] = 0;
+    }
+    return ws.grad[k].data();
+  };
+  // For a GEMM writer: the buffer and whether to accumulate (false: the GEMM assigns it).
+  auto gemm_grad_of = [&](int node, bool* accumulate) -> float* {
+    const std::size_t k = static_cast<std::size_t>(node);
+    if (!prog.needs_grad[k]) return nullptr;
+    *accumulate = !ws.fresh[k];
+    ws.fresh[k] = 0;
+    return ws.grad[k].data();
+  };
+  auto var_grad = [&](int v, bool* accumulate) -> float* {
+    const std::size_t k = static_cast<std::size_t>(v);
+    *accumulate = ws.var_written[k] != 0;
+    ws.var_written[k] = 1;
+    return ws.var_grad[k];
   };
   for (std::size_t i = num_nodes; i-- > 0;) {
     if (!prog.live[i] || !prog.needs_grad[i]) continue;
     const Node& n = def.nodes[i];
     const int w = n.width;
+    if (ws.fresh[i]) grad_of(static_cast<int>(i));  // no consumer wrote it (cannot happen; cheap)
     float* dy = ws.grad[i].data();
     switch (n.op) {
       case Op::kDenseInput:
@@ -722,17 +784,18 @@ train::StepResult GraphModel::run(const train::Params& params, const train::Inpu
         const int in_w = def.nodes[static_cast<std::size_t>(n.inputs[0])].width;
         const float* y = ws.value[i].data();
         // dZ = dY * act'(z), in place: dY is this node's alone and is not needed afterwards.
-        if (n.activation != Activation::kNone)
-          for (std::size_t e = 0; e < nb * static_cast<std::size_t>(w); ++e) dy[e] *= activation_slope(n.activation, y[e]);
+        times_slope(n.activation, dy, y, nb * static_cast<std::size_t>(w));
         // dW += x^T dZ; db += the column sums of dZ, row by row in batch order (address-independent).
-        detail::gemm(true, false, in_w, w, batch, x.p, x.stride, dy, w, true,
-                     ws.var_grad[static_cast<std::size_t>(n.kernel)], w);
-        float* db = ws.var_grad[static_cast<std::size_t>(n.bias)];
+        bool acc = false;
+        float* dw = var_grad(n.kernel, &acc);
+        detail::gemm(true, false, in_w, w, batch, x.p, x.stride, dy, w, acc, dw, w);
+        float* db = var_grad(n.bias, &acc);
+        if (!acc) std::fill(db, db + w, 0.0f);
         for (std::size_t b = 0; b < nb; ++b)
           for (int j = 0; j < w; ++j) db[j] += dy[b * static_cast<std::size_t>(w) + static_cast<std::size_t>(j)];
         // dX += dZ W^T, only when something under x is trainable.
-        if (float* dx = grad_of(n.inputs[0]))
-          detail::gemm(false, true, batch, in_w, w, dy, w, ws.var_value[static_cast<std::size_t>(n.kernel)], w, true, dx,
+        if (float* dx = gemm_grad_of(n.inputs[0], &acc))
+          detail::gemm(false, true, batch, in_w, w, dy, w, ws.var_value[static_cast<std::size_t>(n.kernel)], w, acc, dx,
                        in_w);
         break;
       }
@@ -831,9 +894,11 @@ train::StepResult GraphModel::run(const train::Params& params, const train::Inpu
             urow[j] = g[j] * a0[j];
           }
         }
-        detail::gemm(true, false, w, w, batch, x.p, x.stride, u.data(), w, true,
-                     ws.var_grad[static_cast<std::size_t>(n.kernel)], w);
-        float* db = ws.var_grad[static_cast<std::size_t>(n.bias)];
+        bool acc = false;
+        float* dw = var_grad(n.kernel, &acc);
+        detail::gemm(true, false, w, w, batch, x.p, x.stride, u.data(), w, acc, dw, w);
+        float* db = var_grad(n.bias, &acc);
+        if (!acc) std::fill(db, db + w, 0.0f);
         for (std::size_t b = 0; b < nb; ++b)
           for (int j = 0; j < w; ++j) db[j] += u[b * static_cast<std::size_t>(w) + static_cast<std::size_t>(j)];
         if (dx != nullptr) {

@@ -20,6 +20,13 @@ std::atomic<long> g_news{0};
 std::atomic<long> g_mallocs{0};
 }  // namespace
 
+// The replacements below pair malloc with free, which is correct; GCC, inlining a replaced
+// operator delete into a caller whose pointer came from operator new, takes the pair for a
+// mismatch.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+
 void* operator new(std::size_t n) {
   g_news.fetch_add(1, std::memory_order_relaxed);
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;

@@ -451,7 +451,8 @@ TEST(NnGraphModel, ReproducesTheBuiltinMlp) {
   Graph g("", 42);
   Tensor h = g.dense(g.dense_input(0, 20), 16, Activation::kRelu);
   h = g.dense(h, 8, Activation::kRelu);
-  GraphModel m(g, g.dense(h, 5, Activation::kNone, "logits"), Loss::kSoftmaxCrossEntropy, "mlp");
+  const Tensor logits = g.dense(h, 5, Activation::kNone, "logits");
+  GraphModel m(g, logits, Loss::kSoftmaxCrossEntropy, "mlp");
   const auto want = mlp->variables(), got = m.variables();
   ASSERT_EQ(want.size(), got.size());
   for (std::size_t i = 0; i < want.size(); ++i) {
@@ -474,6 +475,12 @@ TEST(NnGraphModel, ReproducesTheBuiltinMlp) {
     for (std::size_t i = 0; i < d.value.size(); ++i) EXPECT_NEAR(other[i], d.value[i], 1e-6f) << name << "[" << i << "]";
   }
   EXPECT_EQ(m.describe(), "mlp: 20 -> 16-8-5 (517 parameters)");
+  EXPECT_EQ(m.default_optimizer(), "adam");
+  GraphModel tuned(g, logits, Loss::kSoftmaxCrossEntropy, "mlp",
+                   TrainingDefaults{"sgd", 0.5, 3});
+  EXPECT_EQ(tuned.default_optimizer(), "sgd");
+  EXPECT_EQ(tuned.default_learning_rate(), 0.5);
+  EXPECT_EQ(tuned.default_epochs(), 3);
 }
 
 // ---- reproducibility and threads ---------------------------------------------------------------
@@ -592,6 +599,11 @@ TEST(NnGraph, RejectsMalformedGraphsAndInputs) {
   missing.dense.erase(missing.dense.begin());
   EXPECT_THROW(m.step(missing, b.view(), &gr), Error);
   EXPECT_NO_THROW(m.step(p, b.view(), &gr));
+  // An empty slice: loss 0 and zero gradients (not the previous step's).
+  b.size = 0;
+  EXPECT_EQ(m.step(p, b.view(), &gr).loss, 0.0);
+  for (const auto& [name, d] : gr.dense)
+    for (float v : d.value) EXPECT_EQ(v, 0.0f) << name;
 }
 
 // ---- predictions --------------------------------------------------------------------------------

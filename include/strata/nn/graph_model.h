@@ -44,10 +44,18 @@ struct Workspace;
 struct Program;
 }  // namespace detail
 
+// What a RunConfig / TrainSpec left empty falls back to (train::Model's defaults).
+struct TrainingDefaults {
+  std::string optimizer = "adam";
+  double learning_rate = 0;  // 0: the optimizer's own
+  int epochs = 20;
+};
+
 class GraphModel : public train::Model {
  public:
   // `name`: the summary line's model name. ConfigError for a malformed graph or duplicate names.
-  GraphModel(const Graph& graph, Tensor output, Loss loss, std::string name = "graph");
+  GraphModel(const Graph& graph, Tensor output, Loss loss, std::string name = "graph",
+             TrainingDefaults defaults = {});
   ~GraphModel() override;
   GraphModel(const GraphModel&) = delete;
   GraphModel& operator=(const GraphModel&) = delete;
@@ -65,6 +73,10 @@ class GraphModel : public train::Model {
   int prediction_width() const override;
   train::PredictionKind prediction_kind() const override;
 
+  std::string default_optimizer() const override { return defaults_.optimizer; }
+  double default_learning_rate() const override { return defaults_.learning_rate; }
+  int default_epochs() const override { return defaults_.epochs; }
+
   Loss loss() const { return loss_; }
   // Total trainable elements (tables counted in full).
   std::int64_t num_parameters() const;
@@ -78,6 +90,7 @@ class GraphModel : public train::Model {
 
   std::string name_;
   Loss loss_;
+  TrainingDefaults defaults_;
   std::unique_ptr<const detail::Program> program_;
   mutable std::mutex pool_mutex_;  // guards pool_
   mutable std::vector<std::unique_ptr<detail::Workspace>> pool_;
