@@ -206,7 +206,6 @@ double det_log(double x) {
 void SynthCtrOptions::validate() const {
   if (rows < 1 || rows > kMaxRows)
     throw ConfigError("--rows: " + std::to_string(rows) + " is out of range [1, " + std::to_string(kMaxRows) + "]");
-  if (out.empty()) throw ConfigError("--out: an output file name is required");
   if (files < 1 || files > kMaxFiles)
     throw ConfigError("--files: " + std::to_string(files) + " is out of range [1, " + std::to_string(kMaxFiles) +
                       "]");
@@ -222,6 +221,10 @@ void SynthCtrOptions::validate() const {
   if (!(zipf >= 0.0 && zipf <= 10.0)) throw ConfigError("--zipf: " + text_of(zipf) + " is out of range [0, 10]");
   if (!(missing >= 0.0 && missing <= 0.95))
     throw ConfigError("--missing: " + text_of(missing) + " is out of range [0, 0.95]");
+}
+
+void SynthCtrOptions::validate_output() const {
+  if (out.empty()) throw ConfigError("--out: an output file name is required");
   // The directory must exist: a typo there is a usage error, found before any work.
   const auto slash = out.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : out.substr(0, slash));
@@ -255,6 +258,7 @@ SynthCtrOptions parse_synth_ctr_options(const std::string& rows, const std::stri
   if (!missing.empty()) o.missing = parse_double(missing, "--missing");
   o.header = header;
   o.validate();
+  o.validate_output();
   return o;
 }
 
@@ -339,7 +343,7 @@ std::vector<std::string> synth_ctr_file_names(const std::string& out, int files)
   if (files <= 1) return {out};
   const auto slash = out.find_last_of('/');
   const std::size_t base = slash == std::string::npos ? 0 : slash + 1;
-  const auto dot = out.find('.', base);
+  const auto dot = out.find('.', base + 1);  // a leading dot (.hidden) belongs to the stem
   const std::string stem = dot == std::string::npos ? out : out.substr(0, dot);
   const std::string ext = dot == std::string::npos ? "" : out.substr(dot);
   std::vector<std::string> names;
@@ -352,6 +356,7 @@ std::vector<std::string> synth_ctr_file_names(const std::string& out, int files)
 }
 
 SynthCtrSummary write_synth_ctr(const SynthCtrOptions& options) {
+  options.validate_output();
   const SynthCtrModel model(options);
   SynthCtrSummary summary;
   summary.rows = options.rows;

@@ -50,7 +50,10 @@ struct SynthCtrOptions {
   static constexpr std::uint64_t kMaxVocab = 10'000'000;  // the Zipf table keeps 8 bytes an id
 
   // Throws ConfigError (one line naming the flag and the value) when a field is out of range.
+  // validate() checks the values, validate_output() that `out` names a file in an existing
+  // directory.
   void validate() const;
+  void validate_output() const;
 };
 
 // Parses the flags' text (empty text keeps the default), then validates. --vocab is one number
@@ -85,7 +88,8 @@ class SynthCtrModel {
 };
 
 // The files written: `out` itself when files == 1; otherwise out with "-NNNNN-of-MMMMM" inserted
-// before the first '.' of its base name (train.tsv.gz -> train-00000-of-00004.tsv.gz).
+// before the first '.' of its base name after its first character (train.tsv.gz ->
+// train-00000-of-00004.tsv.gz).
 std::vector<std::string> synth_ctr_file_names(const std::string& out, int files);
 
 struct SynthCtrSummary {

@@ -156,6 +156,14 @@ TEST(SynthCtrTest, DeterministicInTheSeedAndIndependentOfTheFileSplit) {
   for (const auto& [s, out] : {std::pair{sa, a}, {sb, b}, {sc, c}, {ss, split_out}}) remove_outputs(s, out);
 }
 
+TEST(SynthCtrTest, ShardFileNames) {
+  EXPECT_EQ(synth_ctr_file_names("x/train.tsv.gz", 1), std::vector<std::string>{"x/train.tsv.gz"});
+  EXPECT_EQ(synth_ctr_file_names("x/train.tsv.gz", 2),
+            (std::vector<std::string>{"x/train-00000-of-00002.tsv.gz", "x/train-00001-of-00002.tsv.gz"}));
+  EXPECT_EQ(synth_ctr_file_names("a.b/train", 2)[1], "a.b/train-00001-of-00002");
+  EXPECT_EQ(synth_ctr_file_names("d/.h.tsv", 3)[2], "d/.h-00002-of-00003.tsv");
+}
+
 // The bytes of seed 1's first rows, recorded once: a platform whose arithmetic or RNG gives other
 // bytes fails here instead of silently training on different data.
 TEST(SynthCtrTest, GoldenDigestOfSeedOne) {

@@ -22,7 +22,8 @@
 //   * Per-call scalar coefficients are computed in T as the TF kernels do. Adam's beta^t uses
 //     std::pow(T, T), which the C++ standard does not require to be correctly rounded: results are
 //     bit-identical across processes that share the same libm (one cluster image), not across
-//     arbitrary platforms.
+//     arbitrary platforms. The same holds for FTRL with a learning_rate_power other than -0.5,
+//     which takes std::pow of every element (-0.5 uses sqrt).
 //   * NaN and Inf in gradients are not checked; they propagate like any IEEE operand.
 //
 // Update rules, per element (g: gradient, w: variable, lr = T(learning_rate), t = step):
@@ -51,8 +52,10 @@
 // v_hat = v/(1 - beta2^t), which is not the paper's Algorithm 1 (a different epsilon).
 // RMSprop is Keras' RMSprop with momentum=0 and centered=False (its defaults): one slot, "rms".
 // FTRL's defaults are Keras' (learning_rate 0.001, learning_rate_power -0.5, initial accumulator
-// 0.1, l1 = l2 = l2_shrinkage = beta = 0). Keras' l2_shrinkage applies only to dense updates in
-// TF's own sparse kernel too; here it applies to every updated row, dense or sparse, alike.
+// 0.1, l1 = l2 = l2_shrinkage = beta = 0). l2_shrinkage applies to every updated element, dense
+// and sparse pushes alike, as in TF's ApplyFtrlV2 and SparseApplyFtrlV2. The new weight is a
+// function of z and the accumulator (the old weight enters through z only), so FTRL replaces a
+// weight's initial value at its first update, as TF does, and a weight with |z| <= l1 is exactly 0.
 //
 // Thread-safety: every function here is reentrant and keeps no shared state (the sparse path keeps
 // a thread_local scratch buffer). Callers serialise applications to the same variable and slots;
