@@ -89,7 +89,7 @@ class Builder {
       if (u < 1) throw ConfigError(what_ + ": bottom_units must be positive, got " + std::to_string(u));
   }
 
-  std::unique_ptr<EstimatorModel> build() {
+  std::unique_ptr<GraphModel> build() {
     const EstimatorKind k = config_.kind;
     Tensor logits;
     if (k == EstimatorKind::kDLRM) {
@@ -112,7 +112,7 @@ class Builder {
       optimizer = "ftrl";
       lr = std::min(0.2, 1.0 / std::sqrt(static_cast<double>(config_.linear_feature_columns.size())));
     }
-    return std::make_unique<EstimatorModel>(graph_, logits, loss_, what_, optimizer, lr, 10);
+    return std::make_unique<GraphModel>(graph_, logits, loss_, what_, TrainingDefaults{optimizer, lr, 10});
   }
 
  private:
@@ -255,14 +255,7 @@ std::vector<data::FeatureColumn> input_columns(const EstimatorConfig& config) {
   return out;
 }
 
-EstimatorModel::EstimatorModel(const Graph& graph, Tensor output, Loss loss, std::string name, std::string optimizer,
-                               double learning_rate, int epochs)
-    : GraphModel(graph, output, loss, std::move(name)),
-      optimizer_(std::move(optimizer)),
-      learning_rate_(learning_rate),
-      epochs_(epochs) {}
-
-std::unique_ptr<EstimatorModel> make_estimator(const EstimatorConfig& config, const data::FeatureLayout& layout) {
+std::unique_ptr<GraphModel> make_estimator(const EstimatorConfig& config, const data::FeatureLayout& layout) {
   return Builder(config, layout).build();
 }
 

@@ -92,24 +92,10 @@ struct EstimatorConfig {
 // ones not already listed (a column used by both parts, by name, is transformed once).
 std::vector<data::FeatureColumn> input_columns(const EstimatorConfig& config);
 
-// A GraphModel whose defaults (optimizer, learning rate, epochs) are the estimator's.
-class EstimatorModel : public GraphModel {
- public:
-  EstimatorModel(const Graph& graph, Tensor output, Loss loss, std::string name, std::string optimizer,
-                 double learning_rate, int epochs);
-  std::string default_optimizer() const override { return optimizer_; }
-  double default_learning_rate() const override { return learning_rate_; }
-  int default_epochs() const override { return epochs_; }
-
- private:
-  std::string optimizer_;
-  double learning_rate_;
-  int epochs_;
-};
-
-// Builds the estimator's model over data laid out by `layout` (FeatureTransform::layout() of
+// Builds the estimator's model (its training defaults are the estimator's optimizer, learning
+// rate and 10 epochs) over data laid out by `layout` (FeatureTransform::layout() of
 // input_columns(config)). ConfigError naming the estimator and the column for a column a part
 // cannot take, a column missing from the layout, or bad sizes.
-std::unique_ptr<EstimatorModel> make_estimator(const EstimatorConfig& config, const data::FeatureLayout& layout);
+std::unique_ptr<GraphModel> make_estimator(const EstimatorConfig& config, const data::FeatureLayout& layout);
 
 }  // namespace strata::nn
