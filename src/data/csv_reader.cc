@@ -2,8 +2,7 @@
 // typed column store. csv.h states the dialect and the error contract.
 //
 // Records are assembled before they are split so that a quoted field may hold line breaks: a
-// newline ends the record only outside a quoted field (read_file tracks the RFC 4180 quote
-// state). The record buffer is bounded by max_record_bytes, which is what bounds memory against
+// newline ends the record only outside a quoted field (pump() tracks the RFC 4180 quote state). The record buffer is bounded by max_record_bytes, which is what bounds memory against
 // a file with no newline at all.
 #include <zlib.h>
 
@@ -109,49 +108,75 @@ class CsvTableBuilder {
  public:
   CsvTableBuilder(const CsvOptions& options, CsvTable& table) : options_(options), table_(table) {}
 
-  void read_file(const std::string& path) {
+  // Starts reading `path` (the next file of the table).
+  void open(const std::string& path) {
     file_index_ = static_cast<std::int32_t>(table_.files_.size());
     table_.files_.push_back(path);
     path_ = path;
     first_record_ = true;
-    ByteSource source(path);
-    std::string record;
-    // Quote state per RFC 4180: a quote opens a quoted field only at the field's start; inside
-    // one, a quote either escapes the next quote or closes the field. Anything else (a quote
-    // inside an unquoted field, text after a closing quote) stays in the record for split() to
-    // report at its line, and never changes where the record ends.
-    enum class State { kFieldStart, kUnquoted, kQuoted, kQuoteInQuoted } state = State::kFieldStart;
-    std::int64_t line = 1, record_line = 1;
+    source_ = std::make_unique<ByteSource>(path);
+    chunk_ = std::string_view();
+    pos_ = 0;
+    record_.clear();
+    state_ = State::kFieldStart;
+    line_ = record_line_ = 1;
+  }
+
+  // Reads records of the open file until the table holds `until_rows` rows or the file ends;
+  // returns false (and closes the file) at its end.
+  //
+  // Quote state per RFC 4180: a quote opens a quoted field only at the field's start; inside
+  // one, a quote either escapes the next quote or closes the field. Anything else (a quote inside
+  // an unquoted field, text after a closing quote) stays in the record for split() to report at
+  // its line, and never changes where the record ends.
+  bool pump(std::int64_t until_rows) {
     const char delimiter = options_.delimiter;
-    for (std::string_view chunk = source.next(); !chunk.empty(); chunk = source.next()) {
-      for (char c : chunk) {
+    for (;;) {
+      if (pos_ == chunk_.size()) {
+        chunk_ = source_->next();
+        pos_ = 0;
+        if (chunk_.empty()) break;
+      }
+      while (pos_ < chunk_.size()) {
+        const char c = chunk_[pos_++];
         if (c == '\n') {
-          ++line;
-          if (state != State::kQuoted) {
-            finish_record(record, record_line);
-            record.clear();
-            record_line = line;
-            state = State::kFieldStart;
+          ++line_;
+          if (state_ != State::kQuoted) {
+            finish_record(record_, record_line_);
+            record_.clear();
+            record_line_ = line_;
+            state_ = State::kFieldStart;
+            if (table_.num_rows() >= until_rows) return true;
             continue;
           }
         } else if (c == '\0') {
-          fail(line, "NUL byte in the text (is this a binary file?)");
+          fail(line_, "NUL byte in the text (is this a binary file?)");
         } else if (c == '"') {
-          if (state == State::kFieldStart) state = State::kQuoted;
-          else if (state == State::kQuoted) state = State::kQuoteInQuoted;
-          else if (state == State::kQuoteInQuoted) state = State::kQuoted;
-        } else if (c == delimiter && state != State::kQuoted) {
-          state = State::kFieldStart;
-        } else if (state != State::kQuoted) {
-          state = State::kUnquoted;
+          if (state_ == State::kFieldStart) state_ = State::kQuoted;
+          else if (state_ == State::kQuoted) state_ = State::kQuoteInQuoted;
+          else if (state_ == State::kQuoteInQuoted) state_ = State::kQuoted;
+        } else if (c == delimiter && state_ != State::kQuoted) {
+          state_ = State::kFieldStart;
+        } else if (state_ != State::kQuoted) {
+          state_ = State::kUnquoted;
         }
-        if (record.size() >= options_.max_record_bytes)
-          fail(record_line, "record longer than " + std::to_string(options_.max_record_bytes) + " bytes");
-        record.push_back(c);
+        if (record_.size() >= options_.max_record_bytes)
+          fail(record_line_, "record longer than " + std::to_string(options_.max_record_bytes) + " bytes");
+        record_.push_back(c);
       }
     }
-    if (state == State::kQuoted) fail(record_line, "quoted field not closed before the end of the file");
-    if (!record.empty()) finish_record(record, record_line);
+    if (state_ == State::kQuoted) fail(record_line_, "quoted field not closed before the end of the file");
+    if (!record_.empty()) finish_record(record_, record_line_);
+    record_.clear();
+    source_.reset();
+    return false;
+  }
+
+  // Empties the table's rows, keeping its columns and files, for the next chunk of a stream.
+  void clear_rows() {
+    for (CsvTable::Store& s : table_.stores_) s = CsvTable::Store{};
+    table_.file_of_.clear();
+    table_.line_.clear();
   }
 
   // Set the schema from options when it lists columns; checks defaults and separators.
@@ -379,8 +404,15 @@ class CsvTableBuilder {
     expected_fields_ = table_.columns_.size();
   }
 
+  enum class State { kFieldStart, kUnquoted, kQuoted, kQuoteInQuoted };
   const CsvOptions& options_;
   CsvTable& table_;
+  std::unique_ptr<ByteSource> source_;
+  std::string_view chunk_;
+  std::size_t pos_ = 0;
+  std::string record_;
+  State state_ = State::kFieldStart;
+  std::int64_t line_ = 1, record_line_ = 1;
   std::vector<CsvTable::Store> defaults_;
   std::string path_;
   std::int32_t file_index_ = 0;
@@ -496,8 +528,51 @@ CsvTable read_csv(const std::vector<std::string>& paths, const CsvOptions& optio
   CsvTable table;
   CsvTableBuilder builder(options, table);
   builder.prepare();
-  for (const std::string& path : paths) builder.read_file(path);
+  for (const std::string& path : paths) {
+    builder.open(path);
+    while (builder.pump(std::numeric_limits<std::int64_t>::max())) {
+    }
+  }
   return table;
+}
+
+struct CsvStream::State {
+  explicit State(std::vector<std::string> p, CsvOptions o)
+      : paths(std::move(p)), options(std::move(o)), builder(options, table) {}
+  std::vector<std::string> paths;
+  CsvOptions options;
+  CsvTable table;
+  CsvTableBuilder builder;
+  std::size_t next_file = 0;
+  bool open = false;
+};
+
+CsvStream::CsvStream(std::vector<std::string> paths, CsvOptions options) {
+  if (paths.empty()) throw ConfigError("csv: no input files");
+  if (paths.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
+    throw ConfigError("csv: too many input files");
+  state_ = std::make_unique<State>(std::move(paths), std::move(options));
+  state_->builder.prepare();
+}
+
+CsvStream::~CsvStream() = default;
+CsvStream::CsvStream(CsvStream&&) noexcept = default;
+CsvStream& CsvStream::operator=(CsvStream&&) noexcept = default;
+
+bool CsvStream::next(CsvTable& chunk, std::int64_t max_rows) {
+  if (max_rows < 1) throw ConfigError("csv stream: max_rows is " + std::to_string(max_rows) + ", expected >= 1");
+  State& s = *state_;
+  s.builder.clear_rows();
+  while (s.table.num_rows() < max_rows) {
+    if (!s.open) {
+      if (s.next_file == s.paths.size()) break;
+      s.builder.open(s.paths[s.next_file++]);
+      s.open = true;
+    }
+    if (!s.builder.pump(max_rows)) s.open = false;
+  }
+  chunk = s.table;
+  return chunk.num_rows() > 0;
 }
 
 }  // namespace strata::data

@@ -738,4 +738,71 @@ Dataset FeatureTransform::apply(const CsvTable& table) const {
   return d;
 }
 
+BatchIterator::Source csv_batch_source(std::vector<std::string> paths, CsvOptions options, FeatureTransform transform,
+                                       int batch_size, bool drop_remainder, AutoShard policy, int num_workers, int worker,
+                                       std::int64_t chunk_rows) {
+  if (batch_size < 1) throw ConfigError("csv stream: batch size is " + std::to_string(batch_size) + ", expected >= 1");
+  if (chunk_rows < 1) throw ConfigError("csv stream: chunk_rows is " + std::to_string(chunk_rows) + ", expected >= 1");
+  if (num_workers < 1 || worker < 0 || worker >= num_workers)
+    throw ConfigError("csv stream: worker " + std::to_string(worker) + " of " + std::to_string(num_workers) + " workers");
+  if (paths.empty()) throw ConfigError("csv: no input files");
+  if (policy == AutoShard::kAuto)
+    policy = paths.size() >= static_cast<std::size_t>(num_workers) ? AutoShard::kFile : AutoShard::kData;
+  if (policy == AutoShard::kFile) {
+    if (paths.size() < static_cast<std::size_t>(num_workers))
+      throw ConfigError("csv stream: FILE sharding needs at least one file per worker: " + std::to_string(paths.size()) +
+                        " files for " + std::to_string(num_workers) + " workers");
+    std::vector<std::string> mine;
+    for (std::size_t f = static_cast<std::size_t>(worker); f < paths.size(); f += static_cast<std::size_t>(num_workers))
+      mine.push_back(paths[f]);
+    paths = std::move(mine);
+  }
+  struct State {
+    CsvStream stream;
+    FeatureTransform transform;
+    CsvTable chunk;
+    Dataset pending;
+    std::vector<std::int64_t> keep;  // rows of `pending` this worker takes, in order
+    std::size_t next = 0;
+    std::int64_t rows_seen = 0;  // rows of the whole input before `pending`
+  };
+  auto state = std::make_shared<State>(State{CsvStream(std::move(paths), std::move(options)), std::move(transform),
+                                             CsvTable{}, Dataset{}, {}, 0, 0});
+  const bool by_line = policy == AutoShard::kData;
+  return [state, batch_size, drop_remainder, by_line, num_workers, worker, chunk_rows](Batch& out) {
+    State& s = *state;
+    const FeatureLayout& L = s.transform.layout();
+    const auto dense = static_cast<std::size_t>(L.dense_dim), fields = static_cast<std::size_t>(L.num_fields);
+    out.size = 0;
+    out.dense_dim = L.dense_dim;
+    out.num_fields = L.num_fields;
+    out.features.clear();
+    out.sparse_ids.clear();
+    out.labels.clear();
+    out.targets.clear();
+    while (out.size < batch_size) {
+      if (s.next == s.keep.size()) {
+        if (!s.stream.next(s.chunk, chunk_rows)) break;
+        s.pending = s.transform.apply(s.chunk);
+        s.keep.clear();
+        s.next = 0;
+        for (std::int64_t r = 0; r < s.pending.size; ++r)
+          if (!by_line || (s.rows_seen + r) % num_workers == worker) s.keep.push_back(r);
+        s.rows_seen += s.pending.size;
+        continue;
+      }
+      const auto r = static_cast<std::size_t>(s.keep[s.next++]);
+      const Dataset& d = s.pending;
+      out.features.insert(out.features.end(), d.features.begin() + static_cast<std::ptrdiff_t>(r * dense),
+                          d.features.begin() + static_cast<std::ptrdiff_t>((r + 1) * dense));
+      out.sparse_ids.insert(out.sparse_ids.end(), d.sparse_ids.begin() + static_cast<std::ptrdiff_t>(r * fields),
+                            d.sparse_ids.begin() + static_cast<std::ptrdiff_t>((r + 1) * fields));
+      if (!d.labels.empty()) out.labels.push_back(d.labels[r]);
+      if (!d.targets.empty()) out.targets.push_back(d.targets[r]);
+      ++out.size;
+    }
+    return out.size > 0 && (out.size == batch_size || !drop_remainder);
+  };
+}
+
 }  // namespace strata::data

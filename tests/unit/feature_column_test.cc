@@ -323,6 +323,89 @@ TEST(FeatureColumns, VocabularyFileReadsOneTermPerLine) {
   EXPECT_EQ(categorical_column_with_vocabulary_file("color", path, 2).vocabulary.size(), 2u);
 }
 
+// ---- streaming ----------------------------------------------------------------------------------
+
+// Two files of 7 and 6 rows: label = i % 2, x = i, tags = "t<i>|u<i % 3>" (one quoted, with CRLF).
+std::vector<std::string> stream_files() {
+  std::string a = "label,x,tags\n", b = "label,x,tags\r\n";
+  for (int i = 0; i < 13; ++i) {
+    const std::string row = std::to_string(i % 2) + "," + std::to_string(i) + ",\"t" + std::to_string(i) + "|u" +
+                            std::to_string(i % 3) + "\"";
+    if (i < 7) a += row + "\n";
+    else b += row + "\r\n";
+  }
+  return {write_text("a.csv", a), write_text("b.csv", b)};
+}
+
+CsvOptions stream_options() {
+  CsvOptions o;
+  o.columns = {col("label", CsvType::kInt64), col("x", CsvType::kFloat), col("tags", CsvType::kString, "", '|')};
+  return o;
+}
+
+TEST(CsvStream, ChunksConcatenateToTheWholeInput) {
+  const std::vector<std::string> files = stream_files();
+  const CsvTable whole = read_csv(files, stream_options());
+  ASSERT_EQ(whole.num_rows(), 13);
+  CsvStream stream(files, stream_options());
+  CsvTable chunk;
+  std::int64_t row = 0;
+  std::vector<std::int64_t> sizes;
+  while (stream.next(chunk, 4)) {
+    sizes.push_back(chunk.num_rows());
+    for (std::int64_t r = 0; r < chunk.num_rows(); ++r, ++row) {
+      EXPECT_EQ(chunk.where(r), whole.where(row));
+      EXPECT_EQ(chunk.float_value(1, r), whole.float_value(1, row));
+      EXPECT_EQ(chunk.string_value(2, chunk.value_begin(2, r)), whole.string_value(2, whole.value_begin(2, row)));
+    }
+  }
+  EXPECT_EQ(row, 13);
+  EXPECT_EQ(sizes, (std::vector<std::int64_t>{4, 4, 4, 1}));
+  EXPECT_FALSE(stream.next(chunk, 4));
+  EXPECT_THROW(stream.next(chunk, 0), ConfigError);
+}
+
+TEST(CsvStream, BatchSourceMatchesTheInMemoryTransformAndShards) {
+  const std::vector<std::string> files = stream_files();
+  const CsvTable whole = read_csv(files, stream_options());
+  const FeatureTransform ft({numeric_column("x"), categorical_column_with_hash_bucket("tags", 97)}, LabelSpec{}, whole);
+  const Dataset d = ft.apply(whole);
+  const auto collect = [&](AutoShard policy, int workers, int worker, bool drop) {
+    BatchIterator it(csv_batch_source(files, stream_options(), ft, 4, drop, policy, workers, worker, 3));
+    std::vector<float> xs;
+    std::vector<int> sizes;
+    Batch b;
+    while (it.next(b)) {
+      sizes.push_back(b.size);
+      for (int r = 0; r < b.size; ++r) {
+        const auto x = static_cast<std::int64_t>(b.features[static_cast<std::size_t>(r)]);
+        xs.push_back(b.features[static_cast<std::size_t>(r)]);
+        // Every row equals the in-memory transform's row x.
+        EXPECT_EQ(b.labels[static_cast<std::size_t>(r)], d.labels[static_cast<std::size_t>(x)]);
+        for (int f = 0; f < b.num_fields; ++f)
+          EXPECT_EQ(b.sparse_ids[static_cast<std::size_t>(r * b.num_fields + f)], d.sparse_ids[static_cast<std::size_t>(x * d.num_fields + f)]);
+      }
+    }
+    return std::make_pair(xs, sizes);
+  };
+  const auto all = collect(AutoShard::kOff, 1, 0, false);
+  EXPECT_EQ(all.first, d.features);
+  EXPECT_EQ(all.second, (std::vector<int>{4, 4, 4, 1}));
+  EXPECT_EQ(collect(AutoShard::kOff, 1, 0, true).second, (std::vector<int>{4, 4, 4}));
+  // DATA: rows alternate between 2 workers; FILE: one file each (AUTO picks FILE with 2 files).
+  EXPECT_EQ(collect(AutoShard::kData, 2, 1, false).first, (std::vector<float>{1, 3, 5, 7, 9, 11}));
+  EXPECT_EQ(collect(AutoShard::kAuto, 2, 1, false).first, (std::vector<float>{7, 8, 9, 10, 11, 12}));
+  EXPECT_EQ(collect(AutoShard::kAuto, 3, 2, false).first, (std::vector<float>{2, 5, 8, 11}));  // DATA: 2 files < 3
+  EXPECT_TRUE(Contains(config_error([&] { csv_batch_source(files, stream_options(), ft, 4, false, AutoShard::kFile, 3, 0); }),
+                       "FILE sharding needs at least one file per worker: 2 files for 3 workers"));
+  // A bad row deep in a file surfaces from next() with its file and line.
+  const std::string bad = write_text("bad.csv", "label,x,tags\n0,1,a\n1,oops,b\n");
+  BatchIterator it(csv_batch_source({bad}, stream_options(), ft, 1, false, AutoShard::kOff, 1, 0, 1));
+  Batch b;
+  EXPECT_TRUE(it.next(b));
+  EXPECT_TRUE(Contains(config_error([&] { it.next(b); }), bad + ":3: column 'x': 'oops' is not a finite number"));
+}
+
 // ---- JSON ---------------------------------------------------------------------------------------
 
 TEST(FeatureColumnJson, ParsesEveryColumnType) {

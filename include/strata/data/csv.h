@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -113,7 +114,6 @@ class CsvTable {
   };
 
  private:
-  friend CsvTable read_csv(const std::vector<std::string>& paths, const CsvOptions& options);
   friend class CsvTableBuilder;
   std::vector<CsvColumn> columns_;
   std::vector<Store> stores_;
@@ -125,5 +125,25 @@ class CsvTable {
 // Reads `paths` in order into one table (files() lists them, for FILE sharding). ConfigError as
 // described at the top. An empty path list is an error.
 CsvTable read_csv(const std::vector<std::string>& paths, const CsvOptions& options);
+
+// The same files read a chunk of rows at a time, for data larger than memory: memory is one
+// chunk plus one record, whatever the files' size. Each chunk is a CsvTable with the same columns
+// whose files() lists every file opened so far (file_of indexes it) and whose rows carry their
+// file:line. Errors are read_csv's, raised by the next() that meets them. One thread at a time;
+// movable.
+class CsvStream {
+ public:
+  CsvStream(std::vector<std::string> paths, CsvOptions options);
+  ~CsvStream();
+  CsvStream(CsvStream&&) noexcept;
+  CsvStream& operator=(CsvStream&&) noexcept;
+
+  // Replaces `chunk` with the next up to max_rows rows (>= 1); false when none remain.
+  bool next(CsvTable& chunk, std::int64_t max_rows);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 }  // namespace strata::data

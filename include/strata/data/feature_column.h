@@ -217,6 +217,19 @@ class FeatureTransform {
   FeatureLayout layout_;
 };
 
+// Streaming input for data larger than memory: a BatchIterator::Source that reads `paths` a
+// chunk of chunk_rows rows at a time (CsvStream), applies `transform` (planned beforehand, e.g.
+// on a sample read with read_csv) and yields batches of batch_size rows in file order, the last
+// one partial unless drop_remainder. Memory: one chunk and one batch. Sharding as TF's auto-shard
+// over files then lines: kFile gives worker w the files f with f % num_workers == w (ConfigError
+// when there are fewer files than workers); kData reads every file and keeps the rows whose
+// index in the whole input is w modulo num_workers; kAuto is kFile when there are at least
+// num_workers files, else kData; kOff keeps every row. No shuffling (streaming reads in order).
+// ConfigError for a bad argument; read and transform errors surface from BatchIterator::next().
+BatchIterator::Source csv_batch_source(std::vector<std::string> paths, CsvOptions options, FeatureTransform transform,
+                                       int batch_size, bool drop_remainder, AutoShard policy = AutoShard::kAuto,
+                                       int num_workers = 1, int worker = 0, std::int64_t chunk_rows = 65536);
+
 // Feature columns from JSON text: an array of column objects, or an object whose
 // "feature_columns" member is that array. Schema (every member but those marked optional is
 // required; unknown members are errors, so a typo never passes silently):
