@@ -106,7 +106,11 @@ class ByteSource {
 // Appends parsed rows to a CsvTable; one per read_csv call.
 class CsvTableBuilder {
  public:
-  CsvTableBuilder(const CsvOptions& options, CsvTable& table) : options_(options), table_(table) {}
+  CsvTableBuilder(const CsvOptions& options, CsvTable& table) : options_(options), table_(table) {
+    for (unsigned char c : {static_cast<unsigned char>('\n'), static_cast<unsigned char>('"'), static_cast<unsigned char>('\0'),
+                            static_cast<unsigned char>(options.delimiter)})
+      special_[c] = true;
+  }
 
   // Starts reading `path` (the next file of the table).
   void open(const std::string& path) {
@@ -138,6 +142,17 @@ class CsvTableBuilder {
         if (chunk_.empty()) break;
       }
       while (pos_ < chunk_.size()) {
+        // Ordinary bytes (no quote, delimiter, line break or NUL) are copied a run at a time.
+        std::size_t run = pos_;
+        while (run < chunk_.size() && !special_[static_cast<unsigned char>(chunk_[run])]) ++run;
+        if (run > pos_) {
+          if (record_.size() + (run - pos_) > options_.max_record_bytes)
+            fail(record_line_, "record longer than " + std::to_string(options_.max_record_bytes) + " bytes");
+          record_.append(chunk_.data() + pos_, run - pos_);
+          if (state_ != State::kQuoted) state_ = State::kUnquoted;
+          pos_ = run;
+          if (pos_ == chunk_.size()) break;
+        }
         const char c = chunk_[pos_++];
         if (c == '\n') {
           ++line_;
@@ -157,8 +172,6 @@ class CsvTableBuilder {
           else if (state_ == State::kQuoteInQuoted) state_ = State::kQuoted;
         } else if (c == delimiter && state_ != State::kQuoted) {
           state_ = State::kFieldStart;
-        } else if (state_ != State::kQuoted) {
-          state_ = State::kUnquoted;
         }
         if (record_.size() >= options_.max_record_bytes)
           fail(record_line_, "record longer than " + std::to_string(options_.max_record_bytes) + " bytes");
@@ -272,46 +285,52 @@ class CsvTableBuilder {
     return 0;
   }
 
-  // Splits `record` into fields_ (unquoted, "" unescaped).
+  // Splits `record` into fields_: views into the record for unquoted fields, into unescaped_
+  // for quoted ones (reserved to the record's size first, so the views stay valid).
   void split(const std::string& record, std::int64_t line) {
     fields_.clear();
+    unescaped_.clear();
+    unescaped_.reserve(record.size());
     const char d = options_.delimiter;
+    const std::string_view rec(record);
     std::size_t pos = 0;
     for (;;) {
-      std::string field;
-      if (pos < record.size() && record[pos] == '"') {
+      std::string_view field;
+      if (pos < rec.size() && rec[pos] == '"') {
         ++pos;
+        const std::size_t begin = unescaped_.size();
         for (;;) {
-          if (pos >= record.size()) fail(line, "quoted field " + std::to_string(fields_.size() + 1) + " is not closed");
-          const char c = record[pos];
+          if (pos >= rec.size()) fail(line, "quoted field " + std::to_string(fields_.size() + 1) + " is not closed");
+          const char c = rec[pos];
           if (c == '"') {
-            if (pos + 1 < record.size() && record[pos + 1] == '"') {
-              field.push_back('"');
+            if (pos + 1 < rec.size() && rec[pos + 1] == '"') {
+              unescaped_.push_back('"');
               pos += 2;
               continue;
             }
             ++pos;
             break;
           }
-          field.push_back(c);
+          unescaped_.push_back(c);
           ++pos;
         }
-        if (pos < record.size() && record[pos] != d)
+        field = std::string_view(unescaped_).substr(begin);
+        if (pos < rec.size() && rec[pos] != d)
           fail(line, "text after the closing quote of field " + std::to_string(fields_.size() + 1));
       } else {
-        std::size_t stop = record.find(d, pos);
-        if (stop == std::string::npos) stop = record.size();
-        field.assign(record, pos, stop - pos);
-        if (field.find('"') != std::string::npos)
+        std::size_t stop = rec.find(d, pos);
+        if (stop == std::string_view::npos) stop = rec.size();
+        field = rec.substr(pos, stop - pos);
+        if (field.find('"') != std::string_view::npos)
           fail(line, "field " + std::to_string(fields_.size() + 1) + " " + quoted(field) +
                          " has a quote but does not start with one");
         pos = stop;
       }
-      fields_.push_back(std::move(field));
+      fields_.push_back(field);
       if (fields_.size() > kMaxColumns) fail(line, "more than " + std::to_string(kMaxColumns) + " fields");
-      if (pos >= record.size()) break;
+      if (pos >= rec.size()) break;
       ++pos;  // the delimiter
-      if (pos == record.size()) {  // a trailing delimiter: one last, empty field
+      if (pos == rec.size()) {  // a trailing delimiter: one last, empty field
         fields_.emplace_back();
         break;
       }
@@ -337,7 +356,7 @@ class CsvTableBuilder {
     for (std::size_t c = 0; c < table_.columns_.size(); ++c) {
       const CsvColumn& col = table_.columns_[c];
       CsvTable::Store& store = table_.stores_[c];
-      const std::string& text = fields_[static_cast<std::size_t>(field_of_column_[c])];
+      const std::string_view text = fields_[static_cast<std::size_t>(field_of_column_[c])];
       if (text.empty()) {
         if (!col.default_value) fail(line, "column '" + col.name + "' is empty and has no default");
         const CsvTable::Store& def = defaults_[c];
@@ -368,7 +387,7 @@ class CsvTableBuilder {
   }
 
   void map_header(std::int64_t line) {
-    header_names_ = fields_;
+    header_names_.assign(fields_.begin(), fields_.end());
     std::unordered_map<std::string, int> index;
     for (std::size_t i = 0; i < header_names_.size(); ++i) {
       if (header_names_[i].empty()) fail(line, "header field " + std::to_string(i + 1) + " is empty");
@@ -405,6 +424,7 @@ class CsvTableBuilder {
   }
 
   enum class State { kFieldStart, kUnquoted, kQuoted, kQuoteInQuoted };
+  bool special_[256] = {};
   const CsvOptions& options_;
   CsvTable& table_;
   std::unique_ptr<ByteSource> source_;
@@ -417,7 +437,8 @@ class CsvTableBuilder {
   std::string path_;
   std::int32_t file_index_ = 0;
   bool first_record_ = true;
-  std::vector<std::string> fields_;
+  std::vector<std::string_view> fields_;
+  std::string unescaped_;
   std::vector<std::string> header_names_;
   std::vector<int> field_of_column_;
   std::size_t expected_fields_ = 0;
