@@ -438,6 +438,41 @@ TEST(FeatureColumnJson, ParsesEveryColumnType) {
   EXPECT_EQ(c[6].hash_key, 18446744073709551615ULL);
 }
 
+TEST(FeatureColumnJson, ParsesCsvOptions) {
+  const CsvOptions c = parse_csv_options_json(R"({"preset": "criteo", "header": "absent"})", "spec.json");
+  EXPECT_EQ(c.delimiter, '\t');
+  EXPECT_EQ(c.header, CsvHeader::kAbsent);
+  ASSERT_EQ(c.columns.size(), 40u);
+  const CsvOptions o = parse_csv_options_json(
+      R"({"delimiter": "tab", "columns": [{"name": "y", "type": "float"}, {"name": "tags", "default": "", "separator": "|"},
+          {"name": "n", "type": "int64", "default": 0}], "max_record_bytes": 4096})",
+      "spec.json");
+  EXPECT_EQ(o.delimiter, '\t');
+  EXPECT_EQ(o.header, CsvHeader::kDetect);
+  EXPECT_EQ(o.max_record_bytes, 4096u);
+  ASSERT_EQ(o.columns.size(), 3u);
+  EXPECT_EQ(o.columns[0].type, CsvType::kFloat);
+  EXPECT_FALSE(o.columns[0].default_value.has_value());
+  EXPECT_EQ(o.columns[1].type, CsvType::kString);
+  EXPECT_EQ(o.columns[1].separator, '|');
+  EXPECT_EQ(o.columns[2].default_value, std::optional<std::string>("0"));
+  struct Case {
+    std::string text, expect;
+  } cases[] = {
+      {R"({"preset": "kaggle"})", "spec.json: csv.preset: unknown preset \"kaggle\""},
+      {R"({"preset": "criteo", "columns": [{"name": "a"}]})", "csv.columns: cannot be combined with a preset"},
+      {R"({"delimiter": ";;"})", "csv.delimiter: expected one character"},
+      {R"({"delimiter": "\""})", "csv.delimiter: expected one character"},
+      {R"({"header": true})", "csv.header: expected \"detect\""},
+      {R"({"columns": [{"name": "a", "type": "int32"}]})", "csv.columns[0].type: unknown column type 'int32'"},
+      {R"({"columns": [{"name": "a", "sep": "|"}]})", "csv.columns[0].sep: unknown member"},
+      {R"({"columns": [{"type": "float"}]})", "csv.columns[0].name: expected a column name"},
+      {R"({"max_record_bytes": 0})", "csv.max_record_bytes: expected an integer in [1, 2^31]"},
+      {R"({"delimeter": ","})", "csv.delimeter: unknown member"},
+  };
+  for (const Case& k : cases) EXPECT_TRUE(Contains(config_error([&] { parse_csv_options_json(k.text, "spec.json"); }), k.expect)) << k.text;
+}
+
 TEST(FeatureColumnSecurity, SchemaErrorsNameTheFieldPath) {
   struct Case {
     std::string text, expect;

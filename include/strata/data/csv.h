@@ -122,6 +122,13 @@ class CsvTable {
   std::vector<std::int64_t> line_;
 };
 
+// CSV options from JSON text (an object; docs/DATA.md "CSV options in JSON"):
+//   {"preset": "criteo"?, "delimiter": ","?, "header": "detect"?, "columns": [{"name": N,
+//    "type": "int64" | "float" | "string", "default": TEXT?, "separator": "|"?}, ...]?,
+//    "max_record_bytes": N?}
+// ConfigError naming `origin` and the member's path ("csv.columns[2].type: ...").
+CsvOptions parse_csv_options_json(std::string_view text, const std::string& origin);
+
 // Reads `paths` in order into one table (files() lists them, for FILE sharding). ConfigError as
 // described at the top. An empty path list is an error.
 CsvTable read_csv(const std::vector<std::string>& paths, const CsvOptions& options);
