@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "strata/common/error.h"
+#include "data/text_util.h"
 #include "strata/data/csv.h"
 
 namespace strata::data {
@@ -26,13 +27,7 @@ namespace {
 constexpr std::size_t kChunkBytes = std::size_t{1} << 18;
 constexpr std::size_t kMaxColumns = 1 << 16;
 
-std::string quoted(std::string_view text) {
-  constexpr std::size_t kMax = 40;
-  std::string out = "'";
-  for (char c : text.substr(0, kMax)) out += (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) ? '?' : c;
-  out += text.size() > kMax ? "...'" : "'";
-  return out;
-}
+std::string quoted(std::string_view text) { return "'" + printable(text) + "'"; }
 
 std::string list_names(const std::vector<std::string>& names) {
   std::string out;
@@ -215,6 +210,7 @@ class CsvTableBuilder {
     std::unordered_map<std::string, int> seen;
     for (const CsvColumn& col : columns) {
       if (col.name.empty()) throw ConfigError(origin + ": a column has an empty name");
+      if (has_control(col.name)) throw ConfigError(origin + ": column name " + quoted(col.name) + " has a control character");
       if (!seen.emplace(col.name, 0).second) throw ConfigError(origin + ": column '" + col.name + "' appears twice");
       const char s = col.separator;
       if (s != '\0' && (s == options_.delimiter || s == '"' || s == '\r' || s == '\n'))
@@ -391,8 +387,10 @@ class CsvTableBuilder {
     std::unordered_map<std::string, int> index;
     for (std::size_t i = 0; i < header_names_.size(); ++i) {
       if (header_names_[i].empty()) fail(line, "header field " + std::to_string(i + 1) + " is empty");
+      if (has_control(header_names_[i]))
+        fail(line, "header field " + std::to_string(i + 1) + " " + quoted(header_names_[i]) + " has a control character");
       if (!index.emplace(header_names_[i], static_cast<int>(i)).second)
-        fail(line, "the header names column '" + header_names_[i] + "' twice");
+        fail(line, "the header names column '" + printable(header_names_[i]) + "' twice");
     }
     if (table_.columns_.empty()) {
       std::vector<CsvColumn> columns;
@@ -481,7 +479,7 @@ int CsvTable::require_column(std::string_view name, std::string_view what) const
   if (c >= 0) return c;
   std::vector<std::string> names;
   for (const CsvColumn& col : columns_) names.push_back(col.name);
-  throw ConfigError(std::string(what) + ": no column '" + std::string(name) + "' in the data (columns: " +
+  throw ConfigError(std::string(what) + ": no column '" + printable(name) + "' in the data (columns: " +
                     list_names(names) + ")");
 }
 

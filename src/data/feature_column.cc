@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "data/text_util.h"
 #include "strata/common/error.h"
 
 namespace strata::data {
@@ -29,6 +30,7 @@ std::string column_what(const char* factory, const std::string& key) {
 
 void check_key(const char* factory, const std::string& key) {
   if (key.empty()) throw ConfigError(std::string(factory) + ": the key is empty");
+  if (has_control(key)) throw ConfigError(std::string(factory) + ": key '" + printable(key) + "' has a control character");
 }
 
 // A column tree bound to one table: the table column each key reads and the vocabulary map.
@@ -60,7 +62,7 @@ struct Access {
         errno = 0;
         const double x = std::strtod(text.c_str(), &end);
         if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || !std::isfinite(x))
-          fail(row, col, "'" + text.substr(0, 40) + "' is not a number");
+          fail(row, col, "'" + printable(text) + "' is not a number");
         return x;
       }
     }
@@ -82,7 +84,7 @@ struct Access {
         errno = 0;
         const long long parsed = std::strtoll(text.c_str(), &end, 10);
         if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE)
-          fail(row, col, "'" + text.substr(0, 40) + "' is not an integer");
+          fail(row, col, "'" + printable(text) + "' is not an integer");
         x = parsed;
         return x;
       }
@@ -127,7 +129,7 @@ Combiner parse_combiner(std::string_view text, std::string_view what) {
   if (text == "mean") return Combiner::kMean;
   if (text == "sum") return Combiner::kSum;
   if (text == "sqrtn") return Combiner::kSqrtn;
-  throw ConfigError(std::string(what) + ": unknown combiner '" + std::string(text.substr(0, 40)) +
+  throw ConfigError(std::string(what) + ": unknown combiner '" + printable(text) +
                     "' (mean, sum or sqrtn)");
 }
 
@@ -241,7 +243,7 @@ FeatureColumn vocabulary_column(const char* factory, std::string key, std::vecto
   std::unordered_set<std::string_view> seen;
   for (const std::string& term : vocabulary) {
     if (term.empty()) bad(what, "the vocabulary has an empty term (an empty value is 'missing' and never looked up)");
-    if (!seen.insert(term).second) bad(what, "the vocabulary has '" + term.substr(0, 40) + "' twice");
+    if (!seen.insert(term).second) bad(what, "the vocabulary has '" + printable(term) + "' twice");
   }
   if (num_oov_buckets < 0) bad(what, "num_oov_buckets is " + std::to_string(num_oov_buckets) + ", expected >= 0");
   const auto size = static_cast<std::int64_t>(vocabulary.size());
@@ -269,7 +271,10 @@ FeatureColumn categorical_column_with_vocabulary_list(std::string key, std::vect
 FeatureColumn categorical_column_with_vocabulary_file(std::string key, const std::string& vocabulary_file,
                                                       std::int64_t vocabulary_size, std::int64_t num_oov_buckets,
                                                       std::int64_t default_value) {
+  check_key("categorical_column_with_vocabulary_file", key);
   const std::string what = column_what("categorical_column_with_vocabulary_file", key);
+  if (vocabulary_file.empty() || has_control(vocabulary_file))
+    bad(what, "vocabulary file name '" + printable(vocabulary_file, 200) + "' is empty or has a control character");
   if (vocabulary_size == 0 || vocabulary_size < -1)
     bad(what, "vocabulary_size is " + std::to_string(vocabulary_size) + ", expected >= 1 (or -1: the whole file)");
   std::ifstream in(vocabulary_file, std::ios::binary);
@@ -298,7 +303,7 @@ FeatureColumn categorical_column_with_vocabulary_file(std::string key, const std
     const std::string at = vocabulary_file + ":" + std::to_string(line);
     if (term.empty()) bad(what, at + ": empty term");
     if (term.find('\0') != std::string::npos) bad(what, at + ": NUL byte in a term");
-    if (!seen.insert(term).second) bad(what, at + ": term '" + term.substr(0, 40) + "' appears twice");
+    if (!seen.insert(term).second) bad(what, at + ": term '" + printable(term) + "' appears twice");
     terms.push_back(std::move(term));
   }
   if (terms.empty()) bad(what, "vocabulary file '" + vocabulary_file + "' has no terms");
@@ -317,6 +322,8 @@ FeatureColumn crossed_column(std::vector<CrossKey> keys, std::int64_t hash_bucke
       throw ConfigError("crossed_column: key " + std::to_string(i) + " is a " + to_string(k.categorical->kind) +
                         " column; keys are CSV column names or categorical columns");
     if (!k.categorical && k.raw_key.empty()) throw ConfigError("crossed_column: key " + std::to_string(i) + " is empty");
+    if (!k.categorical && has_control(k.raw_key))
+      throw ConfigError("crossed_column: key " + std::to_string(i) + " '" + printable(k.raw_key) + "' has a control character");
   }
   FeatureColumn c;
   c.kind = ColumnKind::kCrossed;

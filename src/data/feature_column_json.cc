@@ -12,6 +12,7 @@
 #include <limits>
 #include <string>
 
+#include "data/text_util.h"
 #include "strata/common/error.h"
 #include "strata/common/parse.h"
 
@@ -174,7 +175,7 @@ class Reader {
       if (std::none_of(allowed.begin(), allowed.end(), [&](const char* a) { return it.key() == a; })) {
         std::string list;
         for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-        fail(path + "." + it.key().substr(0, kMaxExcerpt), "unknown member (this column takes " + list + ")");
+        fail(path + "." + printable(it.key(), kMaxExcerpt), "unknown member (this column takes " + list + ")");
       }
     }
   }
@@ -254,7 +255,7 @@ CsvOptions csv_options_from_json(const Json& j, const std::string& origin, const
   const char* allowed[] = {"preset", "delimiter", "header", "columns", "max_record_bytes"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::none_of(std::begin(allowed), std::end(allowed), [&](const char* a) { return it.key() == a; }))
-      csv_fail(origin, path + "." + it.key().substr(0, kMaxExcerpt),
+      csv_fail(origin, path + "." + printable(it.key(), kMaxExcerpt),
                "unknown member (preset, delimiter, header, columns, max_record_bytes)");
   CsvOptions o;
   if (j.contains("preset")) {
@@ -288,7 +289,7 @@ CsvOptions csv_options_from_json(const Json& j, const std::string& origin, const
       if (!c.is_object()) csv_fail(origin, p, "expected {\"name\": ..., \"type\": ...}, got " + excerpt(c));
       for (auto it = c.begin(); it != c.end(); ++it)
         if (it.key() != "name" && it.key() != "type" && it.key() != "default" && it.key() != "separator")
-          csv_fail(origin, p + "." + it.key().substr(0, kMaxExcerpt), "unknown member (name, type, default, separator)");
+          csv_fail(origin, p + "." + printable(it.key(), kMaxExcerpt), "unknown member (name, type, default, separator)");
       CsvColumn column;
       if (!c.contains("name") || !c["name"].is_string() || c["name"].get<std::string>().empty())
         csv_fail(origin, p + ".name", "expected a column name");

@@ -229,6 +229,9 @@ TEST(CsvSecurity, BadRecordsNameFileLineAndColumn) {
 TEST(CsvSecurity, BadHeadersAreRefused) {
   const std::string dup = write_text("dup.csv", "a,a\n1,2\n");
   EXPECT_TRUE(Contains(config_error([&] { read_csv({dup}, CsvOptions{}); }), dup + ":1: the header names column 'a' twice"));
+  const std::string control = write_text("control.csv", "\"a\nb\",c\n1,2\n");
+  EXPECT_TRUE(Contains(config_error([&] { read_csv({control}, CsvOptions{}); }),
+                       control + ":1: header field 1 'a?b' has a control character"));
   const std::string empty = write_text("empty.csv", "a,,c\n1,2,3\n");
   EXPECT_TRUE(Contains(config_error([&] { read_csv({empty}, CsvOptions{}); }), empty + ":1: header field 2 is empty"));
 }

@@ -502,6 +502,9 @@ TEST(FeatureColumnSecurity, SchemaErrorsNameTheFieldPath) {
       {R"([{"type": "numeric", "key": "a", "default_value": 1e400}])", "spec.json is not valid JSON"},
       {R"([{"type": )", "spec.json is not valid JSON"},
       {std::string(100000, '[') , "JSON nested deeper than"},
+      {R"([{"type": "numeric", "key": "a\nb"}])", "numeric_column: key 'a?b' has a control character"},
+      {R"([{"type": "numeric", "key": "a", "x\ny": 1}])", "feature_columns[0].x?y: unknown member"},
+      {R"([{"type": "vocabulary_list", "key": "a", "vocabulary": ["x\ny", "x\ny"]}])", "the vocabulary has 'x?y' twice"},
   };
   for (const Case& c : cases) {
     const std::string message = config_error([&] { parse_feature_columns_json(c.text, "spec.json"); });

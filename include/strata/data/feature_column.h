@@ -198,8 +198,10 @@ class FeatureTransform {
  public:
   // Plans the layout against `table` (the training data): checks that every key exists with a
   // usable type, sizes each multi-valued column's slots by the most values a row of `table` holds
-  // (a crossed column: the product of its keys' slots, at most kMaxCrossedSlots) and resolves
-  // num_classes 0. ConfigError naming the column otherwise. Duplicate column names are errors.
+  // (a crossed column: the product of its keys' slots; either at most kMaxCrossedSlots) and
+  // resolves num_classes 0. ConfigError naming the column otherwise. Duplicate column names are
+  // errors. Keys, column names and terms with control characters are refused by the factories
+  // and the reader, so every message and layout name is one printable line.
   FeatureTransform(std::vector<FeatureColumn> columns, LabelSpec label, const CsvTable& table);
 
   const FeatureLayout& layout() const { return layout_; }
