@@ -212,6 +212,9 @@ class CsvTableBuilder {
       if (col.name.empty()) throw ConfigError(origin + ": a column has an empty name");
       if (has_control(col.name)) throw ConfigError(origin + ": column name " + quoted(col.name) + " has a control character");
       if (!seen.emplace(col.name, 0).second) throw ConfigError(origin + ": column '" + col.name + "' appears twice");
+      if (col.max_values < 0 || (col.max_values > 0 && col.separator == '\0'))
+        throw ConfigError(origin + ": column '" + col.name + "': max_values " + std::to_string(col.max_values) +
+                          " needs a multi-valued column (a separator) and must not be negative");
       const char s = col.separator;
       if (s != '\0' && (s == options_.delimiter || s == '"' || s == '\r' || s == '\n'))
         throw ConfigError(origin + ": column '" + col.name + "': separator " + quoted(std::string(1, s)) +
@@ -366,7 +369,14 @@ class CsvTableBuilder {
       } else if (!append_values(col, text, store, problem)) {
         fail(line, "column '" + col.name + "': " + problem);
       }
-      if (col.separator != '\0') store.row_end.push_back(value_count(col, store));
+      if (col.separator != '\0') {
+        const std::uint64_t end = value_count(col, store);
+        const std::uint64_t begin = store.row_end.empty() ? 0 : store.row_end.back();
+        if (col.max_values > 0 && end - begin > static_cast<std::uint64_t>(col.max_values))
+          fail(line, "column '" + col.name + "' holds " + std::to_string(end - begin) + " values, at most " +
+                         std::to_string(col.max_values) + " (its max_values)");
+        store.row_end.push_back(end);
+      }
     }
     table_.file_of_.push_back(file_index_);
     table_.line_.push_back(line);

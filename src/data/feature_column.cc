@@ -94,7 +94,9 @@ struct Access {
 };
 
 std::int64_t checked_slots(const CsvTable& t, int col) {
-  if (t.columns()[static_cast<std::size_t>(col)].separator == '\0') return 1;
+  const CsvColumn& c = t.columns()[static_cast<std::size_t>(col)];
+  if (c.separator == '\0') return 1;
+  if (c.max_values > 0) return c.max_values;
   return std::max<std::int64_t>(1, t.max_values(col));
 }
 

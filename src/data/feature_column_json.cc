@@ -288,8 +288,10 @@ CsvOptions csv_options_from_json(const Json& j, const std::string& origin, const
       const Json& c = cols[i];
       if (!c.is_object()) csv_fail(origin, p, "expected {\"name\": ..., \"type\": ...}, got " + excerpt(c));
       for (auto it = c.begin(); it != c.end(); ++it)
-        if (it.key() != "name" && it.key() != "type" && it.key() != "default" && it.key() != "separator")
-          csv_fail(origin, p + "." + printable(it.key(), kMaxExcerpt), "unknown member (name, type, default, separator)");
+        if (it.key() != "name" && it.key() != "type" && it.key() != "default" && it.key() != "separator" &&
+            it.key() != "max_values")
+          csv_fail(origin, p + "." + printable(it.key(), kMaxExcerpt),
+                   "unknown member (name, type, default, separator, max_values)");
       CsvColumn column;
       if (!c.contains("name") || !c["name"].is_string() || c["name"].get<std::string>().empty())
         csv_fail(origin, p + ".name", "expected a column name");
@@ -305,6 +307,12 @@ CsvOptions csv_options_from_json(const Json& j, const std::string& origin, const
         else csv_fail(origin, p + ".default", "expected a string or a number, got " + excerpt(d));
       }
       if (c.contains("separator")) column.separator = one_char(c["separator"], origin, p + ".separator");
+      if (c.contains("max_values")) {
+        const Json& m = c["max_values"];
+        if (!column.separator || !m.is_number_unsigned() || m.get<std::uint64_t>() < 1 || m.get<std::uint64_t>() > 4096)
+          csv_fail(origin, p + ".max_values", "expected an integer in [1, 4096] on a column with a separator, got " + excerpt(m));
+        column.max_values = static_cast<int>(m.get<std::uint64_t>());
+      }
       o.columns.push_back(std::move(column));
     }
   }

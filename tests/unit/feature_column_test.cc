@@ -293,6 +293,16 @@ TEST(FeatureColumns, LabelsTargetsAndEvaluationData) {
   const CsvTable e = read_csv({eval}, o);
   EXPECT_TRUE(Contains(config_error([&] { ft.apply(e); }),
                        eval + ":3: hash_bucket column 'tags' has 4 ids in this row, the layout (planned on the training data) has 3 slots"));
+  // With max_values on the CSV column the layout has that many slots whatever the rows hold, and
+  // the reader refuses a row with more.
+  CsvOptions bounded = o;
+  bounded.columns[0].max_values = 4;
+  const CsvTable e4 = read_csv({eval}, bounded);
+  const FeatureTransform ft4({categorical_column_with_hash_bucket("tags", 10)}, LabelSpec{}, e4);
+  EXPECT_EQ(ft4.layout().columns[0].num_slots, 4);
+  EXPECT_EQ(ft4.apply(e4).sparse_ids[4 + 3], fingerprint64("d") % 10);
+  bounded.columns[0].max_values = 3;
+  EXPECT_TRUE(Contains(config_error([&] { read_csv({eval}, bounded); }), eval + ":3: column 'tags' holds 4 values, at most 3 (its max_values)"));
   const CsvTable e2 = read_csv({write_text("eval2.csv", "tags,label\nq,0\na|b,5\n")}, o);
   EXPECT_TRUE(Contains(config_error([&] { ft.apply(e2); }), ":3: column 'label': label 5 is outside [0, num_classes=2)"));
 }
@@ -444,7 +454,7 @@ TEST(FeatureColumnJson, ParsesCsvOptions) {
   EXPECT_EQ(c.header, CsvHeader::kAbsent);
   ASSERT_EQ(c.columns.size(), 40u);
   const CsvOptions o = parse_csv_options_json(
-      R"({"delimiter": "tab", "columns": [{"name": "y", "type": "float"}, {"name": "tags", "default": "", "separator": "|"},
+      R"({"delimiter": "tab", "columns": [{"name": "y", "type": "float"}, {"name": "tags", "default": "", "separator": "|", "max_values": 5},
           {"name": "n", "type": "int64", "default": 0}], "max_record_bytes": 4096})",
       "spec.json");
   EXPECT_EQ(o.delimiter, '\t');
@@ -455,6 +465,7 @@ TEST(FeatureColumnJson, ParsesCsvOptions) {
   EXPECT_FALSE(o.columns[0].default_value.has_value());
   EXPECT_EQ(o.columns[1].type, CsvType::kString);
   EXPECT_EQ(o.columns[1].separator, '|');
+  EXPECT_EQ(o.columns[1].max_values, 5);
   EXPECT_EQ(o.columns[2].default_value, std::optional<std::string>("0"));
   struct Case {
     std::string text, expect;
@@ -468,6 +479,7 @@ TEST(FeatureColumnJson, ParsesCsvOptions) {
       {R"({"columns": [{"name": "a", "sep": "|"}]})", "csv.columns[0].sep: unknown member"},
       {R"({"columns": [{"type": "float"}]})", "csv.columns[0].name: expected a column name"},
       {R"({"max_record_bytes": 0})", "csv.max_record_bytes: expected an integer in [1, 2^31]"},
+      {R"({"columns": [{"name": "a", "max_values": 3}]})", "csv.columns[0].max_values: expected an integer in [1, 4096] on a column with a separator"},
       {R"({"delimeter": ","})", "csv.delimeter: unknown member"},
   };
   for (const Case& k : cases) EXPECT_TRUE(Contains(config_error([&] { parse_csv_options_json(k.text, "spec.json"); }), k.expect)) << k.text;

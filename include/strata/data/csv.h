@@ -49,6 +49,11 @@ struct CsvColumn {
   // Multi-valued when not '\0': the field is split on this character. Must differ from the
   // delimiter, '"', '\r' and '\n'.
   char separator = '\0';
+  // Multi-valued only: when > 0, a row holding more values is an error at its line, and the
+  // feature columns size this column's id slots by this bound instead of by the most values the
+  // training rows hold, so streamed data (whose rows are not all seen when the layout is planned)
+  // gets a fixed layout.
+  int max_values = 0;
 };
 
 enum class CsvHeader {

@@ -197,8 +197,9 @@ std::vector<CsvColumn> csv_columns_for(const std::vector<FeatureColumn>& columns
 class FeatureTransform {
  public:
   // Plans the layout against `table` (the training data): checks that every key exists with a
-  // usable type, sizes each multi-valued column's slots by the most values a row of `table` holds
-  // (a crossed column: the product of its keys' slots; either at most kMaxCrossedSlots) and
+  // usable type, sizes each multi-valued column's slots by its CsvColumn::max_values, or else by
+  // the most values a row of `table` holds (a crossed column: the product of its keys' slots;
+  // either at most kMaxCrossedSlots) and
   // resolves num_classes 0. ConfigError naming the column otherwise. Duplicate column names are
   // errors. Keys, column names and terms with control characters are refused by the factories
   // and the reader, so every message and layout name is one printable line.
