@@ -749,9 +749,11 @@ Dataset FeatureTransform::apply(const CsvTable& table) const {
 
 BatchIterator::Source csv_batch_source(std::vector<std::string> paths, CsvOptions options, FeatureTransform transform,
                                        int batch_size, bool drop_remainder, AutoShard policy, int num_workers, int worker,
-                                       std::int64_t chunk_rows) {
+                                       std::int64_t chunk_rows, std::int64_t shuffle_buffer, std::uint64_t seed) {
   if (batch_size < 1) throw ConfigError("csv stream: batch size is " + std::to_string(batch_size) + ", expected >= 1");
   if (chunk_rows < 1) throw ConfigError("csv stream: chunk_rows is " + std::to_string(chunk_rows) + ", expected >= 1");
+  if (shuffle_buffer < 0 || shuffle_buffer > (std::int64_t{1} << 32))
+    throw ConfigError("csv stream: shuffle buffer is " + std::to_string(shuffle_buffer) + ", expected 0..2^32 rows");
   if (num_workers < 1 || worker < 0 || worker >= num_workers)
     throw ConfigError("csv stream: worker " + std::to_string(worker) + " of " + std::to_string(num_workers) + " workers");
   if (paths.empty()) throw ConfigError("csv: no input files");
@@ -766,6 +768,13 @@ BatchIterator::Source csv_batch_source(std::vector<std::string> paths, CsvOption
       mine.push_back(paths[f]);
     paths = std::move(mine);
   }
+  // One row of a batch in flat form: dense features, ids, label or target.
+  struct Rows {
+    std::vector<float> features;
+    std::vector<std::int64_t> ids;
+    std::vector<std::int32_t> labels;
+    std::vector<float> targets;
+  };
   struct State {
     CsvStream stream;
     FeatureTransform transform;
@@ -774,43 +783,110 @@ BatchIterator::Source csv_batch_source(std::vector<std::string> paths, CsvOption
     std::vector<std::int64_t> keep;  // rows of `pending` this worker takes, in order
     std::size_t next = 0;
     std::int64_t rows_seen = 0;  // rows of the whole input before `pending`
+    Rows buffer;                 // the shuffle buffer
+    std::int64_t buffered = 0;
+    bool input_done = false;
+    std::uint64_t rng = 0;
   };
   auto state = std::make_shared<State>(State{CsvStream(std::move(paths), std::move(options)), std::move(transform),
-                                             CsvTable{}, Dataset{}, {}, 0, 0});
+                                             CsvTable{}, Dataset{}, {}, 0, 0, Rows{}, 0, false, seed});
   const bool by_line = policy == AutoShard::kData;
-  return [state, batch_size, drop_remainder, by_line, num_workers, worker, chunk_rows](Batch& out) {
+  return [state, batch_size, drop_remainder, by_line, num_workers, worker, chunk_rows, shuffle_buffer](Batch& out) {
     State& s = *state;
     const FeatureLayout& L = s.transform.layout();
     const auto dense = static_cast<std::size_t>(L.dense_dim), fields = static_cast<std::size_t>(L.num_fields);
-    out.size = 0;
-    out.dense_dim = L.dense_dim;
-    out.num_fields = L.num_fields;
-    out.features.clear();
-    out.sparse_ids.clear();
-    out.labels.clear();
-    out.targets.clear();
-    while (out.size < batch_size) {
-      if (s.next == s.keep.size()) {
-        if (!s.stream.next(s.chunk, chunk_rows)) break;
+    const bool labels = !L.label.regression;
+    // Copies the next input row this worker keeps into row `at` of `dst` (resized as needed);
+    // false at the end of the input.
+    const auto pull = [&](Rows& dst, std::size_t at) {
+      while (s.next == s.keep.size()) {
+        if (s.input_done || !s.stream.next(s.chunk, chunk_rows)) {
+          s.input_done = true;
+          return false;
+        }
         s.pending = s.transform.apply(s.chunk);
         s.keep.clear();
         s.next = 0;
         for (std::int64_t r = 0; r < s.pending.size; ++r)
           if (!by_line || (s.rows_seen + r) % num_workers == worker) s.keep.push_back(r);
         s.rows_seen += s.pending.size;
-        continue;
       }
       const auto r = static_cast<std::size_t>(s.keep[s.next++]);
       const Dataset& d = s.pending;
-      out.features.insert(out.features.end(), d.features.begin() + static_cast<std::ptrdiff_t>(r * dense),
-                          d.features.begin() + static_cast<std::ptrdiff_t>((r + 1) * dense));
-      out.sparse_ids.insert(out.sparse_ids.end(), d.sparse_ids.begin() + static_cast<std::ptrdiff_t>(r * fields),
-                            d.sparse_ids.begin() + static_cast<std::ptrdiff_t>((r + 1) * fields));
-      if (!d.labels.empty()) out.labels.push_back(d.labels[r]);
-      if (!d.targets.empty()) out.targets.push_back(d.targets[r]);
-      ++out.size;
+      if (dst.features.size() < (at + 1) * dense) dst.features.resize((at + 1) * dense);
+      if (dst.ids.size() < (at + 1) * fields) dst.ids.resize((at + 1) * fields);
+      std::copy_n(d.features.begin() + static_cast<std::ptrdiff_t>(r * dense), dense,
+                  dst.features.begin() + static_cast<std::ptrdiff_t>(at * dense));
+      std::copy_n(d.sparse_ids.begin() + static_cast<std::ptrdiff_t>(r * fields), fields,
+                  dst.ids.begin() + static_cast<std::ptrdiff_t>(at * fields));
+      if (labels) {
+        if (dst.labels.size() < at + 1) dst.labels.resize(at + 1);
+        dst.labels[at] = d.labels[r];
+      } else {
+        if (dst.targets.size() < at + 1) dst.targets.resize(at + 1);
+        dst.targets[at] = d.targets[r];
+      }
+      return true;
+    };
+    const auto move_row = [&](const Rows& src, std::size_t from, Rows& dst, std::size_t to) {
+      if (dst.features.size() < (to + 1) * dense) dst.features.resize((to + 1) * dense);
+      if (dst.ids.size() < (to + 1) * fields) dst.ids.resize((to + 1) * fields);
+      std::copy_n(src.features.begin() + static_cast<std::ptrdiff_t>(from * dense), dense,
+                  dst.features.begin() + static_cast<std::ptrdiff_t>(to * dense));
+      std::copy_n(src.ids.begin() + static_cast<std::ptrdiff_t>(from * fields), fields,
+                  dst.ids.begin() + static_cast<std::ptrdiff_t>(to * fields));
+      if (labels) {
+        if (dst.labels.size() < to + 1) dst.labels.resize(to + 1);
+        dst.labels[to] = src.labels[from];
+      } else {
+        if (dst.targets.size() < to + 1) dst.targets.resize(to + 1);
+        dst.targets[to] = src.targets[from];
+      }
+    };
+    Rows rows;
+    rows.features = std::move(out.features);
+    rows.ids = std::move(out.sparse_ids);
+    rows.labels = std::move(out.labels);
+    rows.targets = std::move(out.targets);
+    rows.features.clear();
+    rows.ids.clear();
+    rows.labels.clear();
+    rows.targets.clear();
+    int size = 0;
+    while (size < batch_size) {
+      if (shuffle_buffer == 0) {
+        if (!pull(rows, static_cast<std::size_t>(size))) break;
+      } else {
+        while (!s.input_done && s.buffered < shuffle_buffer && pull(s.buffer, static_cast<std::size_t>(s.buffered))) ++s.buffered;
+        if (s.buffered == 0) break;
+        // splitmix64: a portable, seeded choice (no std:: distributions).
+        s.rng += 0x9e3779b97f4a7c15ULL;
+        std::uint64_t z = s.rng;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+        z ^= z >> 31;
+        const auto j = static_cast<std::size_t>(z % static_cast<std::uint64_t>(s.buffered));
+        move_row(s.buffer, j, rows, static_cast<std::size_t>(size));
+        if (s.input_done || !pull(s.buffer, j)) {
+          move_row(s.buffer, static_cast<std::size_t>(s.buffered - 1), s.buffer, j);
+          --s.buffered;
+        }
+      }
+      ++size;
     }
-    return out.size > 0 && (out.size == batch_size || !drop_remainder);
+    const auto n = static_cast<std::size_t>(size);
+    rows.features.resize(n * dense);
+    rows.ids.resize(n * fields);
+    rows.labels.resize(labels ? n : 0);
+    rows.targets.resize(labels ? 0 : n);
+    out.size = size;
+    out.dense_dim = L.dense_dim;
+    out.num_fields = L.num_fields;
+    out.features = std::move(rows.features);
+    out.sparse_ids = std::move(rows.ids);
+    out.labels = std::move(rows.labels);
+    out.targets = std::move(rows.targets);
+    return size > 0 && (size == batch_size || !drop_remainder);
   };
 }
 

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -408,6 +409,29 @@ TEST(CsvStream, BatchSourceMatchesTheInMemoryTransformAndShards) {
   EXPECT_EQ(collect(AutoShard::kAuto, 3, 2, false).first, (std::vector<float>{2, 5, 8, 11}));  // DATA: 2 files < 3
   EXPECT_TRUE(Contains(config_error([&] { csv_batch_source(files, stream_options(), ft, 4, false, AutoShard::kFile, 3, 0); }),
                        "FILE sharding needs at least one file per worker: 2 files for 3 workers"));
+  // A shuffle buffer permutes the rows (each exactly once), deterministically in the seed.
+  const auto shuffled = [&](std::int64_t buffer, std::uint64_t seed) {
+    BatchIterator it(csv_batch_source(files, stream_options(), ft, 4, false, AutoShard::kOff, 1, 0, 3, buffer, seed));
+    std::vector<float> xs;
+    Batch b;
+    while (it.next(b)) {
+      for (int r = 0; r < b.size; ++r) {
+        const float x = b.features[static_cast<std::size_t>(r)];
+        xs.push_back(x);
+        EXPECT_EQ(b.labels[static_cast<std::size_t>(r)], d.labels[static_cast<std::size_t>(x)]);
+        EXPECT_EQ(b.sparse_ids[static_cast<std::size_t>(r * b.num_fields)], d.sparse_ids[static_cast<std::size_t>(x) * 2]);
+      }
+    }
+    return xs;
+  };
+  const std::vector<float> s1 = shuffled(5, 1);
+  EXPECT_NE(s1, d.features);
+  std::vector<float> sorted = s1;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, d.features);
+  EXPECT_EQ(shuffled(5, 1), s1);
+  EXPECT_NE(shuffled(5, 2), s1);
+  EXPECT_EQ(shuffled(1, 9), d.features);  // a buffer of one row keeps the order, as in TF
   // A bad row deep in a file surfaces from next() with its file and line.
   const std::string bad = write_text("bad.csv", "label,x,tags\n0,1,a\n1,oops,b\n");
   BatchIterator it(csv_batch_source({bad}, stream_options(), ft, 1, false, AutoShard::kOff, 1, 0, 1));

@@ -227,11 +227,16 @@ class FeatureTransform {
 // over files then lines: kFile gives worker w the files f with f % num_workers == w (ConfigError
 // when there are fewer files than workers); kData reads every file and keeps the rows whose
 // index in the whole input is w modulo num_workers; kAuto is kFile when there are at least
-// num_workers files, else kData; kOff keeps every row. No shuffling (streaming reads in order).
-// ConfigError for a bad argument; read and transform errors surface from BatchIterator::next().
+// num_workers files, else kData; kOff keeps every row. shuffle_buffer > 0 shuffles as TF's
+// Dataset.shuffle(buffer_size) does: the first shuffle_buffer rows fill a buffer, each output row
+// is a uniformly chosen buffer row (deterministic in `seed`; pass seed + epoch for a new order
+// each epoch), replaced by the next input row; memory grows by shuffle_buffer rows. 0 keeps file
+// order. ConfigError for a bad argument; read and transform errors surface from
+// BatchIterator::next().
 BatchIterator::Source csv_batch_source(std::vector<std::string> paths, CsvOptions options, FeatureTransform transform,
                                        int batch_size, bool drop_remainder, AutoShard policy = AutoShard::kAuto,
-                                       int num_workers = 1, int worker = 0, std::int64_t chunk_rows = 65536);
+                                       int num_workers = 1, int worker = 0, std::int64_t chunk_rows = 65536,
+                                       std::int64_t shuffle_buffer = 0, std::uint64_t seed = 0);
 
 // Feature columns from JSON text: an array of column objects, or an object whose
 // "feature_columns" member is that array. Schema (every member but those marked optional is
