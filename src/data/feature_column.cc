@@ -495,13 +495,13 @@ class RowWriter {
     const std::int64_t first = t_.value_begin(col, r), end = t_.value_end(col, r);
     const std::int64_t count = end - first;
     if (count == 0 && fc.default_value) {
-      std::fill(out, out + fc.shape, normalise(fc, *fc.default_value));
+      std::fill(out, out + fc.shape, to_float(normalise(fc, *fc.default_value), r, col));
       return;
     }
     if (count != fc.shape)
       a_.fail(r, col, std::to_string(count) + " values, numeric_column '" + fc.key + "' has shape " +
                           std::to_string(fc.shape) + (fc.default_value ? "" : " and no default_value"));
-    for (std::int64_t v = first; v < end; ++v) out[v - first] = normalise(fc, a_.number(col, v, r));
+    for (std::int64_t v = first; v < end; ++v) out[v - first] = to_float(normalise(fc, a_.number(col, v, r)), r, col);
   }
 
   // Appends row r's ids of categorical column b to `ids` (at most b.slots of them).
@@ -574,8 +574,16 @@ class RowWriter {
   }
 
  private:
-  static float normalise(const FeatureColumn& fc, double x) {
+  static double normalise(const FeatureColumn& fc, double x) {
     if (fc.normalizer) x = (x - fc.normalizer->mean) / fc.normalizer->std;
+    return x;
+  }
+
+  // Checked before the conversion: a double outside float's range converts with undefined
+  // behaviour.
+  float to_float(double x, std::int64_t r, int col) const {
+    if (!std::isfinite(x) || std::fabs(x) > static_cast<double>(std::numeric_limits<float>::max()))
+      a_.fail(r, col, "the value (normalised: " + std::to_string(x) + ") does not fit a float");
     return static_cast<float>(x);
   }
 
@@ -732,8 +740,10 @@ Dataset FeatureTransform::apply(const CsvTable& table) const {
       std::copy(ids.begin(), ids.end(), d.sparse_ids.begin() + static_cast<std::ptrdiff_t>(row * fields + static_cast<std::size_t>(cl.first_slot)));
     }
     if (layout_.label.regression) {
-      d.targets[row] = static_cast<float>(a.number(lcol, r, r));
-      if (!std::isfinite(d.targets[row])) a.fail(r, lcol, "the target does not fit a float");
+      const double y = a.number(lcol, r, r);
+      if (!(std::fabs(y) <= static_cast<double>(std::numeric_limits<float>::max())))
+        a.fail(r, lcol, "the target " + std::to_string(y) + " does not fit a float");
+      d.targets[row] = static_cast<float>(y);
     } else {
       const std::int64_t y = a.integer(lcol, r, r);
       if (y < 0 || y >= d.num_classes)

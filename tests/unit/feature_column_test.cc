@@ -576,6 +576,21 @@ TEST(FeatureColumnSecurity, BadValuesAtTransformTimeNameFileLineAndColumn) {
                        "key 'x' is a float column"));
   EXPECT_TRUE(Contains(config_error([&] { FeatureTransform({numeric_column("x"), numeric_column("x")}, LabelSpec{}, t); }),
                        "two columns are named 'x'"));
+  // A number beyond float's range, raw or after normalising, is refused, not converted.
+  CsvOptions big;
+  big.columns = {col("label", CsvType::kFloat), col("v", CsvType::kString)};
+  const CsvTable b = read_csv({write_text("big.csv", "label,v\n1,2\n1,1e300\n")}, big);
+  EXPECT_TRUE(Contains(config_error([&] { FeatureTransform({numeric_column("v")}, LabelSpec{}, b).apply(b); }),
+                       ":3: column 'v': the value (normalised: 1000000"));
+  EXPECT_TRUE(Contains(config_error([&] {
+                         FeatureTransform({numeric_column("v", 1, std::nullopt, Normalizer{0, 1e-300})}, LabelSpec{}, b).apply(b);
+                       }),
+                       ":2: column 'v': the value"));
+  LabelSpec target;
+  target.key = "v";
+  target.regression = true;
+  EXPECT_TRUE(Contains(config_error([&] { FeatureTransform({numeric_column("label")}, target, b).apply(b); }),
+                       ":3: column 'v': the target 1000000"));
   // A cross whose product of slots passes the bound is refused when planned.
   std::string wide = "label,t\n0,";
   for (int i = 0; i < 100; ++i) wide += (i ? "|" : "") + std::to_string(i);
