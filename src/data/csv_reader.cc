@@ -2,8 +2,7 @@
 // typed column store. csv.h states the dialect and the error contract.
 //
 // Records are assembled before they are split so that a quoted field may hold line breaks: a
-// newline ends the record only outside a quoted field (read_file tracks the RFC 4180 quote
-// state). The record buffer is bounded by max_record_bytes, which is what bounds memory against
+// newline ends the record only outside a quoted field (pump() tracks the RFC 4180 quote state). The record buffer is bounded by max_record_bytes, which is what bounds memory against
 // a file with no newline at all.
 #include <zlib.h>
 
@@ -19,6 +18,7 @@
 #include <vector>
 
 #include "strata/common/error.h"
+#include "data/text_util.h"
 #include "strata/data/csv.h"
 
 namespace strata::data {
@@ -27,13 +27,7 @@ namespace {
 constexpr std::size_t kChunkBytes = std::size_t{1} << 18;
 constexpr std::size_t kMaxColumns = 1 << 16;
 
-std::string quoted(std::string_view text) {
-  constexpr std::size_t kMax = 40;
-  std::string out = "'";
-  for (char c : text.substr(0, kMax)) out += (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) ? '?' : c;
-  out += text.size() > kMax ? "...'" : "'";
-  return out;
-}
+std::string quoted(std::string_view text) { return "'" + printable(text) + "'"; }
 
 std::string list_names(const std::vector<std::string>& names) {
   std::string out;
@@ -107,51 +101,90 @@ class ByteSource {
 // Appends parsed rows to a CsvTable; one per read_csv call.
 class CsvTableBuilder {
  public:
-  CsvTableBuilder(const CsvOptions& options, CsvTable& table) : options_(options), table_(table) {}
+  CsvTableBuilder(const CsvOptions& options, CsvTable& table) : options_(options), table_(table) {
+    for (unsigned char c : {static_cast<unsigned char>('\n'), static_cast<unsigned char>('"'), static_cast<unsigned char>('\0'),
+                            static_cast<unsigned char>(options.delimiter)})
+      special_[c] = true;
+  }
 
-  void read_file(const std::string& path) {
+  // Starts reading `path` (the next file of the table).
+  void open(const std::string& path) {
     file_index_ = static_cast<std::int32_t>(table_.files_.size());
     table_.files_.push_back(path);
     path_ = path;
     first_record_ = true;
-    ByteSource source(path);
-    std::string record;
-    // Quote state per RFC 4180: a quote opens a quoted field only at the field's start; inside
-    // one, a quote either escapes the next quote or closes the field. Anything else (a quote
-    // inside an unquoted field, text after a closing quote) stays in the record for split() to
-    // report at its line, and never changes where the record ends.
-    enum class State { kFieldStart, kUnquoted, kQuoted, kQuoteInQuoted } state = State::kFieldStart;
-    std::int64_t line = 1, record_line = 1;
+    source_ = std::make_unique<ByteSource>(path);
+    chunk_ = std::string_view();
+    pos_ = 0;
+    record_.clear();
+    state_ = State::kFieldStart;
+    line_ = record_line_ = 1;
+  }
+
+  // Reads records of the open file until the table holds `until_rows` rows or the file ends;
+  // returns false (and closes the file) at its end.
+  //
+  // Quote state per RFC 4180: a quote opens a quoted field only at the field's start; inside
+  // one, a quote either escapes the next quote or closes the field. Anything else (a quote inside
+  // an unquoted field, text after a closing quote) stays in the record for split() to report at
+  // its line, and never changes where the record ends.
+  bool pump(std::int64_t until_rows) {
     const char delimiter = options_.delimiter;
-    for (std::string_view chunk = source.next(); !chunk.empty(); chunk = source.next()) {
-      for (char c : chunk) {
+    for (;;) {
+      if (pos_ == chunk_.size()) {
+        chunk_ = source_->next();
+        pos_ = 0;
+        if (chunk_.empty()) break;
+      }
+      while (pos_ < chunk_.size()) {
+        // Ordinary bytes (no quote, delimiter, line break or NUL) are copied a run at a time.
+        std::size_t run = pos_;
+        while (run < chunk_.size() && !special_[static_cast<unsigned char>(chunk_[run])]) ++run;
+        if (run > pos_) {
+          if (record_.size() + (run - pos_) > options_.max_record_bytes)
+            fail(record_line_, "record longer than " + std::to_string(options_.max_record_bytes) + " bytes");
+          record_.append(chunk_.data() + pos_, run - pos_);
+          if (state_ != State::kQuoted) state_ = State::kUnquoted;
+          pos_ = run;
+          if (pos_ == chunk_.size()) break;
+        }
+        const char c = chunk_[pos_++];
         if (c == '\n') {
-          ++line;
-          if (state != State::kQuoted) {
-            finish_record(record, record_line);
-            record.clear();
-            record_line = line;
-            state = State::kFieldStart;
+          ++line_;
+          if (state_ != State::kQuoted) {
+            finish_record(record_, record_line_);
+            record_.clear();
+            record_line_ = line_;
+            state_ = State::kFieldStart;
+            if (table_.num_rows() >= until_rows) return true;
             continue;
           }
         } else if (c == '\0') {
-          fail(line, "NUL byte in the text (is this a binary file?)");
+          fail(line_, "NUL byte in the text (is this a binary file?)");
         } else if (c == '"') {
-          if (state == State::kFieldStart) state = State::kQuoted;
-          else if (state == State::kQuoted) state = State::kQuoteInQuoted;
-          else if (state == State::kQuoteInQuoted) state = State::kQuoted;
-        } else if (c == delimiter && state != State::kQuoted) {
-          state = State::kFieldStart;
-        } else if (state != State::kQuoted) {
-          state = State::kUnquoted;
+          if (state_ == State::kFieldStart) state_ = State::kQuoted;
+          else if (state_ == State::kQuoted) state_ = State::kQuoteInQuoted;
+          else if (state_ == State::kQuoteInQuoted) state_ = State::kQuoted;
+        } else if (c == delimiter && state_ != State::kQuoted) {
+          state_ = State::kFieldStart;
         }
-        if (record.size() >= options_.max_record_bytes)
-          fail(record_line, "record longer than " + std::to_string(options_.max_record_bytes) + " bytes");
-        record.push_back(c);
+        if (record_.size() >= options_.max_record_bytes)
+          fail(record_line_, "record longer than " + std::to_string(options_.max_record_bytes) + " bytes");
+        record_.push_back(c);
       }
     }
-    if (state == State::kQuoted) fail(record_line, "quoted field not closed before the end of the file");
-    if (!record.empty()) finish_record(record, record_line);
+    if (state_ == State::kQuoted) fail(record_line_, "quoted field not closed before the end of the file");
+    if (!record_.empty()) finish_record(record_, record_line_);
+    record_.clear();
+    source_.reset();
+    return false;
+  }
+
+  // Empties the table's rows, keeping its columns and files, for the next chunk of a stream.
+  void clear_rows() {
+    for (CsvTable::Store& s : table_.stores_) s = CsvTable::Store{};
+    table_.file_of_.clear();
+    table_.line_.clear();
   }
 
   // Set the schema from options when it lists columns; checks defaults and separators.
@@ -177,7 +210,11 @@ class CsvTableBuilder {
     std::unordered_map<std::string, int> seen;
     for (const CsvColumn& col : columns) {
       if (col.name.empty()) throw ConfigError(origin + ": a column has an empty name");
+      if (has_control(col.name)) throw ConfigError(origin + ": column name " + quoted(col.name) + " has a control character");
       if (!seen.emplace(col.name, 0).second) throw ConfigError(origin + ": column '" + col.name + "' appears twice");
+      if (col.max_values < 0 || (col.max_values > 0 && col.separator == '\0'))
+        throw ConfigError(origin + ": column '" + col.name + "': max_values " + std::to_string(col.max_values) +
+                          " needs a multi-valued column (a separator) and must not be negative");
       const char s = col.separator;
       if (s != '\0' && (s == options_.delimiter || s == '"' || s == '\r' || s == '\n'))
         throw ConfigError(origin + ": column '" + col.name + "': separator " + quoted(std::string(1, s)) +
@@ -247,46 +284,52 @@ class CsvTableBuilder {
     return 0;
   }
 
-  // Splits `record` into fields_ (unquoted, "" unescaped).
+  // Splits `record` into fields_: views into the record for unquoted fields, into unescaped_
+  // for quoted ones (reserved to the record's size first, so the views stay valid).
   void split(const std::string& record, std::int64_t line) {
     fields_.clear();
+    unescaped_.clear();
+    unescaped_.reserve(record.size());
     const char d = options_.delimiter;
+    const std::string_view rec(record);
     std::size_t pos = 0;
     for (;;) {
-      std::string field;
-      if (pos < record.size() && record[pos] == '"') {
+      std::string_view field;
+      if (pos < rec.size() && rec[pos] == '"') {
         ++pos;
+        const std::size_t begin = unescaped_.size();
         for (;;) {
-          if (pos >= record.size()) fail(line, "quoted field " + std::to_string(fields_.size() + 1) + " is not closed");
-          const char c = record[pos];
+          if (pos >= rec.size()) fail(line, "quoted field " + std::to_string(fields_.size() + 1) + " is not closed");
+          const char c = rec[pos];
           if (c == '"') {
-            if (pos + 1 < record.size() && record[pos + 1] == '"') {
-              field.push_back('"');
+            if (pos + 1 < rec.size() && rec[pos + 1] == '"') {
+              unescaped_.push_back('"');
               pos += 2;
               continue;
             }
             ++pos;
             break;
           }
-          field.push_back(c);
+          unescaped_.push_back(c);
           ++pos;
         }
-        if (pos < record.size() && record[pos] != d)
+        field = std::string_view(unescaped_).substr(begin);
+        if (pos < rec.size() && rec[pos] != d)
           fail(line, "text after the closing quote of field " + std::to_string(fields_.size() + 1));
       } else {
-        std::size_t stop = record.find(d, pos);
-        if (stop == std::string::npos) stop = record.size();
-        field.assign(record, pos, stop - pos);
-        if (field.find('"') != std::string::npos)
+        std::size_t stop = rec.find(d, pos);
+        if (stop == std::string_view::npos) stop = rec.size();
+        field = rec.substr(pos, stop - pos);
+        if (field.find('"') != std::string_view::npos)
           fail(line, "field " + std::to_string(fields_.size() + 1) + " " + quoted(field) +
                          " has a quote but does not start with one");
         pos = stop;
       }
-      fields_.push_back(std::move(field));
+      fields_.push_back(field);
       if (fields_.size() > kMaxColumns) fail(line, "more than " + std::to_string(kMaxColumns) + " fields");
-      if (pos >= record.size()) break;
+      if (pos >= rec.size()) break;
       ++pos;  // the delimiter
-      if (pos == record.size()) {  // a trailing delimiter: one last, empty field
+      if (pos == rec.size()) {  // a trailing delimiter: one last, empty field
         fields_.emplace_back();
         break;
       }
@@ -312,7 +355,7 @@ class CsvTableBuilder {
     for (std::size_t c = 0; c < table_.columns_.size(); ++c) {
       const CsvColumn& col = table_.columns_[c];
       CsvTable::Store& store = table_.stores_[c];
-      const std::string& text = fields_[static_cast<std::size_t>(field_of_column_[c])];
+      const std::string_view text = fields_[static_cast<std::size_t>(field_of_column_[c])];
       if (text.empty()) {
         if (!col.default_value) fail(line, "column '" + col.name + "' is empty and has no default");
         const CsvTable::Store& def = defaults_[c];
@@ -326,7 +369,14 @@ class CsvTableBuilder {
       } else if (!append_values(col, text, store, problem)) {
         fail(line, "column '" + col.name + "': " + problem);
       }
-      if (col.separator != '\0') store.row_end.push_back(value_count(col, store));
+      if (col.separator != '\0') {
+        const std::uint64_t end = value_count(col, store);
+        const std::uint64_t begin = store.row_end.empty() ? 0 : store.row_end.back();
+        if (col.max_values > 0 && end - begin > static_cast<std::uint64_t>(col.max_values))
+          fail(line, "column '" + col.name + "' holds " + std::to_string(end - begin) + " values, at most " +
+                         std::to_string(col.max_values) + " (its max_values)");
+        store.row_end.push_back(end);
+      }
     }
     table_.file_of_.push_back(file_index_);
     table_.line_.push_back(line);
@@ -343,12 +393,14 @@ class CsvTableBuilder {
   }
 
   void map_header(std::int64_t line) {
-    header_names_ = fields_;
+    header_names_.assign(fields_.begin(), fields_.end());
     std::unordered_map<std::string, int> index;
     for (std::size_t i = 0; i < header_names_.size(); ++i) {
       if (header_names_[i].empty()) fail(line, "header field " + std::to_string(i + 1) + " is empty");
+      if (has_control(header_names_[i]))
+        fail(line, "header field " + std::to_string(i + 1) + " " + quoted(header_names_[i]) + " has a control character");
       if (!index.emplace(header_names_[i], static_cast<int>(i)).second)
-        fail(line, "the header names column '" + header_names_[i] + "' twice");
+        fail(line, "the header names column '" + printable(header_names_[i]) + "' twice");
     }
     if (table_.columns_.empty()) {
       std::vector<CsvColumn> columns;
@@ -379,13 +431,22 @@ class CsvTableBuilder {
     expected_fields_ = table_.columns_.size();
   }
 
+  enum class State { kFieldStart, kUnquoted, kQuoted, kQuoteInQuoted };
+  bool special_[256] = {};
   const CsvOptions& options_;
   CsvTable& table_;
+  std::unique_ptr<ByteSource> source_;
+  std::string_view chunk_;
+  std::size_t pos_ = 0;
+  std::string record_;
+  State state_ = State::kFieldStart;
+  std::int64_t line_ = 1, record_line_ = 1;
   std::vector<CsvTable::Store> defaults_;
   std::string path_;
   std::int32_t file_index_ = 0;
   bool first_record_ = true;
-  std::vector<std::string> fields_;
+  std::vector<std::string_view> fields_;
+  std::string unescaped_;
   std::vector<std::string> header_names_;
   std::vector<int> field_of_column_;
   std::size_t expected_fields_ = 0;
@@ -428,7 +489,7 @@ int CsvTable::require_column(std::string_view name, std::string_view what) const
   if (c >= 0) return c;
   std::vector<std::string> names;
   for (const CsvColumn& col : columns_) names.push_back(col.name);
-  throw ConfigError(std::string(what) + ": no column '" + std::string(name) + "' in the data (columns: " +
+  throw ConfigError(std::string(what) + ": no column '" + printable(name) + "' in the data (columns: " +
                     list_names(names) + ")");
 }
 
@@ -496,8 +557,51 @@ CsvTable read_csv(const std::vector<std::string>& paths, const CsvOptions& optio
   CsvTable table;
   CsvTableBuilder builder(options, table);
   builder.prepare();
-  for (const std::string& path : paths) builder.read_file(path);
+  for (const std::string& path : paths) {
+    builder.open(path);
+    while (builder.pump(std::numeric_limits<std::int64_t>::max())) {
+    }
+  }
   return table;
+}
+
+struct CsvStream::State {
+  explicit State(std::vector<std::string> p, CsvOptions o)
+      : paths(std::move(p)), options(std::move(o)), builder(options, table) {}
+  std::vector<std::string> paths;
+  CsvOptions options;
+  CsvTable table;
+  CsvTableBuilder builder;
+  std::size_t next_file = 0;
+  bool open = false;
+};
+
+CsvStream::CsvStream(std::vector<std::string> paths, CsvOptions options) {
+  if (paths.empty()) throw ConfigError("csv: no input files");
+  if (paths.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
+    throw ConfigError("csv: too many input files");
+  state_ = std::make_unique<State>(std::move(paths), std::move(options));
+  state_->builder.prepare();
+}
+
+CsvStream::~CsvStream() = default;
+CsvStream::CsvStream(CsvStream&&) noexcept = default;
+CsvStream& CsvStream::operator=(CsvStream&&) noexcept = default;
+
+bool CsvStream::next(CsvTable& chunk, std::int64_t max_rows) {
+  if (max_rows < 1) throw ConfigError("csv stream: max_rows is " + std::to_string(max_rows) + ", expected >= 1");
+  State& s = *state_;
+  s.builder.clear_rows();
+  while (s.table.num_rows() < max_rows) {
+    if (!s.open) {
+      if (s.next_file == s.paths.size()) break;
+      s.builder.open(s.paths[s.next_file++]);
+      s.open = true;
+    }
+    if (!s.builder.pump(max_rows)) s.open = false;
+  }
+  chunk = s.table;
+  return chunk.num_rows() > 0;
 }
 
 }  // namespace strata::data

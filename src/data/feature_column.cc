@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "data/text_util.h"
 #include "strata/common/error.h"
 
 namespace strata::data {
@@ -29,6 +30,7 @@ std::string column_what(const char* factory, const std::string& key) {
 
 void check_key(const char* factory, const std::string& key) {
   if (key.empty()) throw ConfigError(std::string(factory) + ": the key is empty");
+  if (has_control(key)) throw ConfigError(std::string(factory) + ": key '" + printable(key) + "' has a control character");
 }
 
 // A column tree bound to one table: the table column each key reads and the vocabulary map.
@@ -60,7 +62,7 @@ struct Access {
         errno = 0;
         const double x = std::strtod(text.c_str(), &end);
         if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || !std::isfinite(x))
-          fail(row, col, "'" + text.substr(0, 40) + "' is not a number");
+          fail(row, col, "'" + printable(text) + "' is not a number");
         return x;
       }
     }
@@ -82,7 +84,7 @@ struct Access {
         errno = 0;
         const long long parsed = std::strtoll(text.c_str(), &end, 10);
         if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE)
-          fail(row, col, "'" + text.substr(0, 40) + "' is not an integer");
+          fail(row, col, "'" + printable(text) + "' is not an integer");
         x = parsed;
         return x;
       }
@@ -92,7 +94,9 @@ struct Access {
 };
 
 std::int64_t checked_slots(const CsvTable& t, int col) {
-  if (t.columns()[static_cast<std::size_t>(col)].separator == '\0') return 1;
+  const CsvColumn& c = t.columns()[static_cast<std::size_t>(col)];
+  if (c.separator == '\0') return 1;
+  if (c.max_values > 0) return c.max_values;
   return std::max<std::int64_t>(1, t.max_values(col));
 }
 
@@ -127,7 +131,7 @@ Combiner parse_combiner(std::string_view text, std::string_view what) {
   if (text == "mean") return Combiner::kMean;
   if (text == "sum") return Combiner::kSum;
   if (text == "sqrtn") return Combiner::kSqrtn;
-  throw ConfigError(std::string(what) + ": unknown combiner '" + std::string(text.substr(0, 40)) +
+  throw ConfigError(std::string(what) + ": unknown combiner '" + printable(text) +
                     "' (mean, sum or sqrtn)");
 }
 
@@ -241,7 +245,7 @@ FeatureColumn vocabulary_column(const char* factory, std::string key, std::vecto
   std::unordered_set<std::string_view> seen;
   for (const std::string& term : vocabulary) {
     if (term.empty()) bad(what, "the vocabulary has an empty term (an empty value is 'missing' and never looked up)");
-    if (!seen.insert(term).second) bad(what, "the vocabulary has '" + term.substr(0, 40) + "' twice");
+    if (!seen.insert(term).second) bad(what, "the vocabulary has '" + printable(term) + "' twice");
   }
   if (num_oov_buckets < 0) bad(what, "num_oov_buckets is " + std::to_string(num_oov_buckets) + ", expected >= 0");
   const auto size = static_cast<std::int64_t>(vocabulary.size());
@@ -269,7 +273,10 @@ FeatureColumn categorical_column_with_vocabulary_list(std::string key, std::vect
 FeatureColumn categorical_column_with_vocabulary_file(std::string key, const std::string& vocabulary_file,
                                                       std::int64_t vocabulary_size, std::int64_t num_oov_buckets,
                                                       std::int64_t default_value) {
+  check_key("categorical_column_with_vocabulary_file", key);
   const std::string what = column_what("categorical_column_with_vocabulary_file", key);
+  if (vocabulary_file.empty() || has_control(vocabulary_file))
+    bad(what, "vocabulary file name '" + printable(vocabulary_file, 200) + "' is empty or has a control character");
   if (vocabulary_size == 0 || vocabulary_size < -1)
     bad(what, "vocabulary_size is " + std::to_string(vocabulary_size) + ", expected >= 1 (or -1: the whole file)");
   std::ifstream in(vocabulary_file, std::ios::binary);
@@ -298,7 +305,7 @@ FeatureColumn categorical_column_with_vocabulary_file(std::string key, const std
     const std::string at = vocabulary_file + ":" + std::to_string(line);
     if (term.empty()) bad(what, at + ": empty term");
     if (term.find('\0') != std::string::npos) bad(what, at + ": NUL byte in a term");
-    if (!seen.insert(term).second) bad(what, at + ": term '" + term.substr(0, 40) + "' appears twice");
+    if (!seen.insert(term).second) bad(what, at + ": term '" + printable(term) + "' appears twice");
     terms.push_back(std::move(term));
   }
   if (terms.empty()) bad(what, "vocabulary file '" + vocabulary_file + "' has no terms");
@@ -317,6 +324,8 @@ FeatureColumn crossed_column(std::vector<CrossKey> keys, std::int64_t hash_bucke
       throw ConfigError("crossed_column: key " + std::to_string(i) + " is a " + to_string(k.categorical->kind) +
                         " column; keys are CSV column names or categorical columns");
     if (!k.categorical && k.raw_key.empty()) throw ConfigError("crossed_column: key " + std::to_string(i) + " is empty");
+    if (!k.categorical && has_control(k.raw_key))
+      throw ConfigError("crossed_column: key " + std::to_string(i) + " '" + printable(k.raw_key) + "' has a control character");
   }
   FeatureColumn c;
   c.kind = ColumnKind::kCrossed;
@@ -486,13 +495,13 @@ class RowWriter {
     const std::int64_t first = t_.value_begin(col, r), end = t_.value_end(col, r);
     const std::int64_t count = end - first;
     if (count == 0 && fc.default_value) {
-      std::fill(out, out + fc.shape, normalise(fc, *fc.default_value));
+      std::fill(out, out + fc.shape, to_float(normalise(fc, *fc.default_value), r, col));
       return;
     }
     if (count != fc.shape)
       a_.fail(r, col, std::to_string(count) + " values, numeric_column '" + fc.key + "' has shape " +
                           std::to_string(fc.shape) + (fc.default_value ? "" : " and no default_value"));
-    for (std::int64_t v = first; v < end; ++v) out[v - first] = normalise(fc, a_.number(col, v, r));
+    for (std::int64_t v = first; v < end; ++v) out[v - first] = to_float(normalise(fc, a_.number(col, v, r)), r, col);
   }
 
   // Appends row r's ids of categorical column b to `ids` (at most b.slots of them).
@@ -565,8 +574,16 @@ class RowWriter {
   }
 
  private:
-  static float normalise(const FeatureColumn& fc, double x) {
+  static double normalise(const FeatureColumn& fc, double x) {
     if (fc.normalizer) x = (x - fc.normalizer->mean) / fc.normalizer->std;
+    return x;
+  }
+
+  // Checked before the conversion: a double outside float's range converts with undefined
+  // behaviour.
+  float to_float(double x, std::int64_t r, int col) const {
+    if (!std::isfinite(x) || std::fabs(x) > static_cast<double>(std::numeric_limits<float>::max()))
+      a_.fail(r, col, "the value (normalised: " + std::to_string(x) + ") does not fit a float");
     return static_cast<float>(x);
   }
 
@@ -723,8 +740,10 @@ Dataset FeatureTransform::apply(const CsvTable& table) const {
       std::copy(ids.begin(), ids.end(), d.sparse_ids.begin() + static_cast<std::ptrdiff_t>(row * fields + static_cast<std::size_t>(cl.first_slot)));
     }
     if (layout_.label.regression) {
-      d.targets[row] = static_cast<float>(a.number(lcol, r, r));
-      if (!std::isfinite(d.targets[row])) a.fail(r, lcol, "the target does not fit a float");
+      const double y = a.number(lcol, r, r);
+      if (!(std::fabs(y) <= static_cast<double>(std::numeric_limits<float>::max())))
+        a.fail(r, lcol, "the target " + std::to_string(y) + " does not fit a float");
+      d.targets[row] = static_cast<float>(y);
     } else {
       const std::int64_t y = a.integer(lcol, r, r);
       if (y < 0 || y >= d.num_classes)
@@ -736,6 +755,149 @@ Dataset FeatureTransform::apply(const CsvTable& table) const {
   d.file_of = table.file_of();
   validate(d);
   return d;
+}
+
+BatchIterator::Source csv_batch_source(std::vector<std::string> paths, CsvOptions options, FeatureTransform transform,
+                                       int batch_size, bool drop_remainder, AutoShard policy, int num_workers, int worker,
+                                       std::int64_t chunk_rows, std::int64_t shuffle_buffer, std::uint64_t seed) {
+  if (batch_size < 1) throw ConfigError("csv stream: batch size is " + std::to_string(batch_size) + ", expected >= 1");
+  if (chunk_rows < 1) throw ConfigError("csv stream: chunk_rows is " + std::to_string(chunk_rows) + ", expected >= 1");
+  if (shuffle_buffer < 0 || shuffle_buffer > (std::int64_t{1} << 32))
+    throw ConfigError("csv stream: shuffle buffer is " + std::to_string(shuffle_buffer) + ", expected 0..2^32 rows");
+  if (num_workers < 1 || worker < 0 || worker >= num_workers)
+    throw ConfigError("csv stream: worker " + std::to_string(worker) + " of " + std::to_string(num_workers) + " workers");
+  if (paths.empty()) throw ConfigError("csv: no input files");
+  if (policy == AutoShard::kAuto)
+    policy = paths.size() >= static_cast<std::size_t>(num_workers) ? AutoShard::kFile : AutoShard::kData;
+  if (policy == AutoShard::kFile) {
+    if (paths.size() < static_cast<std::size_t>(num_workers))
+      throw ConfigError("csv stream: FILE sharding needs at least one file per worker: " + std::to_string(paths.size()) +
+                        " files for " + std::to_string(num_workers) + " workers");
+    std::vector<std::string> mine;
+    for (std::size_t f = static_cast<std::size_t>(worker); f < paths.size(); f += static_cast<std::size_t>(num_workers))
+      mine.push_back(paths[f]);
+    paths = std::move(mine);
+  }
+  // One row of a batch in flat form: dense features, ids, label or target.
+  struct Rows {
+    std::vector<float> features;
+    std::vector<std::int64_t> ids;
+    std::vector<std::int32_t> labels;
+    std::vector<float> targets;
+  };
+  struct State {
+    CsvStream stream;
+    FeatureTransform transform;
+    CsvTable chunk;
+    Dataset pending;
+    std::vector<std::int64_t> keep;  // rows of `pending` this worker takes, in order
+    std::size_t next = 0;
+    std::int64_t rows_seen = 0;  // rows of the whole input before `pending`
+    Rows buffer;                 // the shuffle buffer
+    std::int64_t buffered = 0;
+    bool input_done = false;
+    std::uint64_t rng = 0;
+  };
+  auto state = std::make_shared<State>(State{CsvStream(std::move(paths), std::move(options)), std::move(transform),
+                                             CsvTable{}, Dataset{}, {}, 0, 0, Rows{}, 0, false, seed});
+  const bool by_line = policy == AutoShard::kData;
+  return [state, batch_size, drop_remainder, by_line, num_workers, worker, chunk_rows, shuffle_buffer](Batch& out) {
+    State& s = *state;
+    const FeatureLayout& L = s.transform.layout();
+    const auto dense = static_cast<std::size_t>(L.dense_dim), fields = static_cast<std::size_t>(L.num_fields);
+    const bool labels = !L.label.regression;
+    // Copies the next input row this worker keeps into row `at` of `dst` (resized as needed);
+    // false at the end of the input.
+    const auto pull = [&](Rows& dst, std::size_t at) {
+      while (s.next == s.keep.size()) {
+        if (s.input_done || !s.stream.next(s.chunk, chunk_rows)) {
+          s.input_done = true;
+          return false;
+        }
+        s.pending = s.transform.apply(s.chunk);
+        s.keep.clear();
+        s.next = 0;
+        for (std::int64_t r = 0; r < s.pending.size; ++r)
+          if (!by_line || (s.rows_seen + r) % num_workers == worker) s.keep.push_back(r);
+        s.rows_seen += s.pending.size;
+      }
+      const auto r = static_cast<std::size_t>(s.keep[s.next++]);
+      const Dataset& d = s.pending;
+      if (dst.features.size() < (at + 1) * dense) dst.features.resize((at + 1) * dense);
+      if (dst.ids.size() < (at + 1) * fields) dst.ids.resize((at + 1) * fields);
+      std::copy_n(d.features.begin() + static_cast<std::ptrdiff_t>(r * dense), dense,
+                  dst.features.begin() + static_cast<std::ptrdiff_t>(at * dense));
+      std::copy_n(d.sparse_ids.begin() + static_cast<std::ptrdiff_t>(r * fields), fields,
+                  dst.ids.begin() + static_cast<std::ptrdiff_t>(at * fields));
+      if (labels) {
+        if (dst.labels.size() < at + 1) dst.labels.resize(at + 1);
+        dst.labels[at] = d.labels[r];
+      } else {
+        if (dst.targets.size() < at + 1) dst.targets.resize(at + 1);
+        dst.targets[at] = d.targets[r];
+      }
+      return true;
+    };
+    const auto move_row = [&](const Rows& src, std::size_t from, Rows& dst, std::size_t to) {
+      if (dst.features.size() < (to + 1) * dense) dst.features.resize((to + 1) * dense);
+      if (dst.ids.size() < (to + 1) * fields) dst.ids.resize((to + 1) * fields);
+      std::copy_n(src.features.begin() + static_cast<std::ptrdiff_t>(from * dense), dense,
+                  dst.features.begin() + static_cast<std::ptrdiff_t>(to * dense));
+      std::copy_n(src.ids.begin() + static_cast<std::ptrdiff_t>(from * fields), fields,
+                  dst.ids.begin() + static_cast<std::ptrdiff_t>(to * fields));
+      if (labels) {
+        if (dst.labels.size() < to + 1) dst.labels.resize(to + 1);
+        dst.labels[to] = src.labels[from];
+      } else {
+        if (dst.targets.size() < to + 1) dst.targets.resize(to + 1);
+        dst.targets[to] = src.targets[from];
+      }
+    };
+    Rows rows;
+    rows.features = std::move(out.features);
+    rows.ids = std::move(out.sparse_ids);
+    rows.labels = std::move(out.labels);
+    rows.targets = std::move(out.targets);
+    rows.features.clear();
+    rows.ids.clear();
+    rows.labels.clear();
+    rows.targets.clear();
+    int size = 0;
+    while (size < batch_size) {
+      if (shuffle_buffer == 0) {
+        if (!pull(rows, static_cast<std::size_t>(size))) break;
+      } else {
+        while (!s.input_done && s.buffered < shuffle_buffer && pull(s.buffer, static_cast<std::size_t>(s.buffered))) ++s.buffered;
+        if (s.buffered == 0) break;
+        // splitmix64: a portable, seeded choice (no std:: distributions).
+        s.rng += 0x9e3779b97f4a7c15ULL;
+        std::uint64_t z = s.rng;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+        z ^= z >> 31;
+        const auto j = static_cast<std::size_t>(z % static_cast<std::uint64_t>(s.buffered));
+        move_row(s.buffer, j, rows, static_cast<std::size_t>(size));
+        if (s.input_done || !pull(s.buffer, j)) {
+          move_row(s.buffer, static_cast<std::size_t>(s.buffered - 1), s.buffer, j);
+          --s.buffered;
+        }
+      }
+      ++size;
+    }
+    const auto n = static_cast<std::size_t>(size);
+    rows.features.resize(n * dense);
+    rows.ids.resize(n * fields);
+    rows.labels.resize(labels ? n : 0);
+    rows.targets.resize(labels ? 0 : n);
+    out.size = size;
+    out.dense_dim = L.dense_dim;
+    out.num_fields = L.num_fields;
+    out.features = std::move(rows.features);
+    out.sparse_ids = std::move(rows.ids);
+    out.labels = std::move(rows.labels);
+    out.targets = std::move(rows.targets);
+    return size > 0 && (size == batch_size || !drop_remainder);
+  };
 }
 
 }  // namespace strata::data

@@ -12,6 +12,7 @@
 #include <limits>
 #include <string>
 
+#include "data/text_util.h"
 #include "strata/common/error.h"
 #include "strata/common/parse.h"
 
@@ -174,7 +175,7 @@ class Reader {
       if (std::none_of(allowed.begin(), allowed.end(), [&](const char* a) { return it.key() == a; })) {
         std::string list;
         for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-        fail(path + "." + it.key().substr(0, kMaxExcerpt), "unknown member (this column takes " + list + ")");
+        fail(path + "." + printable(it.key(), kMaxExcerpt), "unknown member (this column takes " + list + ")");
       }
     }
   }
@@ -230,6 +231,103 @@ std::vector<FeatureColumn> feature_columns_from_json(const Json& columns, const 
   std::vector<FeatureColumn> out;
   for (std::size_t i = 0; i < columns.size(); ++i) out.push_back(reader.column(columns[i], path + "[" + std::to_string(i) + "]"));
   return out;
+}
+
+namespace {
+
+[[noreturn]] void csv_fail(const std::string& origin, const std::string& path, const std::string& problem) {
+  throw ConfigError(origin + ": " + path + ": " + problem);
+}
+
+char one_char(const Json& v, const std::string& origin, const std::string& path) {
+  if (v.is_string()) {
+    const std::string text = v.get<std::string>();
+    if (text == "tab" || text == "\\t") return '\t';
+    if (text.size() == 1 && text[0] != '"' && text[0] != '\n' && text[0] != '\r' && text[0] != '\0') return text[0];
+  }
+  csv_fail(origin, path, "expected one character (or \"tab\"), not a quote or a line break, got " + excerpt(v));
+}
+
+}  // namespace
+
+CsvOptions csv_options_from_json(const Json& j, const std::string& origin, const std::string& path) {
+  if (!j.is_object()) csv_fail(origin, path, "expected an object, got " + excerpt(j));
+  const char* allowed[] = {"preset", "delimiter", "header", "columns", "max_record_bytes"};
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (std::none_of(std::begin(allowed), std::end(allowed), [&](const char* a) { return it.key() == a; }))
+      csv_fail(origin, path + "." + printable(it.key(), kMaxExcerpt),
+               "unknown member (preset, delimiter, header, columns, max_record_bytes)");
+  CsvOptions o;
+  if (j.contains("preset")) {
+    const Json& p = j["preset"];
+    if (!p.is_string() || p.get<std::string>() != "criteo")
+      csv_fail(origin, path + ".preset", "unknown preset " + excerpt(p) + " (criteo)");
+    if (j.contains("columns")) csv_fail(origin, path + ".columns", "cannot be combined with a preset");
+    o = criteo_csv_options();
+  }
+  if (j.contains("delimiter")) o.delimiter = one_char(j["delimiter"], origin, path + ".delimiter");
+  if (j.contains("header")) {
+    const Json& h = j["header"];
+    const std::string text = h.is_string() ? h.get<std::string>() : std::string();
+    if (text == "detect") o.header = CsvHeader::kDetect;
+    else if (text == "present") o.header = CsvHeader::kPresent;
+    else if (text == "absent") o.header = CsvHeader::kAbsent;
+    else csv_fail(origin, path + ".header", "expected \"detect\", \"present\" or \"absent\", got " + excerpt(h));
+  }
+  if (j.contains("max_record_bytes")) {
+    const Json& m = j["max_record_bytes"];
+    if (!m.is_number_unsigned() || m.get<std::uint64_t>() < 1 || m.get<std::uint64_t>() > (std::uint64_t{1} << 31))
+      csv_fail(origin, path + ".max_record_bytes", "expected an integer in [1, 2^31], got " + excerpt(m));
+    o.max_record_bytes = static_cast<std::size_t>(m.get<std::uint64_t>());
+  }
+  if (j.contains("columns")) {
+    const Json& cols = j["columns"];
+    if (!cols.is_array() || cols.empty()) csv_fail(origin, path + ".columns", "expected a non-empty array of columns, got " + excerpt(cols));
+    for (std::size_t i = 0; i < cols.size(); ++i) {
+      const std::string p = path + ".columns[" + std::to_string(i) + "]";
+      const Json& c = cols[i];
+      if (!c.is_object()) csv_fail(origin, p, "expected {\"name\": ..., \"type\": ...}, got " + excerpt(c));
+      for (auto it = c.begin(); it != c.end(); ++it)
+        if (it.key() != "name" && it.key() != "type" && it.key() != "default" && it.key() != "separator" &&
+            it.key() != "max_values")
+          csv_fail(origin, p + "." + printable(it.key(), kMaxExcerpt),
+                   "unknown member (name, type, default, separator, max_values)");
+      CsvColumn column;
+      if (!c.contains("name") || !c["name"].is_string() || c["name"].get<std::string>().empty())
+        csv_fail(origin, p + ".name", "expected a column name");
+      column.name = c["name"].get<std::string>();
+      if (c.contains("type")) {
+        if (!c["type"].is_string()) csv_fail(origin, p + ".type", "expected \"int64\", \"float\" or \"string\", got " + excerpt(c["type"]));
+        column.type = parse_csv_type(c["type"].get<std::string>(), origin + ": " + p + ".type");
+      }
+      if (c.contains("default")) {
+        const Json& d = c["default"];
+        if (d.is_string()) column.default_value = d.get<std::string>();
+        else if (d.is_number()) column.default_value = d.dump();
+        else csv_fail(origin, p + ".default", "expected a string or a number, got " + excerpt(d));
+      }
+      if (c.contains("separator")) column.separator = one_char(c["separator"], origin, p + ".separator");
+      if (c.contains("max_values")) {
+        const Json& m = c["max_values"];
+        if (!column.separator || !m.is_number_unsigned() || m.get<std::uint64_t>() < 1 || m.get<std::uint64_t>() > 4096)
+          csv_fail(origin, p + ".max_values", "expected an integer in [1, 4096] on a column with a separator, got " + excerpt(m));
+        column.max_values = static_cast<int>(m.get<std::uint64_t>());
+      }
+      o.columns.push_back(std::move(column));
+    }
+  }
+  return o;
+}
+
+CsvOptions parse_csv_options_json(std::string_view text, const std::string& origin) {
+  check_json_depth(text, origin);
+  Json doc;
+  try {
+    doc = Json::parse(text.begin(), text.end());
+  } catch (const Json::exception& e) {
+    throw ConfigError(origin + " is not valid JSON: " + e.what());
+  }
+  return csv_options_from_json(doc, origin, "csv");
 }
 
 std::vector<FeatureColumn> parse_feature_columns_json(std::string_view text, const std::string& origin,

@@ -21,4 +21,12 @@ std::vector<FeatureColumn> feature_columns_from_json(const nlohmann::ordered_jso
 FeatureColumn feature_column_from_json(const nlohmann::ordered_json& column, const std::string& origin,
                                        const std::string& path, const std::string& base_dir);
 
+// CSV options from JSON at `path` (csv.h's CsvOptions; docs/DATA.md has the schema):
+//   {"preset": "criteo"?, "delimiter": "," | "\t" | "tab"?, "header": "detect" | "present" | "absent"?,
+//    "columns": [{"name": N, "type": "int64" | "float" | "string", "default": TEXT?,
+//                 "separator": "|"?}, ...]?, "max_record_bytes": N?}
+// A preset gives the columns, delimiter and header; "columns" cannot be combined with it, the
+// other members override it. Unknown members are errors; errors name the member's path.
+CsvOptions csv_options_from_json(const nlohmann::ordered_json& options, const std::string& origin, const std::string& path);
+
 }  // namespace strata::data

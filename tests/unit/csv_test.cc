@@ -229,6 +229,9 @@ TEST(CsvSecurity, BadRecordsNameFileLineAndColumn) {
 TEST(CsvSecurity, BadHeadersAreRefused) {
   const std::string dup = write_text("dup.csv", "a,a\n1,2\n");
   EXPECT_TRUE(Contains(config_error([&] { read_csv({dup}, CsvOptions{}); }), dup + ":1: the header names column 'a' twice"));
+  const std::string control = write_text("control.csv", "\"a\nb\",c\n1,2\n");
+  EXPECT_TRUE(Contains(config_error([&] { read_csv({control}, CsvOptions{}); }),
+                       control + ":1: header field 1 'a?b' has a control character"));
   const std::string empty = write_text("empty.csv", "a,,c\n1,2,3\n");
   EXPECT_TRUE(Contains(config_error([&] { read_csv({empty}, CsvOptions{}); }), empty + ":1: header field 2 is empty"));
 }
@@ -281,6 +284,50 @@ TEST(CsvSecurity, LaterFilesMustNameTheFirstFilesColumns) {
   const std::string a = write_text("a.csv", "x,y\n1,2\n");
   const std::string b = write_text("b.csv", "x,z\n1,2\n");
   EXPECT_TRUE(Contains(config_error([&] { read_csv({a, b}, CsvOptions{}); }), b + ":1: the header names columns x, z"));
+}
+
+TEST(CsvSecurity, MutatedFilesGiveRowsOrOneLineErrors) {
+  // Bounded fuzzing: random byte edits (quotes, delimiters, separators, line breaks, NUL, high
+  // bytes, truncation) of a valid file; each read either succeeds with consistent rows or throws
+  // one ConfigError line. Deterministic (fixed seed), so a failure reproduces.
+  const std::string base = "a,b,tags\n1,2.5,x|y\n\"3\",4,\"q,\"\"r\"\"\"\n-5,,z\n";
+  CsvOptions o;
+  o.columns = {col("a", CsvType::kInt64), col("b", CsvType::kFloat, "0"), col("tags", CsvType::kString, "", '|')};
+  o.max_record_bytes = 256;
+  const char alphabet[] = {'"', ',', '|', '\n', '\r', '\0', '7', 'e', '-', '\xff', ' '};
+  std::uint64_t seed = 12345;
+  const auto next = [&seed](std::uint64_t n) {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (seed >> 33) % n;
+  };
+  int ok = 0, refused = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    std::string text = base;
+    const int edits = 1 + static_cast<int>(next(4));
+    for (int e = 0; e < edits; ++e) {
+      const std::size_t at = static_cast<std::size_t>(next(text.size() + 1));
+      switch (next(3)) {
+        case 0: text.insert(text.begin() + static_cast<std::ptrdiff_t>(at), alphabet[next(sizeof alphabet)]); break;
+        case 1: if (at < text.size()) text[at] = alphabet[next(sizeof alphabet)]; break;
+        default: text.resize(at); break;
+      }
+    }
+    const std::string path = write_text("fuzz.csv", text);
+    try {
+      const CsvTable t = read_csv({path}, o);
+      ++ok;
+      for (std::int64_t r = 0; r < t.num_rows(); ++r) {
+        EXPECT_EQ(t.value_end(0, r) - t.value_begin(0, r), 1);
+        EXPECT_LE(t.value_begin(2, r), t.value_end(2, r));
+      }
+    } catch (const ConfigError& e) {
+      ++refused;
+      EXPECT_EQ(e.message().find('\n'), std::string::npos) << e.message();
+      EXPECT_EQ(e.message().compare(0, path.size(), path), 0) << e.message();
+    }
+  }
+  EXPECT_GT(ok, 0);
+  EXPECT_GT(refused, 0);
 }
 
 // ---- regression targets -------------------------------------------------------------------------

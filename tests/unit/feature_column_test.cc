@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -293,6 +294,16 @@ TEST(FeatureColumns, LabelsTargetsAndEvaluationData) {
   const CsvTable e = read_csv({eval}, o);
   EXPECT_TRUE(Contains(config_error([&] { ft.apply(e); }),
                        eval + ":3: hash_bucket column 'tags' has 4 ids in this row, the layout (planned on the training data) has 3 slots"));
+  // With max_values on the CSV column the layout has that many slots whatever the rows hold, and
+  // the reader refuses a row with more.
+  CsvOptions bounded = o;
+  bounded.columns[0].max_values = 4;
+  const CsvTable e4 = read_csv({eval}, bounded);
+  const FeatureTransform ft4({categorical_column_with_hash_bucket("tags", 10)}, LabelSpec{}, e4);
+  EXPECT_EQ(ft4.layout().columns[0].num_slots, 4);
+  EXPECT_EQ(ft4.apply(e4).sparse_ids[4 + 3], fingerprint64("d") % 10);
+  bounded.columns[0].max_values = 3;
+  EXPECT_TRUE(Contains(config_error([&] { read_csv({eval}, bounded); }), eval + ":3: column 'tags' holds 4 values, at most 3 (its max_values)"));
   const CsvTable e2 = read_csv({write_text("eval2.csv", "tags,label\nq,0\na|b,5\n")}, o);
   EXPECT_TRUE(Contains(config_error([&] { ft.apply(e2); }), ":3: column 'label': label 5 is outside [0, num_classes=2)"));
 }
@@ -321,6 +332,112 @@ TEST(FeatureColumns, VocabularyFileReadsOneTermPerLine) {
   EXPECT_EQ(c.vocabulary, (std::vector<std::string>{"red", "green", "blue"}));
   EXPECT_EQ(c.vocabulary_size(), 5);
   EXPECT_EQ(categorical_column_with_vocabulary_file("color", path, 2).vocabulary.size(), 2u);
+}
+
+// ---- streaming ----------------------------------------------------------------------------------
+
+// Two files of 7 and 6 rows: label = i % 2, x = i, tags = "t<i>|u<i % 3>" (one quoted, with CRLF).
+std::vector<std::string> stream_files() {
+  std::string a = "label,x,tags\n", b = "label,x,tags\r\n";
+  for (int i = 0; i < 13; ++i) {
+    const std::string row = std::to_string(i % 2) + "," + std::to_string(i) + ",\"t" + std::to_string(i) + "|u" +
+                            std::to_string(i % 3) + "\"";
+    if (i < 7) a += row + "\n";
+    else b += row + "\r\n";
+  }
+  return {write_text("a.csv", a), write_text("b.csv", b)};
+}
+
+CsvOptions stream_options() {
+  CsvOptions o;
+  o.columns = {col("label", CsvType::kInt64), col("x", CsvType::kFloat), col("tags", CsvType::kString, "", '|')};
+  return o;
+}
+
+TEST(CsvStream, ChunksConcatenateToTheWholeInput) {
+  const std::vector<std::string> files = stream_files();
+  const CsvTable whole = read_csv(files, stream_options());
+  ASSERT_EQ(whole.num_rows(), 13);
+  CsvStream stream(files, stream_options());
+  CsvTable chunk;
+  std::int64_t row = 0;
+  std::vector<std::int64_t> sizes;
+  while (stream.next(chunk, 4)) {
+    sizes.push_back(chunk.num_rows());
+    for (std::int64_t r = 0; r < chunk.num_rows(); ++r, ++row) {
+      EXPECT_EQ(chunk.where(r), whole.where(row));
+      EXPECT_EQ(chunk.float_value(1, r), whole.float_value(1, row));
+      EXPECT_EQ(chunk.string_value(2, chunk.value_begin(2, r)), whole.string_value(2, whole.value_begin(2, row)));
+    }
+  }
+  EXPECT_EQ(row, 13);
+  EXPECT_EQ(sizes, (std::vector<std::int64_t>{4, 4, 4, 1}));
+  EXPECT_FALSE(stream.next(chunk, 4));
+  EXPECT_THROW(stream.next(chunk, 0), ConfigError);
+}
+
+TEST(CsvStream, BatchSourceMatchesTheInMemoryTransformAndShards) {
+  const std::vector<std::string> files = stream_files();
+  const CsvTable whole = read_csv(files, stream_options());
+  const FeatureTransform ft({numeric_column("x"), categorical_column_with_hash_bucket("tags", 97)}, LabelSpec{}, whole);
+  const Dataset d = ft.apply(whole);
+  const auto collect = [&](AutoShard policy, int workers, int worker, bool drop) {
+    BatchIterator it(csv_batch_source(files, stream_options(), ft, 4, drop, policy, workers, worker, 3));
+    std::vector<float> xs;
+    std::vector<int> sizes;
+    Batch b;
+    while (it.next(b)) {
+      sizes.push_back(b.size);
+      for (int r = 0; r < b.size; ++r) {
+        const auto x = static_cast<std::int64_t>(b.features[static_cast<std::size_t>(r)]);
+        xs.push_back(b.features[static_cast<std::size_t>(r)]);
+        // Every row equals the in-memory transform's row x.
+        EXPECT_EQ(b.labels[static_cast<std::size_t>(r)], d.labels[static_cast<std::size_t>(x)]);
+        for (int f = 0; f < b.num_fields; ++f)
+          EXPECT_EQ(b.sparse_ids[static_cast<std::size_t>(r * b.num_fields + f)], d.sparse_ids[static_cast<std::size_t>(x * d.num_fields + f)]);
+      }
+    }
+    return std::make_pair(xs, sizes);
+  };
+  const auto all = collect(AutoShard::kOff, 1, 0, false);
+  EXPECT_EQ(all.first, d.features);
+  EXPECT_EQ(all.second, (std::vector<int>{4, 4, 4, 1}));
+  EXPECT_EQ(collect(AutoShard::kOff, 1, 0, true).second, (std::vector<int>{4, 4, 4}));
+  // DATA: rows alternate between 2 workers; FILE: one file each (AUTO picks FILE with 2 files).
+  EXPECT_EQ(collect(AutoShard::kData, 2, 1, false).first, (std::vector<float>{1, 3, 5, 7, 9, 11}));
+  EXPECT_EQ(collect(AutoShard::kAuto, 2, 1, false).first, (std::vector<float>{7, 8, 9, 10, 11, 12}));
+  EXPECT_EQ(collect(AutoShard::kAuto, 3, 2, false).first, (std::vector<float>{2, 5, 8, 11}));  // DATA: 2 files < 3
+  EXPECT_TRUE(Contains(config_error([&] { csv_batch_source(files, stream_options(), ft, 4, false, AutoShard::kFile, 3, 0); }),
+                       "FILE sharding needs at least one file per worker: 2 files for 3 workers"));
+  // A shuffle buffer permutes the rows (each exactly once), deterministically in the seed.
+  const auto shuffled = [&](std::int64_t buffer, std::uint64_t seed) {
+    BatchIterator it(csv_batch_source(files, stream_options(), ft, 4, false, AutoShard::kOff, 1, 0, 3, buffer, seed));
+    std::vector<float> xs;
+    Batch b;
+    while (it.next(b)) {
+      for (int r = 0; r < b.size; ++r) {
+        const float x = b.features[static_cast<std::size_t>(r)];
+        xs.push_back(x);
+        EXPECT_EQ(b.labels[static_cast<std::size_t>(r)], d.labels[static_cast<std::size_t>(x)]);
+        EXPECT_EQ(b.sparse_ids[static_cast<std::size_t>(r * b.num_fields)], d.sparse_ids[static_cast<std::size_t>(x) * 2]);
+      }
+    }
+    return xs;
+  };
+  const std::vector<float> s1 = shuffled(5, 1);
+  EXPECT_NE(s1, d.features);
+  std::vector<float> sorted = s1;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, d.features);
+  EXPECT_EQ(shuffled(5, 1), s1);
+  EXPECT_NE(shuffled(5, 2), s1);
+  EXPECT_EQ(shuffled(1, 9), d.features);  // a buffer of one row keeps the order, as in TF
+  // A bad row deep in a file surfaces from next() with its file and line.
+  const std::string bad = write_text("bad.csv", "label,x,tags\n0,1,a\n1,oops,b\n");
+  BatchIterator it(csv_batch_source({bad}, stream_options(), ft, 1, false, AutoShard::kOff, 1, 0, 1));
+  Batch b;
+  EXPECT_TRUE(it.next(b));
+  EXPECT_TRUE(Contains(config_error([&] { it.next(b); }), bad + ":3: column 'x': 'oops' is not a finite number"));
 }
 
 // ---- JSON ---------------------------------------------------------------------------------------
@@ -355,6 +472,43 @@ TEST(FeatureColumnJson, ParsesEveryColumnType) {
   EXPECT_EQ(c[6].hash_key, 18446744073709551615ULL);
 }
 
+TEST(FeatureColumnJson, ParsesCsvOptions) {
+  const CsvOptions c = parse_csv_options_json(R"({"preset": "criteo", "header": "absent"})", "spec.json");
+  EXPECT_EQ(c.delimiter, '\t');
+  EXPECT_EQ(c.header, CsvHeader::kAbsent);
+  ASSERT_EQ(c.columns.size(), 40u);
+  const CsvOptions o = parse_csv_options_json(
+      R"({"delimiter": "tab", "columns": [{"name": "y", "type": "float"}, {"name": "tags", "default": "", "separator": "|", "max_values": 5},
+          {"name": "n", "type": "int64", "default": 0}], "max_record_bytes": 4096})",
+      "spec.json");
+  EXPECT_EQ(o.delimiter, '\t');
+  EXPECT_EQ(o.header, CsvHeader::kDetect);
+  EXPECT_EQ(o.max_record_bytes, 4096u);
+  ASSERT_EQ(o.columns.size(), 3u);
+  EXPECT_EQ(o.columns[0].type, CsvType::kFloat);
+  EXPECT_FALSE(o.columns[0].default_value.has_value());
+  EXPECT_EQ(o.columns[1].type, CsvType::kString);
+  EXPECT_EQ(o.columns[1].separator, '|');
+  EXPECT_EQ(o.columns[1].max_values, 5);
+  EXPECT_EQ(o.columns[2].default_value, std::optional<std::string>("0"));
+  struct Case {
+    std::string text, expect;
+  } cases[] = {
+      {R"({"preset": "kaggle"})", "spec.json: csv.preset: unknown preset \"kaggle\""},
+      {R"({"preset": "criteo", "columns": [{"name": "a"}]})", "csv.columns: cannot be combined with a preset"},
+      {R"({"delimiter": ";;"})", "csv.delimiter: expected one character"},
+      {R"({"delimiter": "\""})", "csv.delimiter: expected one character"},
+      {R"({"header": true})", "csv.header: expected \"detect\""},
+      {R"({"columns": [{"name": "a", "type": "int32"}]})", "csv.columns[0].type: unknown column type 'int32'"},
+      {R"({"columns": [{"name": "a", "sep": "|"}]})", "csv.columns[0].sep: unknown member"},
+      {R"({"columns": [{"type": "float"}]})", "csv.columns[0].name: expected a column name"},
+      {R"({"max_record_bytes": 0})", "csv.max_record_bytes: expected an integer in [1, 2^31]"},
+      {R"({"columns": [{"name": "a", "max_values": 3}]})", "csv.columns[0].max_values: expected an integer in [1, 4096] on a column with a separator"},
+      {R"({"delimeter": ","})", "csv.delimeter: unknown member"},
+  };
+  for (const Case& k : cases) EXPECT_TRUE(Contains(config_error([&] { parse_csv_options_json(k.text, "spec.json"); }), k.expect)) << k.text;
+}
+
 TEST(FeatureColumnSecurity, SchemaErrorsNameTheFieldPath) {
   struct Case {
     std::string text, expect;
@@ -384,6 +538,9 @@ TEST(FeatureColumnSecurity, SchemaErrorsNameTheFieldPath) {
       {R"([{"type": "numeric", "key": "a", "default_value": 1e400}])", "spec.json is not valid JSON"},
       {R"([{"type": )", "spec.json is not valid JSON"},
       {std::string(100000, '[') , "JSON nested deeper than"},
+      {R"([{"type": "numeric", "key": "a\nb"}])", "numeric_column: key 'a?b' has a control character"},
+      {R"([{"type": "numeric", "key": "a", "x\ny": 1}])", "feature_columns[0].x?y: unknown member"},
+      {R"([{"type": "vocabulary_list", "key": "a", "vocabulary": ["x\ny", "x\ny"]}])", "the vocabulary has 'x?y' twice"},
   };
   for (const Case& c : cases) {
     const std::string message = config_error([&] { parse_feature_columns_json(c.text, "spec.json"); });
@@ -419,6 +576,21 @@ TEST(FeatureColumnSecurity, BadValuesAtTransformTimeNameFileLineAndColumn) {
                        "key 'x' is a float column"));
   EXPECT_TRUE(Contains(config_error([&] { FeatureTransform({numeric_column("x"), numeric_column("x")}, LabelSpec{}, t); }),
                        "two columns are named 'x'"));
+  // A number beyond float's range, raw or after normalising, is refused, not converted.
+  CsvOptions big;
+  big.columns = {col("label", CsvType::kFloat), col("v", CsvType::kString)};
+  const CsvTable b = read_csv({write_text("big.csv", "label,v\n1,2\n1,1e300\n")}, big);
+  EXPECT_TRUE(Contains(config_error([&] { FeatureTransform({numeric_column("v")}, LabelSpec{}, b).apply(b); }),
+                       ":3: column 'v': the value (normalised: 1000000"));
+  EXPECT_TRUE(Contains(config_error([&] {
+                         FeatureTransform({numeric_column("v", 1, std::nullopt, Normalizer{0, 1e-300})}, LabelSpec{}, b).apply(b);
+                       }),
+                       ":2: column 'v': the value"));
+  LabelSpec target;
+  target.key = "v";
+  target.regression = true;
+  EXPECT_TRUE(Contains(config_error([&] { FeatureTransform({numeric_column("label")}, target, b).apply(b); }),
+                       ":3: column 'v': the target 1000000"));
   // A cross whose product of slots passes the bound is refused when planned.
   std::string wide = "label,t\n0,";
   for (int i = 0; i < 100; ++i) wide += (i ? "|" : "") + std::to_string(i);

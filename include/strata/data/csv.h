@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -48,6 +49,11 @@ struct CsvColumn {
   // Multi-valued when not '\0': the field is split on this character. Must differ from the
   // delimiter, '"', '\r' and '\n'.
   char separator = '\0';
+  // Multi-valued only: when > 0, a row holding more values is an error at its line, and the
+  // feature columns size this column's id slots by this bound instead of by the most values the
+  // training rows hold, so streamed data (whose rows are not all seen when the layout is planned)
+  // gets a fixed layout.
+  int max_values = 0;
 };
 
 enum class CsvHeader {
@@ -113,7 +119,6 @@ class CsvTable {
   };
 
  private:
-  friend CsvTable read_csv(const std::vector<std::string>& paths, const CsvOptions& options);
   friend class CsvTableBuilder;
   std::vector<CsvColumn> columns_;
   std::vector<Store> stores_;
@@ -122,8 +127,35 @@ class CsvTable {
   std::vector<std::int64_t> line_;
 };
 
+// CSV options from JSON text (an object; docs/DATA.md "CSV options in JSON"):
+//   {"preset": "criteo"?, "delimiter": ","?, "header": "detect"?, "columns": [{"name": N,
+//    "type": "int64" | "float" | "string", "default": TEXT?, "separator": "|"?}, ...]?,
+//    "max_record_bytes": N?}
+// ConfigError naming `origin` and the member's path ("csv.columns[2].type: ...").
+CsvOptions parse_csv_options_json(std::string_view text, const std::string& origin);
+
 // Reads `paths` in order into one table (files() lists them, for FILE sharding). ConfigError as
 // described at the top. An empty path list is an error.
 CsvTable read_csv(const std::vector<std::string>& paths, const CsvOptions& options);
+
+// The same files read a chunk of rows at a time, for data larger than memory: memory is one
+// chunk plus one record, whatever the files' size. Each chunk is a CsvTable with the same columns
+// whose files() lists every file opened so far (file_of indexes it) and whose rows carry their
+// file:line. Errors are read_csv's, raised by the next() that meets them. One thread at a time;
+// movable.
+class CsvStream {
+ public:
+  CsvStream(std::vector<std::string> paths, CsvOptions options);
+  ~CsvStream();
+  CsvStream(CsvStream&&) noexcept;
+  CsvStream& operator=(CsvStream&&) noexcept;
+
+  // Replaces `chunk` with the next up to max_rows rows (>= 1); false when none remain.
+  bool next(CsvTable& chunk, std::int64_t max_rows);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 }  // namespace strata::data

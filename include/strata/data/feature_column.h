@@ -197,9 +197,12 @@ std::vector<CsvColumn> csv_columns_for(const std::vector<FeatureColumn>& columns
 class FeatureTransform {
  public:
   // Plans the layout against `table` (the training data): checks that every key exists with a
-  // usable type, sizes each multi-valued column's slots by the most values a row of `table` holds
-  // (a crossed column: the product of its keys' slots, at most kMaxCrossedSlots) and resolves
-  // num_classes 0. ConfigError naming the column otherwise. Duplicate column names are errors.
+  // usable type, sizes each multi-valued column's slots by its CsvColumn::max_values, or else by
+  // the most values a row of `table` holds (a crossed column: the product of its keys' slots;
+  // either at most kMaxCrossedSlots) and
+  // resolves num_classes 0. ConfigError naming the column otherwise. Duplicate column names are
+  // errors. Keys, column names and terms with control characters are refused by the factories
+  // and the reader, so every message and layout name is one printable line.
   FeatureTransform(std::vector<FeatureColumn> columns, LabelSpec label, const CsvTable& table);
 
   const FeatureLayout& layout() const { return layout_; }
@@ -216,6 +219,24 @@ class FeatureTransform {
   std::shared_ptr<const Plan> plan_;
   FeatureLayout layout_;
 };
+
+// Streaming input for data larger than memory: a BatchIterator::Source that reads `paths` a
+// chunk of chunk_rows rows at a time (CsvStream), applies `transform` (planned beforehand, e.g.
+// on a sample read with read_csv) and yields batches of batch_size rows in file order, the last
+// one partial unless drop_remainder. Memory: one chunk and one batch. Sharding as TF's auto-shard
+// over files then lines: kFile gives worker w the files f with f % num_workers == w (ConfigError
+// when there are fewer files than workers); kData reads every file and keeps the rows whose
+// index in the whole input is w modulo num_workers; kAuto is kFile when there are at least
+// num_workers files, else kData; kOff keeps every row. shuffle_buffer > 0 shuffles as TF's
+// Dataset.shuffle(buffer_size) does: the first shuffle_buffer rows fill a buffer, each output row
+// is a uniformly chosen buffer row (deterministic in `seed`; pass seed + epoch for a new order
+// each epoch), replaced by the next input row; memory grows by shuffle_buffer rows. 0 keeps file
+// order. ConfigError for a bad argument; read and transform errors surface from
+// BatchIterator::next().
+BatchIterator::Source csv_batch_source(std::vector<std::string> paths, CsvOptions options, FeatureTransform transform,
+                                       int batch_size, bool drop_remainder, AutoShard policy = AutoShard::kAuto,
+                                       int num_workers = 1, int worker = 0, std::int64_t chunk_rows = 65536,
+                                       std::int64_t shuffle_buffer = 0, std::uint64_t seed = 0);
 
 // Feature columns from JSON text: an array of column objects, or an object whose
 // "feature_columns" member is that array. Schema (every member but those marked optional is
