@@ -57,7 +57,7 @@ struct Row {
 int run_apply_bench(const ApplyBenchConfig& cfg) {
   const ps::OptimizerConfig opt = ps::OptimizerConfig::parse(cfg.optimizer);
   if (ps::num_slots(opt.kind) == 0)
-    throw ConfigError("--op apply measures the PS's stateful optimizers (momentum, adagrad, adam, rmsprop); "
+    throw ConfigError("--op apply measures the PS's stateful optimizers (momentum, adagrad, adam, rmsprop, ftrl); "
                       "sgd pushes are MPI accumulates, measured by --op push");
   // Bytes an update reads and writes per element: variable and slots read and written, gradient read.
   const double touched = 4.0 * (2 + 2 * ps::num_slots(opt.kind) + 1);

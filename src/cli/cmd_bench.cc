@@ -473,7 +473,7 @@ CLI::App* add_bench_command(CLI::App& app, BenchFlags& f) {
   cmd->add_option("--dir", f.dir, "checkpoint: directory for the files (default a fresh one under $TMPDIR or /tmp)");
   cmd->add_flag("--keep", f.keep, "checkpoint: keep the last checkpoint written");
   cmd->add_option("--timeout", f.timeout, "seconds each wait for another rank may take (default STRATA_TIMEOUT_S or 120)");
-  cmd->add_option("--optimizer", f.optimizer, "apply, update: sgd|momentum|adagrad|adam|rmsprop[:key=value,...] (default adam)");
+  cmd->add_option("--optimizer", f.optimizer, "apply, update: sgd|momentum|adagrad|adam|rmsprop|ftrl[:key=value,...] (default adam)");
   cmd->add_option("--ps-threads", f.ps_threads, "apply: threads compared with one (default 2); update: the PS's apply threads (default 1)");
   cmd->footer(kDurationsFooter);
   return cmd;

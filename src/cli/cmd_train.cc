@@ -15,6 +15,7 @@
 #include "strata/common/parse.h"
 #include "strata/data/dataset.h"
 #include "strata/model/model.h"
+#include "strata/nn/model_spec.h"
 #include "strata/train/train_and_evaluate.h"
 
 namespace strata::cli {
@@ -27,6 +28,7 @@ data::Dataset take(const data::Dataset& all, std::int64_t begin, std::int64_t en
   out.features.assign(all.features.begin() + begin * all.dense_dim, all.features.begin() + end * all.dense_dim);
   out.sparse_ids.assign(all.sparse_ids.begin() + begin * all.num_fields, all.sparse_ids.begin() + end * all.num_fields);
   out.labels.assign(all.labels.begin() + begin, all.labels.begin() + end);
+  if (!all.targets.empty()) out.targets.assign(all.targets.begin() + begin, all.targets.begin() + end);
   if (!all.file_of.empty()) out.file_of.assign(all.file_of.begin() + begin, all.file_of.begin() + end);
   return out;
 }
@@ -35,7 +37,36 @@ data::Dataset take(const data::Dataset& all, std::int64_t begin, std::int64_t en
 // training layer asks for them on the ranks that need them).
 struct Datasets {
   data::Dataset train, test;
+  data::FeatureLayout layout;  // CSV data under a model spec: where each feature column landed
 };
+
+// "csv:A,B" -> {"A", "B"}; ConfigError naming `flag` for anything else.
+std::vector<std::string> csv_files(const std::string& what, const std::string& flag) {
+  if (what.rfind("csv:", 0) != 0 || what.size() == 4)
+    throw ConfigError(flag + ": '" + what + "' is not csv:FILE[,FILE...] (a model spec reads CSV/TSV files)");
+  std::vector<std::string> files;
+  for (const auto& f : split(what.substr(4), ','))
+    if (!f.empty()) files.push_back(f);
+  if (files.empty()) throw ConfigError(flag + ": '" + what + "' names no file");
+  return files;
+}
+
+// The training and evaluation CSV files through the spec's feature columns: one transform, planned
+// on the training table (every worker reads the same files, so every worker plans the same layout;
+// the variable lists are checked across workers anyway), applied to both.
+Datasets load_csv_data(const nn::ModelSpec& spec, const std::string& train, const std::string& eval) {
+  Datasets d;
+  const data::CsvTable table = data::read_csv(csv_files(train, "--data"), spec.csv);
+  const data::FeatureTransform transform(nn::input_columns(spec.estimator), spec.label, table);
+  d.train = transform.apply(table);
+  d.layout = transform.layout();
+  if (eval.empty()) {
+    d.test = d.train;  // no evaluation data given: evaluate on the training data, as for one .h5 file
+  } else {
+    d.test = transform.apply(data::read_csv(csv_files(eval, "--eval-data"), spec.csv));
+  }
+  return d;
+}
 
 Datasets load_data(const std::string& what, std::uint64_t seed) {
   Datasets d;
@@ -65,6 +96,8 @@ struct TrainCommand {
   std::vector<int> hidden;
   int epochs = 0;           // 0: default for the model
   std::int64_t steps = -1;  // >= 0: stop after this many steps of this worker (0: none at all)
+  std::shared_ptr<const nn::ModelSpec> spec;  // --model-spec: the model and the CSV layout
+  std::string eval_data;                      // --eval-data
   train::EvalSpec eval;     // steps, start delay, throttle, best metric (input_fn: run_train's)
 };
 
@@ -72,8 +105,8 @@ int run_train(const TrainCommand& cmd, int* argc, char*** argv) {
   MpiSession mpi(argc, argv);
   auto sets = std::make_shared<std::unique_ptr<Datasets>>();
   // Each set is handed over once (moved, not copied: Fashion-MNIST's training set is 188 MB).
-  auto load = [sets, what = cmd.data, seed = cmd.config.seed]() -> Datasets& {
-    if (!*sets) *sets = std::make_unique<Datasets>(load_data(what, seed));
+  auto load = [sets, what = cmd.data, eval = cmd.eval_data, spec = cmd.spec, seed = cmd.config.seed]() -> Datasets& {
+    if (!*sets) *sets = std::make_unique<Datasets>(spec ? load_csv_data(*spec, what, eval) : load_data(what, seed));
     return **sets;
   };
   train::TrainSpec train_spec;
@@ -86,7 +119,12 @@ int run_train(const TrainCommand& cmd, int* argc, char*** argv) {
   const std::string name = cmd.model;
   const std::vector<int> hidden = cmd.hidden;
   const std::uint64_t seed = cmd.config.seed;
-  auto make_model = [name, hidden, seed](const data::Dataset& train) -> std::unique_ptr<train::Model> {
+  auto make_model = [name, hidden, seed, spec = cmd.spec, load](const data::Dataset& train) -> std::unique_ptr<train::Model> {
+    if (spec) {
+      nn::EstimatorConfig config = spec->estimator;
+      if (config.seed == 0) config.seed = seed;
+      return nn::make_estimator(config, load().layout);
+    }
     return train::make_builtin_model(name, hidden, seed, train);
   };
   eval_spec.steps = cmd.eval.steps;
@@ -107,12 +145,19 @@ int run_train(const TrainCommand& cmd, int* argc, char*** argv) {
 CLI::App* add_train_command(CLI::App& app, TrainFlags& f) {
   CLI::App* cmd = app.add_subcommand("train", "Train a built-in model with parameter servers (under mpirun/srun)");
   cmd->add_option("--model", f.model, "softmax|mlp|wide_deep (default mlp)");
-  cmd->add_option("--data", f.data, "fashion-mnist[:DIR] | synthetic-sparse | FILE.h5 (default fashion-mnist)");
+  cmd->add_option("--model-spec", f.model_spec,
+                  "a JSON model file: feature columns, a canned estimator and its parameters (docs/MODELS.md); "
+                  "reads --data csv:FILE");
+  cmd->add_option("--data", f.data,
+                  "fashion-mnist[:DIR] | synthetic-sparse | FILE.h5 | csv:FILE[,FILE...] with --model-spec "
+                  "(default fashion-mnist)");
+  cmd->add_option("--eval-data", f.eval_data,
+                  "with --model-spec: csv:FILE[,FILE...] to evaluate on (default: the training data)");
   cmd->add_option("--hidden", f.hidden, "hidden layer widths, e.g. 256,128");
   cmd->add_option("--epochs", f.epochs, "passes over each worker's shard (default: per model)");
   cmd->add_option("--steps", f.steps, "stop each worker after this many steps");
   cmd->add_option("--global-batch", f.global_batch, "examples per worker step, split over its replicas (default 128)");
-  cmd->add_option("--optimizer", f.optimizer, "sgd|momentum|adagrad|adam|rmsprop[:key=value,...] (default adam)");
+  cmd->add_option("--optimizer", f.optimizer, "sgd|momentum|adagrad|adam|rmsprop|ftrl[:key=value,...] (default adam)");
   cmd->add_option("--lr", f.lr, "learning rate (default: the optimizer's)");
   cmd->add_option("--consistency", f.consistency, "async|sync|staleness:N (default async)");
   cmd->add_option("--transport", f.transport, "auto|mpi|tcp|ucx (default STRATA_TRANSPORT or auto: shared memory within a node; between nodes MPI RMA where probed one-sided, else tcp)");
@@ -255,6 +300,28 @@ int run_train_command(const TrainFlags& f, int* argc, char*** argv) {
   ps::ConsistencyConfig::parse(cfg.consistency);
   ps::parse_placement_policy(cfg.placement);
   data::parse_auto_shard(cfg.shard, "--shard");
+  if (!f.model_spec.empty()) {
+    if (!f.model.empty() || !f.hidden.empty())
+      throw ConfigError("--model-spec describes the model: --model and --hidden do not go with it");
+    if (f.data.empty()) throw ConfigError("--model-spec needs --data csv:FILE[,FILE...]");
+    csv_files(f.data, "--data");
+    if (!f.eval_data.empty()) csv_files(f.eval_data, "--eval-data");
+    auto spec = std::make_shared<nn::ModelSpec>(nn::load_model_spec(f.model_spec));
+    // The spec's training defaults, where no flag gave one.
+    if (f.optimizer.empty() && !spec->optimizer.empty()) cfg.optimizer = spec->optimizer;
+    if (f.lr.empty() && spec->learning_rate > 0) cfg.learning_rate = spec->learning_rate;
+    if (f.epochs.empty() && spec->epochs > 0) cmd.epochs = spec->epochs;
+    if (f.global_batch.empty() && spec->batch_size > 0) cfg.global_batch = spec->batch_size;
+    cmd.spec = std::move(spec);
+    cmd.eval_data = f.eval_data;
+    if (cfg.devices == DevicePolicy::kGpu)
+      throw ConfigError("--devices gpu: GPU replicas run the mlp and softmax models; a --model-spec model runs on CPU "
+                        "replicas (--devices cpu)");
+    cfg.devices = DevicePolicy::kCpu;
+    return run_train(cmd, argc, argv);
+  }
+  if (!f.eval_data.empty()) throw ConfigError("--eval-data goes with --model-spec (a built-in model evaluates on its data's test split)");
+  if (cmd.data.rfind("csv:", 0) == 0) throw ConfigError("--data csv:... needs --model-spec FILE.json (the columns and the model)");
   const auto& names = model::model_names();
   if (std::find(names.begin(), names.end(), cmd.model) == names.end()) {
     std::string known;

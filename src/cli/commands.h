@@ -53,6 +53,7 @@ struct TrainFlags {
   std::string checkpoint_dir, save_every_steps, save_every_secs, max_to_keep, keep_every_n_hours, restore;
   std::string on_save_error;  // --on-save-error stop|continue
   std::string devices;  // --devices auto|cpu|gpu
+  std::string model_spec, eval_data;  // --model-spec FILE.json, --eval-data csv:FILE[,FILE...]
   std::string eval_steps, eval_start_delay_secs, eval_throttle_secs, eval_best_metric;  // the evaluator task
   bool profile = false;
   bool expect_partial = false;
@@ -80,5 +81,13 @@ struct SlurmFlags {
 CLI::App* add_slurm_command(CLI::App& app, SlurmFlags& flags, CLI::App** hostnames, CLI::App** tasks_per_node);
 int run_slurm_hostnames(const SlurmFlags& flags);
 int run_slurm_tasks_per_node(const SlurmFlags& flags);
+
+// `strata data synth-ctr`: no MPI. Numbers are kept as text for the strict parsers.
+struct DataFlags {
+  std::string rows, seed, out, files, vocab, zipf, missing;
+  bool header = false;
+};
+CLI::App* add_data_command(CLI::App& app, DataFlags& flags, CLI::App** synth_ctr);
+int run_data_synth_ctr(const DataFlags& flags);
 
 }  // namespace strata::cli

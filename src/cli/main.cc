@@ -76,6 +76,9 @@ int main(int argc, char** argv) {
   CLI::App* hostnames_cmd = nullptr;
   CLI::App* tasks_cmd = nullptr;
   add_slurm_command(app, slurm_flags, &hostnames_cmd, &tasks_cmd);
+  DataFlags data_flags;
+  CLI::App* synth_ctr_cmd = nullptr;
+  add_data_command(app, data_flags, &synth_ctr_cmd);
 
   try {
     app.parse(argc, argv);
@@ -106,6 +109,7 @@ int main(int argc, char** argv) {
     if (ckpt_cmd->parsed()) return run_ckpt_command(ckpt_flags);
     if (hostnames_cmd->parsed()) return run_slurm_hostnames(slurm_flags);
     if (tasks_cmd->parsed()) return run_slurm_tasks_per_node(slurm_flags);
+    if (synth_ctr_cmd->parsed()) return run_data_synth_ctr(data_flags);
     usage_error("strata: error: no command given (see strata --help)", true);
     return kExitUsage;
   } catch (const strata::ConfigError& e) {

@@ -84,14 +84,16 @@ void gather(const Dataset& d, const std::vector<std::int64_t>& indices, std::siz
   out.num_fields = d.num_fields;
   out.features.resize(static_cast<std::size_t>(count) * dense);
   out.sparse_ids.resize(static_cast<std::size_t>(count) * fields);
-  out.labels.resize(static_cast<std::size_t>(count));
+  out.labels.resize(d.labels.empty() ? 0 : static_cast<std::size_t>(count));
+  out.targets.resize(d.targets.empty() ? 0 : static_cast<std::size_t>(count));
   for (std::size_t r = 0; r < static_cast<std::size_t>(count); ++r) {
     const auto i = static_cast<std::size_t>(indices[first + r]);
     std::copy_n(d.features.begin() + static_cast<std::ptrdiff_t>(i * dense), dense,
                 out.features.begin() + static_cast<std::ptrdiff_t>(r * dense));
     std::copy_n(d.sparse_ids.begin() + static_cast<std::ptrdiff_t>(i * fields), fields,
                 out.sparse_ids.begin() + static_cast<std::ptrdiff_t>(r * fields));
-    out.labels[r] = d.labels[i];
+    if (!d.labels.empty()) out.labels[r] = d.labels[i];
+    if (!d.targets.empty()) out.targets[r] = d.targets[i];
   }
 }
 
@@ -183,7 +185,8 @@ std::vector<Batch> split_batch(const Batch& batch, int k) {
   const auto n = static_cast<std::size_t>(batch.size);
   STRATA_CHECK(batch.size >= 0 && batch.features.size() == n * static_cast<std::size_t>(batch.dense_dim) &&
                    batch.sparse_ids.size() == n * static_cast<std::size_t>(batch.num_fields) &&
-                   batch.labels.size() == n,
+                   (batch.labels.size() == n || batch.labels.empty()) &&
+                   (batch.targets.size() == n || batch.targets.empty()),
                "split_batch: the batch's vectors do not match its size ", batch.size);
   std::vector<Batch> parts(static_cast<std::size_t>(k));
   const int base = batch.size / k, extra = batch.size % k;
@@ -200,8 +203,12 @@ std::vector<Batch> split_batch(const Batch& batch, int k) {
                          batch.features.begin() + static_cast<std::ptrdiff_t>((first + rows) * dense));
     part.sparse_ids.assign(batch.sparse_ids.begin() + static_cast<std::ptrdiff_t>(first * fields),
                            batch.sparse_ids.begin() + static_cast<std::ptrdiff_t>((first + rows) * fields));
-    part.labels.assign(batch.labels.begin() + static_cast<std::ptrdiff_t>(first),
-                       batch.labels.begin() + static_cast<std::ptrdiff_t>(first + rows));
+    if (!batch.labels.empty())
+      part.labels.assign(batch.labels.begin() + static_cast<std::ptrdiff_t>(first),
+                         batch.labels.begin() + static_cast<std::ptrdiff_t>(first + rows));
+    if (!batch.targets.empty())
+      part.targets.assign(batch.targets.begin() + static_cast<std::ptrdiff_t>(first),
+                          batch.targets.begin() + static_cast<std::ptrdiff_t>(first + rows));
     first += rows;
   }
   return parts;

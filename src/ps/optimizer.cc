@@ -43,6 +43,7 @@
 #include <cstdlib>
 #include <numeric>
 #include <string>
+#include <utility>
 
 #include "strata/common/error.h"
 #include "strata/common/parse.h"
@@ -52,7 +53,7 @@ namespace {
 
 constexpr OptimizerKind kAllKinds[] = {OptimizerKind::kSgd, OptimizerKind::kMomentum,
                                        OptimizerKind::kAdagrad, OptimizerKind::kAdam,
-                                       OptimizerKind::kRmsProp};
+                                       OptimizerKind::kRmsProp, OptimizerKind::kFtrl};
 
 // The shortest of %.15g..%.17g that reads back as the same double: messages show "0.1" as the
 // user typed it, and to_string(config) still round-trips exactly through parse_double().
@@ -73,7 +74,14 @@ std::string format_double(double value) {
 
 // ---- parameter keys ------------------------------------------------------------------------
 
-enum class Key { kLr, kMomentum, kNesterov, kInitialAccumulator, kBeta1, kBeta2, kEpsilon, kRho };
+enum class Key {
+  kLr, kMomentum, kNesterov, kInitialAccumulator, kBeta1, kBeta2, kEpsilon, kRho,
+  kLrPower, kL1, kL2, kL2Shrinkage, kBeta,
+};
+constexpr Key kAllKeys[] = {Key::kLr,    Key::kMomentum, Key::kNesterov, Key::kInitialAccumulator,
+                            Key::kBeta1, Key::kBeta2,    Key::kEpsilon,  Key::kRho,
+                            Key::kLrPower, Key::kL1,     Key::kL2,       Key::kL2Shrinkage,
+                            Key::kBeta};
 
 struct KeyName {
   const char* name;
@@ -94,6 +102,15 @@ constexpr KeyName kKeyNames[] = {
     {"beta_2", Key::kBeta2},
     {"epsilon", Key::kEpsilon},
     {"rho", Key::kRho},
+    {"lr_power", Key::kLrPower},
+    {"learning_rate_power", Key::kLrPower},
+    {"l1", Key::kL1},
+    {"l1_regularization_strength", Key::kL1},
+    {"l2", Key::kL2},
+    {"l2_regularization_strength", Key::kL2},
+    {"l2_shrinkage", Key::kL2Shrinkage},
+    {"l2_shrinkage_regularization_strength", Key::kL2Shrinkage},
+    {"beta", Key::kBeta},
 };
 
 bool key_applies(OptimizerKind kind, Key key) {
@@ -101,13 +118,18 @@ bool key_applies(OptimizerKind kind, Key key) {
     case Key::kLr: return true;
     case Key::kMomentum:
     case Key::kNesterov: return kind == OptimizerKind::kMomentum;
-    case Key::kInitialAccumulator: return kind == OptimizerKind::kAdagrad;
+    case Key::kInitialAccumulator: return kind == OptimizerKind::kAdagrad || kind == OptimizerKind::kFtrl;
     case Key::kBeta1:
     case Key::kBeta2: return kind == OptimizerKind::kAdam;
     case Key::kEpsilon:
       return kind == OptimizerKind::kAdagrad || kind == OptimizerKind::kAdam ||
              kind == OptimizerKind::kRmsProp;
     case Key::kRho: return kind == OptimizerKind::kRmsProp;
+    case Key::kLrPower:
+    case Key::kL1:
+    case Key::kL2:
+    case Key::kL2Shrinkage:
+    case Key::kBeta: return kind == OptimizerKind::kFtrl;
   }
   return false;
 }
@@ -121,8 +143,7 @@ const char* canonical_name(Key key) {
 // "lr, momentum, nesterov": the canonical keys that apply to `kind`, for error messages.
 std::string accepted_keys(OptimizerKind kind) {
   std::string out;
-  for (Key key : {Key::kLr, Key::kMomentum, Key::kNesterov, Key::kInitialAccumulator, Key::kBeta1,
-                  Key::kBeta2, Key::kEpsilon, Key::kRho}) {
+  for (Key key : kAllKeys) {
     if (!key_applies(kind, key)) continue;
     if (!out.empty()) out += ", ";
     out += canonical_name(key);
@@ -139,6 +160,10 @@ struct Coefficients {
   OptimizerKind kind;
   bool nesterov;
   T lr, momentum, epsilon, rho, one_minus_rho, one_minus_beta1, one_minus_beta2, alpha;
+  // FTRL: p = -learning_rate_power; ftrl_sqrt when p is 0.5 (TF's special case: sqrt, not pow);
+  // ftrl_shrink when l2_shrinkage > 0 (ApplyFtrlV2; otherwise ApplyFtrl, gradient used as is).
+  bool ftrl_sqrt, ftrl_shrink;
+  T ftrl_p, l1, two_l2, two_l2_shrinkage;
 };
 
 template <typename T>
@@ -164,6 +189,18 @@ Coefficients<T> make_coefficients(const OptimizerConfig& cfg, std::int64_t step)
     const T beta2_power = std::pow(beta2, t);
     c.alpha = c.lr * std::sqrt(T(1) - beta2_power) / (T(1) - beta1_power);
   }
+  if (cfg.kind == OptimizerKind::kFtrl) {
+    // Keras' Ftrl passes l2 + beta / (2 * lr) to the kernel as its l2 (in the variable's dtype);
+    // the kernel then uses 2 * l2 and 2 * l2_shrinkage.
+    const T lr_power = static_cast<T>(cfg.learning_rate_power);
+    c.ftrl_sqrt = lr_power == T(-0.5);
+    c.ftrl_p = -lr_power;
+    c.ftrl_shrink = cfg.l2_shrinkage > 0.0;
+    c.l1 = static_cast<T>(cfg.l1);
+    const T l2 = static_cast<T>(cfg.l2) + static_cast<T>(cfg.beta) / (T(2) * c.lr);
+    c.two_l2 = T(2) * l2;
+    c.two_l2_shrinkage = T(2) * static_cast<T>(cfg.l2_shrinkage);
+  }
   return c;
 }
 
@@ -181,10 +218,45 @@ struct ExactSqrt {
   Packet packetOp(const Packet& x) const { return Eigen::internal::psqrt(x); }
 };
 
+// x^p with std::pow, one element at a time in both paths: Eigen's packet pow is not std::pow to
+// the bit, so it has no packet access (FTRL with learning_rate_power other than -0.5 only).
+template <typename T>
+struct ScalarPow {
+  T p;
+  T operator()(const T& x) const { return std::pow(x, p); }
+};
+
+// FTRL's new weight from the linear slot z and the denominator y:
+//   |z| > l1 ? (sign(z)*l1 - z) / y : 0.
+// A functor rather than Eigen's select(), which Eigen 3.4 evaluates one element at a time. The
+// packet path takes sign(z)*l1 as l1 with z's sign bit: equal to the scalar form wherever the
+// branch is taken (z is then non-zero and not NaN; l1 >= 0 has a clear sign bit), and a NaN z fails
+// the comparison in both paths.
+template <typename T>
+struct FtrlWeight {
+  T l1;
+  T operator()(const T& z, const T& y) const { return std::abs(z) > l1 ? ((z > T(0) ? l1 : -l1) - z) / y : T(0); }
+  template <typename Packet>
+  Packet packetOp(const Packet& z, const Packet& y) const {
+    using namespace Eigen::internal;
+    const Packet l1p = pset1<Packet>(l1);
+    const Packet signed_l1 = por(pand(z, pset1<Packet>(T(-0.0))), l1p);
+    return pselect(pcmp_lt(l1p, pabs(z)), pdiv(psub(signed_l1, z), y), pzero(z));
+  }
+};
+
 }  // namespace
 }  // namespace strata::ps
 
 namespace Eigen::internal {
+template <typename T>
+struct functor_traits<strata::ps::FtrlWeight<T>> {
+  enum {
+    Cost = 4 * NumTraits<T>::AddCost + scalar_div_cost<T, true>::value,
+    PacketAccess = packet_traits<T>::Vectorizable && packet_traits<T>::HasDiv && packet_traits<T>::HasAbs &&
+                   packet_traits<T>::HasCmp,
+  };
+};
 template <typename T>
 struct functor_traits<strata::ps::ExactSqrt<T>> {
   enum {
@@ -205,6 +277,28 @@ template <typename T>
 using Vec = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
 template <typename T>
 using ConstVec = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+// FTRL over one chunk, pw(x) = x^p, in blocks of kFtrlBlock elements so that pw(a + g*g), used
+// twice, is computed once into a stack buffer (no allocation; sqrt and division dominate the
+// cost). TF's kernel (x / y where |z| > l1, else 0) evaluates both sides of its select; so does
+// FtrlWeight. Vectorised throughout when p is 0.5 (ExactSqrt, FtrlWeight); ScalarPow is scalar.
+template <typename T, typename Pw>
+void eigen_ftrl(const Coefficients<T>& c, const Pw& pw, T* w, T* a, T* z, const T* g, std::size_t n) {
+  constexpr std::size_t kFtrlBlock = 256;
+  alignas(64) T buffer[kFtrlBlock];
+  for (std::size_t begin = 0; begin < n; begin += kFtrlBlock) {
+    const auto len = static_cast<Eigen::Index>(std::min(kFtrlBlock, n - begin));
+    Vec<T> var(w + begin, len), accum(a + begin, len), linear(z + begin, len), pw_new(buffer, len);
+    ConstVec<T> grad(g + begin, len);
+    pw_new = (accum + grad.square()).unaryExpr(pw);
+    if (c.ftrl_shrink)
+      linear += (grad + var * c.two_l2_shrinkage) - ((pw_new - accum.unaryExpr(pw)) / c.lr) * var;
+    else
+      linear += grad - ((pw_new - accum.unaryExpr(pw)) / c.lr) * var;
+    accum += grad.square();
+    var = linear.binaryExpr(pw_new / c.lr + c.two_l2, FtrlWeight<T>{c.l1});
+  }
+}
 
 // One update of n contiguous elements with Eigen. s0/s1 are the first and second slot (null when
 // the optimizer has fewer). Each line is the formula of the header, in the same order; `x -= e`
@@ -254,6 +348,12 @@ void eigen_update(const Coefficients<T>& c, T* w, T* s0, T* s1, const T* g, std:
       var -= (grad * c.lr) / (rms.unaryExpr(ExactSqrt<T>()) + c.epsilon);
       break;
     }
+    case OptimizerKind::kFtrl:
+      if (c.ftrl_sqrt)
+        eigen_ftrl(c, ExactSqrt<T>(), w, s0, s1, g, n);
+      else
+        eigen_ftrl(c, ScalarPow<T>{c.ftrl_p}, w, s0, s1, g, n);
+      break;
   }
 }
 
@@ -290,6 +390,22 @@ void reference_update(const Coefficients<T>& c, T* w, T* s0, T* s1, const T* g, 
         w[i] = w[i] - (g[i] * c.lr) / (std::sqrt(s0[i]) + c.epsilon);
       }
       break;
+    case OptimizerKind::kFtrl: {
+      auto pw = [&c](T x) { return c.ftrl_sqrt ? std::sqrt(x) : std::pow(x, c.ftrl_p); };
+      for (std::size_t i = 0; i < n; ++i) {
+        const T new_accum = s0[i] + g[i] * g[i];
+        const T gs = c.ftrl_shrink ? g[i] + w[i] * c.two_l2_shrinkage : g[i];
+        s1[i] = s1[i] + (gs - ((pw(new_accum) - pw(s0[i])) / c.lr) * w[i]);
+        s0[i] = new_accum;
+        const T z = s1[i];
+        // Written out, not through FtrlWeight, so that the oracle is independent of the Eigen path.
+        if (std::abs(z) > c.l1)
+          w[i] = ((z > T(0) ? c.l1 : -c.l1) - z) / (pw(new_accum) / c.lr + c.two_l2);
+        else
+          w[i] = T(0);
+      }
+      break;
+    }
   }
 }
 
@@ -412,6 +528,7 @@ const char* to_string(OptimizerKind kind) {
     case OptimizerKind::kAdagrad: return "adagrad";
     case OptimizerKind::kAdam: return "adam";
     case OptimizerKind::kRmsProp: return "rmsprop";
+    case OptimizerKind::kFtrl: return "ftrl";
   }
   return "?";
 }
@@ -420,7 +537,7 @@ OptimizerKind parse_optimizer_kind(std::string_view name) {
   for (OptimizerKind kind : kAllKinds)
     if (name == to_string(kind)) return kind;
   throw ConfigError("--optimizer: '" + std::string(name) +
-                    "' is not one of sgd, momentum, adagrad, adam, rmsprop");
+                    "' is not one of sgd, momentum, adagrad, adam, rmsprop, ftrl");
 }
 
 void OptimizerConfig::validate() const {
@@ -447,6 +564,19 @@ void OptimizerConfig::validate() const {
     case OptimizerKind::kRmsProp:
       if (!in_unit(rho, false)) bad_field(*this, "rho", rho, "[0, 1)");
       break;
+    case OptimizerKind::kFtrl: {
+      // Keras' Ftrl checks: learning_rate_power <= 0, everything else >= 0.
+      if (!(learning_rate_power <= 0.0) || !std::isfinite(learning_rate_power))
+        bad_field(*this, "lr_power", learning_rate_power, "a finite number <= 0");
+      const std::pair<const char*, double> non_negative[] = {{"initial_accumulator", initial_accumulator},
+                                                             {"l1", l1},
+                                                             {"l2", l2},
+                                                             {"l2_shrinkage", l2_shrinkage},
+                                                             {"beta", beta}};
+      for (const auto& [field, value] : non_negative)
+        if (!(value >= 0.0) || !std::isfinite(value)) bad_field(*this, field, value, "a finite number >= 0");
+      break;
+    }
   }
   if (key_applies(kind, Key::kEpsilon) && (!(epsilon > 0.0) || !std::isfinite(epsilon)))
     bad_field(*this, "epsilon", epsilon, "a finite number > 0");
@@ -458,7 +588,7 @@ void OptimizerConfig::validate() const {
 OptimizerConfig OptimizerConfig::defaults(OptimizerKind kind) {
   OptimizerConfig c;
   c.kind = kind;
-  // Keras: SGD(learning_rate=0.01), Adagrad/Adam/RMSprop(learning_rate=0.001).
+  // Keras: SGD(learning_rate=0.01), Adagrad/Adam/RMSprop/Ftrl(learning_rate=0.001).
   c.learning_rate =
       (kind == OptimizerKind::kSgd || kind == OptimizerKind::kMomentum) ? 0.01 : 0.001;
   return c;
@@ -500,6 +630,11 @@ OptimizerConfig OptimizerConfig::parse(std::string_view spec) {
         case Key::kBeta2: c.beta2 = parse_double(value, what); break;
         case Key::kEpsilon: c.epsilon = parse_double(value, what); break;
         case Key::kRho: c.rho = parse_double(value, what); break;
+        case Key::kLrPower: c.learning_rate_power = parse_double(value, what); break;
+        case Key::kL1: c.l1 = parse_double(value, what); break;
+        case Key::kL2: c.l2 = parse_double(value, what); break;
+        case Key::kL2Shrinkage: c.l2_shrinkage = parse_double(value, what); break;
+        case Key::kBeta: c.beta = parse_double(value, what); break;
       }
     }
   }
@@ -526,6 +661,11 @@ std::string to_string(const OptimizerConfig& config) {
   add(Key::kBeta2, format_double(config.beta2));
   add(Key::kRho, format_double(config.rho));
   add(Key::kEpsilon, format_double(config.epsilon));
+  add(Key::kLrPower, format_double(config.learning_rate_power));
+  add(Key::kL1, format_double(config.l1));
+  add(Key::kL2, format_double(config.l2));
+  add(Key::kL2Shrinkage, format_double(config.l2_shrinkage));
+  add(Key::kBeta, format_double(config.beta));
   return out;
 }
 
@@ -535,7 +675,8 @@ int num_slots(OptimizerKind kind) {
     case OptimizerKind::kMomentum:
     case OptimizerKind::kAdagrad:
     case OptimizerKind::kRmsProp: return 1;
-    case OptimizerKind::kAdam: return 2;
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kFtrl: return 2;
   }
   return 0;
 }
@@ -547,6 +688,7 @@ std::vector<std::string> slot_names(OptimizerKind kind) {
     case OptimizerKind::kAdagrad: return {"accumulator"};
     case OptimizerKind::kAdam: return {"m", "v"};
     case OptimizerKind::kRmsProp: return {"rms"};
+    case OptimizerKind::kFtrl: return {"accumulator", "linear"};
   }
   return {};
 }
@@ -554,7 +696,9 @@ std::vector<std::string> slot_names(OptimizerKind kind) {
 double slot_initial_value(const OptimizerConfig& config, int slot) {
   STRATA_CHECK(slot >= 0 && slot < num_slots(config.kind), "optimizer ", to_string(config.kind),
                " has no slot ", slot);
-  return config.kind == OptimizerKind::kAdagrad ? config.initial_accumulator : 0.0;
+  const bool accumulator = config.kind == OptimizerKind::kAdagrad ||
+                           (config.kind == OptimizerKind::kFtrl && slot == 0);
+  return accumulator ? config.initial_accumulator : 0.0;
 }
 
 // ---- apply entry points (explicit float / double overloads keep Eigen out of the header) ------

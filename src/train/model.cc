@@ -46,7 +46,8 @@ Inputs inputs_of(const data::Batch& b) {
   in.dense_dim = b.dense_dim;
   in.sparse_ids = b.sparse_ids.empty() ? nullptr : b.sparse_ids.data();
   in.num_fields = b.num_fields;
-  in.labels = b.labels.data();
+  in.labels = b.labels.empty() ? nullptr : b.labels.data();
+  in.targets = b.targets.empty() ? nullptr : b.targets.data();
   return in;
 }
 

@@ -521,7 +521,12 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
       std::int64_t global_step = ctx.global_step;
       strategy.run([&](ReplicaContext& rctx) {
         const int r = rctx.replica_id_in_sync_group();
-        const Inputs in = inputs_of(parts[r]);
+        Inputs in = inputs_of(parts[r]);
+        // Where this slice sits in the job's step, for per-example randomness (dropout) that
+        // depends on neither the replica count nor the run.
+        in.step = static_cast<std::int64_t>(epoch) * epoch_batches + b;
+        in.first_example = static_cast<std::int64_t>(strategy.worker_index()) * cfg.global_batch;
+        for (int q = 0; q < r; ++q) in.first_example += parts[q].size;
         TraceWriter::Span span_step(trace, "step", r);
         // One atomic read per worker step (replica 0 only), against a step of milliseconds.
         const std::int64_t step_at_pull = (r == 0 && track_staleness) ? strategy.global_step() : 0;

@@ -105,6 +105,25 @@ mpi 3 "$STRATA_BIN" train --model wide_deep --data synthetic-sparse --epochs 1 -
 expect_rc 0
 [ "$(summary_get 'int(j["test_accuracy"] > 0.65)')" = 1 ] || fail "wide_deep accuracy $(summary_get 'j["test_accuracy"]') (chance 0.5)"
 
+case_begin "ftrl: wide_deep trains, checkpoints its accumulator and linear slots, restores them bit for bit"
+F="$TEST_TMP/ftrl"
+FTRL=(train --model wide_deep --data synthetic-sparse --optimizer ftrl:lr=0.05,l1=0.0001 --log-every 0 --log-every-secs 0)
+mpi 3 "$STRATA_BIN" "${FTRL[@]}" --steps 60 --checkpoint-dir "$F"
+expect_rc 0
+[ "$(summary_get 'j["optimizer"].split(",")[0]')" = "ftrl:lr=0.05" ] || fail "summary optimizer: $(summary_get 'j["optimizer"]')"
+[ "$(summary_get 'int(j["test_accuracy"] > 0.6)')" = 1 ] || fail "ftrl wide_deep accuracy $(summary_get 'j["test_accuracy"]') (chance 0.5)"
+run "$STRATA_BIN" ckpt show "$F" --json
+expect_rc 0
+[ "$(json_get 'sorted({s for v in j["variables"] for s in v["slots"]})')" = "['accumulator', 'linear']" ] \
+  || fail "slots in the checkpoint: $(json_get 'sorted({s for v in j["variables"] for s in v["slots"]})')"
+R="$TEST_TMP/ftrl-restored"
+mpi 3 "$STRATA_BIN" "${FTRL[@]}" --steps 0 --restore "$F" --checkpoint-dir "$R"
+expect_rc 0
+expect_stdout_has "checkpoint: restored"
+run "$STRATA_BIN" ckpt diff "$F" "$R"
+expect_rc 0
+[ "$(tail -1 "$OUT")" = identical ] || fail "the restored-and-saved ftrl checkpoint differs (slots included)"
+
 case_begin "missing dataset names the package"
 mpi 2 "$STRATA_BIN" train --data fashion-mnist:/nonexistent --steps 1
 expect_rc_nonzero

@@ -161,7 +161,8 @@ TEST_P(SyncOptimizer, MatchesSingleProcessReferenceBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, SyncOptimizer,
                          ::testing::Combine(::testing::Values("sgd:lr=0.5", "momentum:lr=0.1,momentum=0.9",
-                                                              "adagrad:lr=0.1", "adam:lr=0.01", "rmsprop:lr=0.01"),
+                                                              "adagrad:lr=0.1", "adam:lr=0.01", "rmsprop:lr=0.01",
+                                                              "ftrl:lr=0.1,l1=0.001"),
                                             ::testing::ValuesIn(strata::comm::compiled_transports())),
                          [](const auto& info) {
                            const std::string& opt = std::get<0>(info.param);

@@ -78,7 +78,8 @@ TEST(ApplyTeam, AHelpersExceptionReachesTheCallerAfterEveryPart) {
 // A split update against the scalar reference, several steps, odd tail; the caller's hook runs on
 // the caller only, between its own chunks.
 TEST(ApplyTeam, TeamUpdateIsBitIdenticalToTheReference) {
-  for (const char* spec : {"adam:lr=0.01", "rmsprop:lr=0.01", "adagrad:lr=0.1", "momentum:lr=0.1,nesterov=1"}) {
+  for (const char* spec : {"adam:lr=0.01", "rmsprop:lr=0.01", "adagrad:lr=0.1", "momentum:lr=0.1,nesterov=1",
+                           "ftrl:lr=0.1,l1=0.001,l2_shrinkage=0.01"}) {
     const auto opt = strata::ps::OptimizerConfig::parse(spec);
     const std::size_t n = (std::size_t{1} << 20) + 5;  // 2 parts of > 2^18: the caller has 2 chunks
     const int k = strata::ps::num_slots(opt.kind);

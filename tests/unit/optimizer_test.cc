@@ -106,7 +106,7 @@ void randomize_slots(OptimizerKind kind, State<T>& st, std::uint64_t seed) {
   const T denormal = std::numeric_limits<T>::denorm_min() * T(3);
   for (std::size_t s = 0; s < st.slots.size(); ++s) {
     const bool second_moment = kind == OptimizerKind::kAdagrad || kind == OptimizerKind::kRmsProp ||
-                               (kind == OptimizerKind::kAdam && s == 1);
+                               (kind == OptimizerKind::kAdam && s == 1) || (kind == OptimizerKind::kFtrl && s == 0);
     for (std::size_t i = 0; i < st.slots[s].size(); ++i) {
       T x = static_cast<T>(unit_value(seed + 100 + s, i));
       if (second_moment) x = x * x;
@@ -141,16 +141,17 @@ template <typename T>
 // ---- names, slots ------------------------------------------------------------------------------
 
 TEST(OptimizerKindTest, ParsesEveryNameAndRoundTrips) {
-  for (const char* name : {"sgd", "momentum", "adagrad", "adam", "rmsprop"})
+  for (const char* name : {"sgd", "momentum", "adagrad", "adam", "rmsprop", "ftrl"})
     EXPECT_STREQ(to_string(parse_optimizer_kind(name)), name);
   EXPECT_EQ(parse_optimizer_kind("rmsprop"), OptimizerKind::kRmsProp);
+  EXPECT_EQ(parse_optimizer_kind("ftrl"), OptimizerKind::kFtrl);
 }
 
 TEST(OptimizerKindTest, RejectsUnknownNamesListingTheKnownOnes) {
   for (const char* bad : {"", "Adam", "adamw", " adam", "sgd "}) {
     std::string msg = config_error([&] { parse_optimizer_kind(bad); });
     EXPECT_TRUE(Contains(msg, "'" + std::string(bad) + "'"));
-    EXPECT_TRUE(Contains(msg, "sgd, momentum, adagrad, adam, rmsprop"));
+    EXPECT_TRUE(Contains(msg, "sgd, momentum, adagrad, adam, rmsprop, ftrl"));
   }
 }
 
@@ -161,8 +162,9 @@ TEST(OptimizerSlotsTest, KerasSlotNamesAndInitialValues) {
   EXPECT_EQ(slot_names(OptimizerKind::kAdagrad), std::vector<std::string>{"accumulator"});
   EXPECT_EQ(slot_names(OptimizerKind::kAdam), (std::vector<std::string>{"m", "v"}));
   EXPECT_EQ(slot_names(OptimizerKind::kRmsProp), std::vector<std::string>{"rms"});
+  EXPECT_EQ(slot_names(OptimizerKind::kFtrl), (std::vector<std::string>{"accumulator", "linear"}));
   for (OptimizerKind k : {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdagrad,
-                          OptimizerKind::kAdam, OptimizerKind::kRmsProp})
+                          OptimizerKind::kAdam, OptimizerKind::kRmsProp, OptimizerKind::kFtrl})
     EXPECT_EQ(static_cast<std::size_t>(num_slots(k)), slot_names(k).size());
 
   OptimizerConfig adagrad = OptimizerConfig::parse("adagrad:initial_accumulator=0.25");
@@ -174,6 +176,11 @@ TEST(OptimizerSlotsTest, KerasSlotNamesAndInitialValues) {
   EXPECT_EQ(slot_initial_value(config_for(OptimizerKind::kRmsProp), 0), 0.0);
   EXPECT_THROW(slot_initial_value(config_for(OptimizerKind::kAdam), 2), Error);
   EXPECT_THROW(slot_initial_value(config_for(OptimizerKind::kSgd), 0), Error);
+  // FTRL: the accumulator starts at initial_accumulator (Keras 0.1), "linear" at 0.
+  EXPECT_EQ(slot_initial_value(config_for(OptimizerKind::kFtrl), 0), 0.1);
+  EXPECT_EQ(slot_initial_value(config_for(OptimizerKind::kFtrl), 1), 0.0);
+  EXPECT_EQ(slot_initial_value(OptimizerConfig::parse("ftrl:initial_accumulator_value=0.5"), 0), 0.5);
+  EXPECT_THROW(slot_initial_value(config_for(OptimizerKind::kFtrl), 2), Error);
 }
 
 // ---- parse / validate --------------------------------------------------------------------------
@@ -196,6 +203,16 @@ TEST(OptimizerConfigTest, BareNamesGetKerasDefaults) {
   EXPECT_EQ(OptimizerConfig::parse("adagrad").learning_rate, 0.001);
   EXPECT_EQ(OptimizerConfig::parse("rmsprop").rho, 0.9);
   EXPECT_EQ(OptimizerConfig::parse("rmsprop").learning_rate, 0.001);
+  // Keras' Ftrl defaults.
+  OptimizerConfig ftrl = OptimizerConfig::parse("ftrl");
+  EXPECT_EQ(ftrl.kind, OptimizerKind::kFtrl);
+  EXPECT_EQ(ftrl.learning_rate, 0.001);
+  EXPECT_EQ(ftrl.learning_rate_power, -0.5);
+  EXPECT_EQ(ftrl.initial_accumulator, 0.1);
+  EXPECT_EQ(ftrl.l1, 0.0);
+  EXPECT_EQ(ftrl.l2, 0.0);
+  EXPECT_EQ(ftrl.l2_shrinkage, 0.0);
+  EXPECT_EQ(ftrl.beta, 0.0);
 }
 
 TEST(OptimizerConfigTest, ParsesKeysAndKerasAliases) {
@@ -215,13 +232,33 @@ TEST(OptimizerConfigTest, ParsesKeysAndKerasAliases) {
   EXPECT_FALSE(OptimizerConfig::parse("momentum:nesterov=false").nesterov);
   EXPECT_EQ(OptimizerConfig::parse("adagrad:initial_accumulator_value=0").initial_accumulator, 0.0);
   EXPECT_EQ(OptimizerConfig::parse("rmsprop:rho=0.5,epsilon=1e-6").rho, 0.5);
+  OptimizerConfig f = OptimizerConfig::parse("ftrl:lr=0.1,lr_power=-0.25,initial_accumulator=0,l1=0.01,l2=0.02,"
+                                             "l2_shrinkage=0.03,beta=0.5");
+  EXPECT_EQ(f.learning_rate, 0.1);
+  EXPECT_EQ(f.learning_rate_power, -0.25);
+  EXPECT_EQ(f.initial_accumulator, 0.0);
+  EXPECT_EQ(f.l1, 0.01);
+  EXPECT_EQ(f.l2, 0.02);
+  EXPECT_EQ(f.l2_shrinkage, 0.03);
+  EXPECT_EQ(f.beta, 0.5);
+  OptimizerConfig k2 = OptimizerConfig::parse(
+      "ftrl:learning_rate=0.2,learning_rate_power=0,initial_accumulator_value=0.3,l1_regularization_strength=0.4,"
+      "l2_regularization_strength=0.5,l2_shrinkage_regularization_strength=0.6");
+  EXPECT_EQ(k2.learning_rate, 0.2);
+  EXPECT_EQ(k2.learning_rate_power, 0.0);
+  EXPECT_EQ(k2.initial_accumulator, 0.3);
+  EXPECT_EQ(k2.l1, 0.4);
+  EXPECT_EQ(k2.l2, 0.5);
+  EXPECT_EQ(k2.l2_shrinkage, 0.6);
 }
 
 TEST(OptimizerConfigTest, ToStringRoundTrips) {
   for (const char* spec : {"sgd:lr=0.1", "momentum:lr=0.3,momentum=0.7,nesterov=1",
                            "adagrad:lr=0.2,initial_accumulator=0.3,epsilon=1e-5",
                            "adam:lr=0.001,beta1=0.85,beta2=0.995,epsilon=1e-8",
-                           "rmsprop:lr=0.004,rho=0.8,epsilon=1e-6"}) {
+                           "rmsprop:lr=0.004,rho=0.8,epsilon=1e-6",
+                           "ftrl:lr=0.05,initial_accumulator=0.2,lr_power=-0.7,l1=0.001,l2=0.25,l2_shrinkage=0.125,"
+                           "beta=0.3"}) {
     OptimizerConfig c = OptimizerConfig::parse(spec);
     std::string text = to_string(c);
     OptimizerConfig back = OptimizerConfig::parse(text);
@@ -235,7 +272,14 @@ TEST(OptimizerConfigTest, ToStringRoundTrips) {
     EXPECT_EQ(back.beta2, c.beta2);
     EXPECT_EQ(back.epsilon, c.epsilon);
     EXPECT_EQ(back.rho, c.rho);
+    EXPECT_EQ(back.learning_rate_power, c.learning_rate_power);
+    EXPECT_EQ(back.l1, c.l1);
+    EXPECT_EQ(back.l2, c.l2);
+    EXPECT_EQ(back.l2_shrinkage, c.l2_shrinkage);
+    EXPECT_EQ(back.beta, c.beta);
   }
+  EXPECT_EQ(to_string(OptimizerConfig::parse("ftrl")),
+            "ftrl:lr=0.001,initial_accumulator=0.1,lr_power=-0.5,l1=0,l2=0,l2_shrinkage=0,beta=0");
   EXPECT_EQ(to_string(OptimizerConfig::parse("sgd:lr=0.5")), "sgd:lr=0.5");
   EXPECT_EQ(to_string(OptimizerConfig::parse("adam")), "adam:lr=0.001,beta1=0.9,beta2=0.999,epsilon=1e-07");
   EXPECT_EQ(to_string(OptimizerConfig::parse("momentum:nesterov=1")), "momentum:lr=0.01,momentum=0.9,nesterov=1");
@@ -262,6 +306,11 @@ TEST(OptimizerConfigTest, RejectsMalformedSpecsNamingTheCulprit) {
            {"momentum:beta1=0.9", "accepted: lr, momentum, nesterov"},
            {"rmsprop:momentum=0.9", "unknown key 'momentum' for rmsprop"},
            {"adagrad:rho=0.9", "unknown key 'rho'"},
+           {"adagrad:l1=0.1", "unknown key 'l1' for adagrad"},
+           {"ftrl:epsilon=1e-7", "unknown key 'epsilon' for ftrl (accepted: lr, initial_accumulator, lr_power, l1, l2, "
+                                 "l2_shrinkage, beta)"},
+           {"ftrl:l1=0.1,l1_regularization_strength=0.2", "given twice"},
+           {"ftrl:l1=x", "'x'"},
            {"adam:lr=0.1,learning_rate=0.2", "given twice"},
            {"adam:beta1=0.9,beta1=0.8", "given twice"},
            {"adam:lr=abc", "'abc'"},
@@ -297,6 +346,13 @@ TEST(OptimizerConfigTest, ValidateRejectsOutOfRangeValues) {
            {"adam:epsilon=-1e-7", "epsilon"},
            {"rmsprop:rho=1", "rho = 1"},
            {"rmsprop:epsilon=0", "epsilon"},
+           {"ftrl:lr_power=0.5", "lr_power = 0.5 is out of range (expected a finite number <= 0)"},
+           {"ftrl:initial_accumulator=-0.1", "initial_accumulator = -0.1"},
+           {"ftrl:l1=-1", "l1 = -1 is out of range (expected a finite number >= 0)"},
+           {"ftrl:l2=-0.5", "l2 = -0.5"},
+           {"ftrl:l2_shrinkage=-2", "l2_shrinkage = -2"},
+           {"ftrl:beta=-0.1", "beta = -0.1"},
+           {"ftrl:lr=0", "learning_rate = 0"},
        }) {
     SCOPED_TRACE(c.spec);
     std::string msg = config_error([&] { OptimizerConfig::parse(c.spec); });
@@ -307,6 +363,7 @@ TEST(OptimizerConfigTest, ValidateRejectsOutOfRangeValues) {
   EXPECT_NO_THROW(OptimizerConfig::parse("momentum:momentum=1"));
   EXPECT_NO_THROW(OptimizerConfig::parse("adam:beta1=0,beta2=0"));
   EXPECT_NO_THROW(OptimizerConfig::parse("rmsprop:rho=0"));
+  EXPECT_NO_THROW(OptimizerConfig::parse("ftrl:lr_power=0,initial_accumulator=0,l1=0,l2=0,l2_shrinkage=0,beta=0"));
 
   // Direct validate(): unset learning rate, NaN, nesterov on a non-momentum optimizer, and fields
   // of other optimizers are ignored.
@@ -324,6 +381,15 @@ TEST(OptimizerConfigTest, ValidateRejectsOutOfRangeValues) {
   c = config_for(OptimizerKind::kAdam);
   c.epsilon = std::numeric_limits<double>::infinity();
   EXPECT_TRUE(Contains(config_error([&] { c.validate(); }), "epsilon = inf"));
+  c = config_for(OptimizerKind::kFtrl);
+  c.l1 = std::numeric_limits<double>::infinity();
+  EXPECT_TRUE(Contains(config_error([&] { c.validate(); }), "l1 = inf"));
+  c = config_for(OptimizerKind::kFtrl);
+  c.learning_rate_power = std::nan("");
+  EXPECT_TRUE(Contains(config_error([&] { c.validate(); }), "lr_power = nan"));
+  c = config_for(OptimizerKind::kAdam);
+  c.l1 = -1;  // an FTRL field: ignored by Adam
+  EXPECT_NO_THROW(c.validate());
 }
 
 // ---- hand-computed updates ---------------------------------------------------------------------
@@ -490,7 +556,8 @@ struct Variant {
 };
 const Variant kVariants[] = {{OptimizerKind::kSgd, false},     {OptimizerKind::kMomentum, false},
                              {OptimizerKind::kMomentum, true}, {OptimizerKind::kAdagrad, false},
-                             {OptimizerKind::kAdam, false},    {OptimizerKind::kRmsProp, false}};
+                             {OptimizerKind::kAdam, false},    {OptimizerKind::kRmsProp, false},
+                             {OptimizerKind::kFtrl, false}};
 
 template <typename T>
 class BitExactTest : public ::testing::Test {};
@@ -646,6 +713,147 @@ TYPED_TEST(SparseTest, SummationOrderIsOrderOfAppearance) {
   const std::vector<T> g2 = {half_ulp, half_ulp, 1};
   apply_sparse_rows(c, 1, w2.data(), nullptr, 1, rows.data(), g2.data(), rows.size());
   EXPECT_EQ(w2[0], -(T(1) + 2 * half_ulp));
+}
+
+// ---- FTRL ---------------------------------------------------------------------------------------
+// TF's ApplyFtrl / ApplyFtrlV2 kernels (what Keras' Ftrl calls), transcribed in double:
+//   gs = g + 2*l2_shrinkage*w;  na = a + g*g;  z += gs - (na^p - a^p)/lr*w   (p = -lr_power)
+//   w = |z| > l1 ? (sign(z)*l1 - z) / (na^p/lr + 2*l2') : 0;  a = na;   l2' = l2 + beta/(2*lr)
+struct FtrlDouble {
+  double w, a, z;
+};
+void ftrl_double_step(const OptimizerConfig& c, FtrlDouble& s, double g) {
+  const double p = -c.learning_rate_power;
+  auto pw = [&](double x) { return c.learning_rate_power == -0.5 ? std::sqrt(x) : std::pow(x, p); };
+  const double l2 = c.l2 + c.beta / (2 * c.learning_rate);
+  const double gs = g + 2 * c.l2_shrinkage * s.w;
+  const double na = s.a + g * g;
+  s.z += gs - (pw(na) - pw(s.a)) / c.learning_rate * s.w;
+  s.w = std::fabs(s.z) > c.l1 ? (std::copysign(c.l1, s.z) - s.z) / (pw(na) / c.learning_rate + 2 * l2) : 0.0;
+  s.a = na;
+}
+
+const char* const kFtrlSpecs[] = {
+    "ftrl",
+    "ftrl:lr=0.1",
+    "ftrl:lr=0.1,l1=0.3",
+    "ftrl:lr=0.05,l1=0.2,l2=0.01,l2_shrinkage=0.02,beta=0.1",
+    "ftrl:lr=0.1,lr_power=-0.3,l2=0.05",
+    "ftrl:lr=0.1,lr_power=0,l1=0.4",
+    "ftrl:lr=0.2,lr_power=-1,initial_accumulator=0.5,l2_shrinkage=0.1",
+    "ftrl:lr=0.1,initial_accumulator=0,beta=1",
+};
+
+TYPED_TEST(HandComputedTest, FtrlExact) {
+  using T = TypeParam;
+  // Accumulator 0, g = 0.5, w = 1, lr 0.5: na = 0.25, sqrt(na) = 0.5, sqrt(0) = 0,
+  // z = 0 + 0.5 - ((0.5 - 0)/0.5)*1 = -0.5.
+  struct Case {
+    const char* spec;
+    T w, z;
+  };
+  for (const Case& k : std::vector<Case>{
+           {"ftrl:lr=0.5,initial_accumulator=0", T(0.5), T(-0.5)},  // w = 0.5 / (0.5/0.5)
+           // |z| > l1: w = (-0.25 + 0.5) / (1 + 2*0.5) = 0.125
+           {"ftrl:lr=0.5,initial_accumulator=0,l1=0.25,l2=0.5", T(0.125), T(-0.5)},
+           // |z| <= l1: the weight is exactly 0 (L1 sparsity)
+           {"ftrl:lr=0.5,initial_accumulator=0,l1=1", T(0), T(-0.5)},
+           // beta 0.5 adds 0.5/(2*0.5) = 0.5 to l2: w = 0.5 / (1 + 1) = 0.25
+           {"ftrl:lr=0.5,initial_accumulator=0,beta=0.5", T(0.25), T(-0.5)},
+           // shrinkage 0.5: gs = 0.5 + 2*0.5*1 = 1.5, z = 1.5 - 1 = 0.5, w = -0.5 / 1
+           {"ftrl:lr=0.5,initial_accumulator=0,l2_shrinkage=0.5", T(-0.5), T(0.5)},
+           // lr_power 0: na^0 - a^0 = 0, z = 0.5, w = -0.5 / (1/0.5) = -0.25
+           {"ftrl:lr=0.5,initial_accumulator=0,lr_power=0", T(-0.25), T(0.5)},
+       }) {
+    SCOPED_TRACE(k.spec);
+    const OptimizerConfig c = OptimizerConfig::parse(k.spec);
+    for (bool reference : {false, true}) {
+      State<T> st(c, {1});
+      const T g = 0.5;
+      if (reference)
+        apply_dense_reference(c, 1, st.var.data(), st.sp(), &g, 1);
+      else
+        apply_dense(c, 1, st.var.data(), st.sp(), &g, 1);
+      EXPECT_EQ(st.var[0], k.w);
+      EXPECT_EQ(st.slots[1][0], k.z);
+      EXPECT_EQ(st.slots[0][0], T(0.25));  // the accumulator takes g*g, not gs*gs
+    }
+  }
+}
+
+// Several steps of every apply path against the double transcription of TF's kernel, on random
+// data, for Keras' defaults and for l1 > 0 (exact zeros), l2, l2_shrinkage, beta and other powers.
+TYPED_TEST(HandComputedTest, FtrlMatchesTheDoubleReference) {
+  using T = TypeParam;
+  const std::size_t n = 257;
+  const double rel = std::is_same_v<T, float> ? 2e-4 : 1e-10;
+  for (const char* spec : kFtrlSpecs) {
+    SCOPED_TRACE(spec);
+    const OptimizerConfig c = OptimizerConfig::parse(spec);
+    State<T> dense(c, random_vector<T>(40, n));
+    State<T> reference(dense);
+    State<T> sparse(dense);
+    std::vector<FtrlDouble> expect(n);
+    for (std::size_t i = 0; i < n; ++i)
+      expect[i] = {static_cast<double>(dense.var[i]), static_cast<double>(dense.slots[0][i]), 0.0};
+    std::vector<std::int64_t> rows(n);
+    for (std::size_t i = 0; i < n; ++i) rows[i] = static_cast<std::int64_t>(n - 1 - i);  // unsorted, unique
+    for (std::int64_t step = 1; step <= 6; ++step) {
+      const std::vector<T> g = random_vector<T>(50 + step, n, 0.5);
+      apply_dense(c, step, dense.var.data(), dense.sp(), g.data(), n);
+      apply_dense_reference(c, step, reference.var.data(), reference.sp(), g.data(), n);
+      std::vector<T> reversed(g.rbegin(), g.rend());
+      apply_sparse_rows(c, step, sparse.var.data(), sparse.sp(), 1, rows.data(), reversed.data(), n);
+      for (std::size_t i = 0; i < n; ++i) ftrl_double_step(c, expect[i], static_cast<double>(g[i]));
+    }
+    ASSERT_TRUE(StatesBitEqual(dense, reference));
+    ASSERT_TRUE(StatesBitEqual(dense, sparse));
+    std::size_t zeros = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const FtrlDouble& e = expect[i];
+      EXPECT_NEAR(dense.var[i], e.w, rel * (1 + std::fabs(e.w))) << "w " << i;
+      EXPECT_NEAR(dense.slots[0][i], e.a, rel * (1 + std::fabs(e.a))) << "accumulator " << i;
+      EXPECT_NEAR(dense.slots[1][i], e.z, rel * (1 + std::fabs(e.z))) << "linear " << i;
+      if (e.w == 0.0) {
+        EXPECT_EQ(dense.var[i], T(0)) << i;  // L1 zeros are exact zeros
+        ++zeros;
+      }
+    }
+    if (c.l1 > 0) {
+      EXPECT_GT(zeros, 0u) << "l1 > 0 should zero some weights";
+      EXPECT_LT(zeros, n) << "l1 this large should not zero every weight";
+    } else {
+      EXPECT_EQ(zeros, 0u);
+    }
+  }
+}
+
+// The bit-exactness properties for non-default FTRL settings (pow instead of sqrt, shrinkage,
+// l1), with denormal and zero accumulators.
+TYPED_TEST(BitExactTest, FtrlVariantsEigenEqualsReferenceAndSplits) {
+  using T = TypeParam;
+  const std::size_t n = 4097;
+  for (const char* spec : kFtrlSpecs) {
+    SCOPED_TRACE(spec);
+    const OptimizerConfig c = OptimizerConfig::parse(spec);
+    State<T> eigen(c, random_vector<T>(60, n));
+    randomize_slots(OptimizerKind::kFtrl, eigen, 61);
+    State<T> ref(eigen);
+    State<T> split(eigen);
+    for (std::int64_t step = 1; step <= 3; ++step) {
+      const std::vector<T> g = random_vector<T>(70 + step, n);
+      apply_dense(c, step, eigen.var.data(), eigen.sp(), g.data(), n);
+      apply_dense_reference(c, step, ref.var.data(), ref.sp(), g.data(), n);
+      const std::size_t cuts[] = {0, 1, 999, 2048, n};
+      for (std::size_t k = 0; k + 1 < std::size(cuts); ++k) {
+        std::vector<T*> s;
+        for (auto& slot : split.slots) s.push_back(slot.data() + cuts[k]);
+        apply_dense(c, step, split.var.data() + cuts[k], s.data(), g.data() + cuts[k], cuts[k + 1] - cuts[k]);
+      }
+      ASSERT_TRUE(StatesBitEqual(eigen, ref)) << "step " << step;
+      ASSERT_TRUE(StatesBitEqual(eigen, split)) << "step " << step;
+    }
+  }
 }
 
 // ---- allocation ---------------------------------------------------------------------------------

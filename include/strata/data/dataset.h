@@ -37,9 +37,13 @@ struct Dataset {
   int num_fields = 0;
   std::vector<std::int64_t> sparse_ids;
   std::int64_t sparse_vocab = 0;  // 1 + the largest id (0 when there are no ids)
-  // Class labels in [0, num_classes).
+  // Class labels in [0, num_classes): one per example, or none (num_classes 0) when the dataset
+  // carries regression targets instead.
   std::vector<std::int32_t> labels;
   int num_classes = 0;
+  // Regression targets, one finite float per example; empty for classification data. A dataset
+  // has labels, targets or both (a regressor reads targets, a classifier labels).
+  std::vector<float> targets;
   // Source files (for FILE sharding): file_of[i] indexes `files`. Both may be empty (generated
   // data), in which case only DATA/OFF sharding applies.
   std::vector<std::string> files;
@@ -49,14 +53,15 @@ struct Dataset {
 inline constexpr std::int64_t kNoId = -1;
 
 // Throws strata::Error naming the first inconsistency (vector sizes against size x dims, labels
-// out of range, file_of out of range). Readers return validated datasets; call this on a Dataset
+// out of range, neither labels nor targets, a non-finite target, file_of out of range). Readers return validated datasets; call this on a Dataset
 // built by hand.
 void validate(const Dataset& dataset);
 
 // Concatenates datasets (e.g. one HDF5 file per part) into one whose `files` lists every part's
 // files, so FILE sharding assigns whole parts to workers. dense_dim must agree; num_fields becomes
 // the largest and shorter rows are padded with kNoId. A part without files counts as one file
-// named "<part i>". Throws ConfigError on a dense_dim mismatch.
+// named "<part i>". Throws ConfigError on a dense_dim mismatch, or when some parts have labels
+// (or targets) and others do not.
 Dataset concatenate(const std::vector<Dataset>& parts);
 
 // ---- readers ---------------------------------------------------------------------------------
@@ -175,7 +180,8 @@ struct Batch {
   int dense_dim = 0;
   std::vector<std::int64_t> sparse_ids;
   int num_fields = 0;
-  std::vector<std::int32_t> labels;
+  std::vector<std::int32_t> labels;  // [size], or empty when the dataset has only targets
+  std::vector<float> targets;        // [size], or empty when the dataset has none
 };
 
 // Splits a worker batch into k replica batches of size/k examples, the first size%k replicas

@@ -41,6 +41,13 @@ struct Inputs {
   const std::int64_t* sparse_ids = nullptr;  // [size, num_fields] row-major; -1 = padding (ignored)
   int num_fields = 0;
   const std::int32_t* labels = nullptr;      // [size], each in [0, num_classes)
+  // [size] regression targets (models with a mean-squared-error loss); null for classifiers.
+  const float* targets = nullptr;
+  // Where this slice sits in training, for per-example randomness that must not depend on the
+  // replica count or the run (dropout masks, nn::Graph::dropout): the worker's step counter and
+  // the index of row 0 within that step's global batch. 0 when unused.
+  std::int64_t step = 0;
+  std::int64_t first_example = 0;
 };
 
 // A whole dense variable, row-major, as pulled from the parameter servers.

@@ -1,5 +1,5 @@
 // Optimizer math applied by parameter-server ranks to the shards they own (DESIGN.md section 3,
-// "Optimizers"): SGD, Momentum, Adagrad, Adam and RMSprop with the update rules of TF 2.x Keras
+// "Optimizers"): SGD, Momentum, Adagrad, Adam, RMSprop and FTRL with the update rules of TF 2.x Keras
 // (tf.keras.optimizers, the optimizer_v2 family and the training_ops kernels it calls), the same
 // slot names and slot initial values, so checkpoints map onto TF's `/slots/<var>/<slot>` layout.
 //
@@ -22,7 +22,8 @@
 //   * Per-call scalar coefficients are computed in T as the TF kernels do. Adam's beta^t uses
 //     std::pow(T, T), which the C++ standard does not require to be correctly rounded: results are
 //     bit-identical across processes that share the same libm (one cluster image), not across
-//     arbitrary platforms.
+//     arbitrary platforms. The same holds for FTRL with a learning_rate_power other than -0.5,
+//     which takes std::pow of every element (-0.5 uses sqrt).
 //   * NaN and Inf in gradients are not checked; they propagate like any IEEE operand.
 //
 // Update rules, per element (g: gradient, w: variable, lr = T(learning_rate), t = step):
@@ -37,10 +38,24 @@
 //             w = w - (m*alpha) / (sqrt(v) + epsilon)
 //   rmsprop   r = r*rho + (g*g)*(1 - rho)                             (slot "rms")
 //             w = w - (g*lr) / (sqrt(r) + epsilon)
+//   ftrl      (TF's ApplyFtrl / ApplyFtrlV2 kernels, which Keras' Ftrl calls; slots "accumulator"
+//             a and "linear" z; p = -learning_rate_power; pw(x) = sqrt(x) when p is 0.5, else
+//             std::pow(x, p); l2' = l2 + beta/(2*lr) and two_l2 = 2*l2' are scalars, as Keras
+//             folds beta into l2)
+//             gs = g + (2*l2_shrinkage)*w              (gs = g when l2_shrinkage is 0: ApplyFtrl)
+//             na = a + g*g                             (the accumulator takes g, not gs)
+//             z  = z + (gs - ((pw(na) - pw(a)) / lr)*w)
+//             w  = |z| > l1 ? (sign(z)*l1 - z) / (pw(na)/lr + two_l2) : 0
+//             a  = na
 // Adam's epsilon is Keras' "epsilon hat": added to sqrt(v), not to sqrt(v_hat). The update equals
 // lr*m_hat / (sqrt(v_hat) + epsilon/sqrt(1 - beta2^t)) with m_hat = m/(1 - beta1^t) and
 // v_hat = v/(1 - beta2^t), which is not the paper's Algorithm 1 (a different epsilon).
 // RMSprop is Keras' RMSprop with momentum=0 and centered=False (its defaults): one slot, "rms".
+// FTRL's defaults are Keras' (learning_rate 0.001, learning_rate_power -0.5, initial accumulator
+// 0.1, l1 = l2 = l2_shrinkage = beta = 0). l2_shrinkage applies to every updated element, dense
+// and sparse pushes alike, as in TF's ApplyFtrlV2 and SparseApplyFtrlV2. The new weight is a
+// function of z and the accumulator (the old weight enters through z only), so FTRL replaces a
+// weight's initial value at its first update, as TF does, and a weight with |z| <= l1 is exactly 0.
 //
 // Thread-safety: every function here is reentrant and keeps no shared state (the sparse path keeps
 // a thread_local scratch buffer). Callers serialise applications to the same variable and slots;
@@ -55,9 +70,9 @@
 
 namespace strata::ps {
 
-enum class OptimizerKind { kSgd, kMomentum, kAdagrad, kAdam, kRmsProp };
+enum class OptimizerKind { kSgd, kMomentum, kAdagrad, kAdam, kRmsProp, kFtrl };
 
-// "sgd", "momentum", "adagrad", "adam", "rmsprop" (exact, lower case); ConfigError otherwise.
+// "sgd", "momentum", "adagrad", "adam", "rmsprop", "ftrl" (exact, lower case); ConfigError otherwise.
 OptimizerKind parse_optimizer_kind(std::string_view name);
 const char* to_string(OptimizerKind kind);
 
@@ -69,11 +84,16 @@ struct OptimizerConfig {
   double learning_rate = 0.0;
   double momentum = 0.9;             // momentum: in [0, 1]
   bool nesterov = false;             // momentum only
-  double initial_accumulator = 0.1;  // adagrad: >= 0
+  double initial_accumulator = 0.1;  // adagrad, ftrl: >= 0
   double beta1 = 0.9;                // adam: in [0, 1)
   double beta2 = 0.999;              // adam: in [0, 1)
   double epsilon = 1e-7;             // adagrad, adam, rmsprop: > 0
   double rho = 0.9;                  // rmsprop: in [0, 1)
+  double learning_rate_power = -0.5;  // ftrl: <= 0
+  double l1 = 0.0;                    // ftrl: >= 0
+  double l2 = 0.0;                    // ftrl: >= 0
+  double l2_shrinkage = 0.0;          // ftrl: >= 0
+  double beta = 0.0;                  // ftrl: >= 0
 
   // Throws ConfigError (one line naming the optimizer, the field and the value) when a field that
   // applies to `kind` is out of range or not finite. epsilon must be > 0 (Keras accepts 0, which
@@ -81,7 +101,7 @@ struct OptimizerConfig {
   void validate() const;
 
   // The Keras defaults for `kind`, learning_rate included (sgd, momentum 0.01; adagrad, adam,
-  // rmsprop 0.001).
+  // rmsprop, ftrl 0.001).
   static OptimizerConfig defaults(OptimizerKind kind);
 
   // Parses "NAME" or "NAME:KEY=VALUE,KEY=VALUE..." (e.g. "adam", "adam:lr=0.001,beta1=0.9",
@@ -89,7 +109,9 @@ struct OptimizerConfig {
   // Keys accepted per optimizer (Keras spellings in brackets are aliases):
   //   all: lr [learning_rate];  momentum: momentum, nesterov;  adagrad: initial_accumulator
   //   [initial_accumulator_value], epsilon;  adam: beta1 [beta_1], beta2 [beta_2], epsilon;
-  //   rmsprop: rho, epsilon.
+  //   rmsprop: rho, epsilon;  ftrl: initial_accumulator [initial_accumulator_value], lr_power
+  //   [learning_rate_power], l1 [l1_regularization_strength], l2 [l2_regularization_strength],
+  //   l2_shrinkage [l2_shrinkage_regularization_strength], beta.
   // Strict: an unknown or inapplicable key, a repeated key, an empty field, a missing '=', a bad
   // number or boolean (common/parse.h rules: no spaces) is a ConfigError naming it.
   static OptimizerConfig parse(std::string_view spec);
@@ -100,11 +122,13 @@ struct OptimizerConfig {
 std::string to_string(const OptimizerConfig& config);
 
 // Slots per variable, in the order apply_* expects them in `slots`, named as Keras names them:
-// sgd: none; momentum: "momentum"; adagrad: "accumulator"; adam: "m", "v"; rmsprop: "rms".
+// sgd: none; momentum: "momentum"; adagrad: "accumulator"; adam: "m", "v"; rmsprop: "rms";
+// ftrl: "accumulator", "linear".
 int num_slots(OptimizerKind kind);
 std::vector<std::string> slot_names(OptimizerKind kind);
 // Initial value of every element of slot `slot` (0 <= slot < num_slots): initial_accumulator for
-// Adagrad's accumulator, 0 otherwise. Callers store T(value). Throws strata::Error on a bad index.
+// Adagrad's and FTRL's accumulator (slot 0), 0 otherwise. Callers store T(value). Throws
+// strata::Error on a bad index.
 double slot_initial_value(const OptimizerConfig& config, int slot);
 
 // Applies one update to n contiguous elements: var[i], slots[k][i] and grad[i] for i < n.
@@ -134,7 +158,7 @@ void apply_dense_reference(const OptimizerConfig& config, std::int64_t step, dou
 // summed first, in order of appearance ((g_a + g_b) + g_c, ...), then each distinct row receives
 // exactly one update, bit-identical to apply_dense on that row's row_elems elements with the summed
 // gradient. Rows not listed are not touched, slots included ("lazy" updates). That is TF's
-// behaviour for sgd, momentum and adagrad; TF's Keras Adam and RMSprop also decay the slots of
+// behaviour for sgd, momentum, adagrad and ftrl; TF's Keras Adam and RMSprop also decay the slots of
 // unlisted rows (and Adam moves their values): to get that, densify the gradient (zeros elsewhere)
 // and call apply_dense on the whole shard.
 //

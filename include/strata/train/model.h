@@ -34,6 +34,14 @@ struct StepResult {
   std::int64_t correct = 0;   // examples predicted right (for accuracy)
 };
 
+// What Model::predict writes per example.
+enum class PredictionKind {
+  kNone,                // predict() is not supported
+  kClassProbabilities,  // prediction_width() class probabilities (softmax)
+  kBinaryProbability,   // one value: the probability of class 1 (a binary classifier)
+  kRegression,          // one value: the predicted target
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -52,6 +60,17 @@ class Model {
   // and d(mean loss)/d(variable) for every trainable variable in *grads (dense in grads->dense,
   // sparse variables' touched rows in grads->sparse).
   virtual StepResult step(const Params& params, const Inputs& inputs, Grads* grads) const = 0;
+
+  // Per-example outputs for evaluation (exact AUC, regression errors): writes
+  // inputs.size * prediction_width() floats to scores_out, as prediction_kind() describes, and
+  // returns true; the default returns false (not supported) and writes nothing. Same threading
+  // contract as step(); never trains (dropout is off).
+  virtual bool predict(const Params& params, const Inputs& inputs, float* scores_out) const {
+    (void)params, (void)inputs, (void)scores_out;
+    return false;
+  }
+  virtual int prediction_width() const { return 0; }
+  virtual PredictionKind prediction_kind() const { return PredictionKind::kNone; }
 
   // Defaults a RunConfig / TrainSpec field falls back to when left empty.
   virtual std::string default_optimizer() const { return "adam"; }

@@ -1,0 +1,37 @@
+// `strata data synth-ctr`: writes planted-model click data in the Criteo layout (synth_ctr.h) and
+// prints one JSON line (rows, positive rate, oracle AUC), also written to FILE.json. No MPI.
+#include <iostream>
+
+#include "cli/commands.h"
+#include "cli/synth_ctr.h"
+
+namespace strata::cli {
+
+CLI::App* add_data_command(CLI::App& app, DataFlags& flags, CLI::App** synth_ctr) {
+  CLI::App* data = app.add_subcommand("data", "Data tools: generate test and benchmark data sets");
+  data->require_subcommand(1);
+  *synth_ctr = data->add_subcommand(
+      "synth-ctr",
+      "Write click data in the Criteo layout (label, I1..I13, C1..C26 as 8 hex digits; TSV, gzip if FILE ends "
+      "in .gz) from a planted model with a known oracle AUC; print one JSON line, also written to FILE.json");
+  CLI::App* s = *synth_ctr;
+  s->add_option("--out", flags.out, "FILE to write; with --files K, K files with -NNNNN-of-KKKKK before the extension (t.tsv.gz: t-00000-of-00002.tsv.gz)")->required();
+  s->add_option("--rows", flags.rows, "rows in all, 1..1e8 (default 100000)");
+  s->add_option("--seed", flags.seed, "seed: the same seed writes the same bytes everywhere (default 1)");
+  s->add_option("--files", flags.files, "split the rows over K files, 1..10000 (default 1)");
+  s->add_option("--vocab", flags.vocab, "ids per categorical field: N, or 26 sizes N1,...,N26; 1..1e7 (default 10000)");
+  s->add_option("--zipf", flags.zipf, "Zipf exponent of the id frequencies, 0 (uniform)..10 (default 1.05)");
+  s->add_option("--missing", flags.missing, "fraction of fields left empty, 0..0.95 (default 0.02)");
+  s->add_flag("--header", flags.header, "write the header line label I1..I13 C1..C26 first in every file");
+  return data;
+}
+
+int run_data_synth_ctr(const DataFlags& flags) {
+  const SynthCtrOptions options = parse_synth_ctr_options(flags.rows, flags.seed, flags.out, flags.files, flags.vocab,
+                                                          flags.zipf, flags.missing, flags.header);
+  const SynthCtrSummary summary = write_synth_ctr(options);
+  std::cout << summary.json << "\n" << std::flush;
+  return kExitOk;
+}
+
+}  // namespace strata::cli

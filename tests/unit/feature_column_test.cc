@@ -1,0 +1,605 @@
+// Unit tests of FarmHash Fingerprint64 and the feature columns (strata/data/hash.h,
+// strata/data/feature_column.h): published TensorFlow and FarmHash vectors; each column's
+// transform against values worked out by hand; vocabulary OOV buckets; crossed-column
+// determinism and TF's cross hash; the layout; labels and targets; the JSON schema and its
+// errors (FeatureColumnSecurity: hostile spec and vocabulary files).
+#include "common/test_util.h"
+#include "strata/data/feature_column.h"
+#include "strata/data/hash.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "data/feature_column_json.h"
+#include "strata/common/error.h"
+
+namespace strata::data {
+namespace {
+
+using strata::testing::config_error;
+using strata::testing::Contains;
+
+std::string temp_path(const std::string& name) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return ::testing::TempDir() + "strata_fc_" + info->test_suite_name() + "_" + info->name() + "_" + name;
+}
+
+std::string write_text(const std::string& name, const std::string& text) {
+  const std::string path = temp_path(name);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  return path;
+}
+
+// ---- Fingerprint64 ------------------------------------------------------------------------------
+
+TEST(Fingerprint64, MatchesTensorFlowsPublishedValues) {
+  // tensorflow/core/platform/fingerprint_test.cc, Fingerprint64.IsForeverFrozen.
+  EXPECT_EQ(fingerprint64("Hello"), 15404698994557526151ULL);
+  EXPECT_EQ(fingerprint64("World"), 18308117990299812472ULL);
+  // tensorflow/python/kernel_tests/strings_ops/string_to_hash_bucket_op_test.py,
+  // testStringToHashBucketsFast: the fingerprints in its comment and the buckets it asserts.
+  EXPECT_EQ(fingerprint64("a"), 12917804110809363939ULL);
+  EXPECT_EQ(fingerprint64("b"), 11795596070477164822ULL);
+  EXPECT_EQ(fingerprint64("c"), 11430444447143000872ULL);
+  EXPECT_EQ(fingerprint64("d"), 4470636696479570465ULL);
+  std::vector<std::int64_t> buckets;
+  for (const char* s : {"a", "b", "c", "d"}) buckets.push_back(to_hash_bucket_fast(s, 10));
+  EXPECT_EQ(buckets, (std::vector<std::int64_t>{9, 2, 2, 5}));
+  for (const char* s : {"a", "b", "c"}) EXPECT_EQ(to_hash_bucket_fast(s, 1), 0);  // testStringToOneHashBucketFast
+  // The tf.strings.to_hash_bucket_fast documentation's example.
+  buckets.clear();
+  for (const char* s : {"Hello", "TensorFlow", "2.x"}) buckets.push_back(to_hash_bucket_fast(s, 3));
+  EXPECT_EQ(buckets, (std::vector<std::int64_t>{0, 2, 2}));
+  EXPECT_THROW(to_hash_bucket_fast("a", 0), ConfigError);
+}
+
+TEST(Fingerprint64, MatchesFarmHashSelfTestTable) {
+  // FarmHash's self-test (google/farmhash src/farmhash.cc): a 1 MiB buffer from its generator,
+  // hashed at (offset, length) = (i*i, i) for i < 299, then (0, i) for i growing by i/7 up to the
+  // whole buffer; the expected values are the farmhashnaTest table's Hash64 entries (its high
+  // and low 32-bit halves joined). The lengths cover all four branches and the block loop.
+  constexpr std::uint64_t k0 = 0xc3a5c85c97cb3127ULL;
+  std::vector<char> data(std::size_t{1} << 20);
+  std::uint64_t a = 9, b = 777;
+  for (std::size_t i = 0; i < data.size(); ++i) {
+    a += b;
+    b += a;
+    a = (a ^ (a >> 41)) * k0;
+    b = (b ^ (b >> 41)) * k0 + i;
+    const auto u = static_cast<std::uint8_t>(b >> 37);
+    std::memcpy(&data[i], &u, 1);
+  }
+  struct Vector {
+    std::size_t offset, length;
+    std::uint64_t hash;
+  };
+  const Vector vectors[] = {
+      {0, 0, 11160318154034397263ULL},
+      {1, 1, 6057711933287653014ULL},
+      {4, 2, 1096493076212885441ULL},
+      {9, 3, 17262924617777385131ULL},
+      {16, 4, 1287846036432493960ULL},
+      {25, 5, 9448345910734356659ULL},
+      {49, 7, 1970894657613724145ULL},
+      {64, 8, 11597051931199355094ULL},
+      {81, 9, 18126316081798418699ULL},
+      {225, 15, 4919969303722224776ULL},
+      {256, 16, 282273162512842838ULL},
+      {289, 17, 7691019942193281883ULL},
+      {576, 24, 3936312831952133527ULL},
+      {961, 31, 6178288770513559229ULL},
+      {1024, 32, 541269899254986215ULL},
+      {1089, 33, 711203541633906104ULL},
+      {1600, 40, 97231716562744398ULL},
+      {3969, 63, 12172596441206182967ULL},
+      {4096, 64, 16066393710399699995ULL},
+      {4225, 65, 4381627749513796415ULL},
+      {10000, 100, 409043573355470048ULL},
+      {16129, 127, 11027467577531522736ULL},
+      {16384, 128, 17629800649466220701ULL},
+      {16641, 129, 15345954539186508726ULL},
+      {40000, 200, 4680135810112858625ULL},
+      {65025, 255, 8429558128705429752ULL},
+      {65536, 256, 9210440767890242563ULL},
+      {88804, 298, 2319855510833732255ULL},
+      {0, 299, 14734041553762417017ULL},
+      {0, 341, 10389017116275415821ULL},
+      {0, 661, 18115869654871407704ULL},
+      {0, 4874, 2694101599243153095ULL},
+      {0, 1016994, 15964842784149948926ULL},
+      {0, 1048576, 17893921758998833411ULL},
+  };
+  for (const Vector& v : vectors)
+    EXPECT_EQ(fingerprint64(std::string_view(data.data() + v.offset, v.length)), v.hash) << "length " << v.length;
+}
+
+TEST(Fingerprint64, CrossHashMatchesTensorFlowsSparseCrossHashed) {
+  // tensorflow/python/kernel_tests/sparse_ops/sparse_cross_op_test.py:
+  // test_hashed_zero_bucket_no_hash_key and test_hashed_zero_bucket (hash_key + 1).
+  const std::vector<std::uint64_t> f = {fingerprint64("batch1-FC1-F1"), fingerprint64("batch1-FC2-F1"),
+                                        fingerprint64("batch1-FC3-F1")};
+  EXPECT_EQ(sparse_cross_hash(f, 0), 1971693436396284976LL);
+  EXPECT_EQ(sparse_cross_hash(f, 0, kDefaultCrossHashKey + 1), 4847552627144134031LL);
+  // Order matters: a cross of (A, B) is not (B, A).
+  EXPECT_NE(sparse_cross_hash({f[0], f[1]}, 0), sparse_cross_hash({f[1], f[0]}, 0));
+  EXPECT_THROW(sparse_cross_hash(f, -1), ConfigError);
+}
+
+// ---- transforms ---------------------------------------------------------------------------------
+
+CsvColumn col(const std::string& name, CsvType type, std::optional<std::string> def = std::nullopt, char sep = '\0') {
+  return CsvColumn{name, type, std::move(def), sep};
+}
+
+// label,x,pair,n,word,tags
+CsvTable small_table(const std::string& name, const std::string& rows) {
+  CsvOptions o;
+  o.header = CsvHeader::kPresent;
+  o.columns = {col("label", CsvType::kInt64),        col("x", CsvType::kFloat, "7"),
+               col("pair", CsvType::kFloat, "", ';'), col("n", CsvType::kInt64, "-1"),
+               col("word", CsvType::kString, ""),     col("tags", CsvType::kString, "", '|')};
+  return read_csv({write_text(name, rows)}, o);
+}
+
+const char* kRows =
+    "label,x,pair,n,word,tags\n"
+    "1,-1,1;2,3,a,b|c\n"
+    "0,10,,,zz,\n"
+    "1,,3;4,0,b,a|a|d\n";
+
+TEST(FeatureColumns, NumericAndBucketizedByHand) {
+  const CsvTable t = small_table("t.csv", kRows);
+  const FeatureColumn x = numeric_column("x", 1, std::nullopt, Normalizer{2.0, 4.0});
+  const FeatureColumn pair = numeric_column("pair", 2, 0.5f);
+  // Boundaries [0, 10]: bucket 0 below 0, bucket 1 in [0, 10), bucket 2 at 10 and above; on the
+  // normalised x ((-1-2)/4, (10-2)/4, (7-2)/4) = (-0.75, 2, 1.25).
+  const FeatureColumn xb = bucketized_column(x, {0.0, 2.0});
+  const FeatureColumn pb = bucketized_column(numeric_column("pair", 2, 0.5f), {1.5, 3.0});
+  const FeatureTransform ft({x, pair, xb, pb}, LabelSpec{}, t);
+  const FeatureLayout& L = ft.layout();
+  EXPECT_EQ(L.dense_dim, 3);
+  EXPECT_EQ(L.num_fields, 3);
+  EXPECT_EQ(L.columns[1].dense_offset, 1);
+  EXPECT_EQ(L.columns[1].dense_width, 2);
+  EXPECT_EQ(L.columns[2].name, "x_bucketized");
+  EXPECT_EQ(L.columns[2].vocabulary_size, 3);
+  EXPECT_EQ(L.columns[3].first_slot, 1);
+  EXPECT_EQ(L.columns[3].num_slots, 2);
+  EXPECT_EQ(L.columns[3].vocabulary_size, 6);  // (2 boundaries + 1) x shape 2
+  EXPECT_EQ(L.sparse_vocab, 6);
+  const Dataset d = ft.apply(t);
+  ASSERT_EQ(d.size, 3);
+  const std::vector<float> want = {-0.75f, 1, 2, 2.0f, 0.5f, 0.5f, 1.25f, 3, 4};
+  EXPECT_EQ(d.features, want);
+  // x buckets: -0.75 -> 0, 2 -> 2 (a value on a boundary goes up), 1.25 -> 1.
+  // pair buckets: (1, 2) -> (0, 3+1); (0.5, 0.5) -> (0, 3+0); (3, 4) -> (2, 3+2).
+  const std::vector<std::int64_t> ids = {0, 0, 4, 2, 0, 3, 1, 2, 5};
+  EXPECT_EQ(d.sparse_ids, ids);
+  EXPECT_EQ(d.labels, (std::vector<std::int32_t>{1, 0, 1}));
+  EXPECT_EQ(d.num_classes, 2);
+  EXPECT_EQ(d.files, t.files());
+}
+
+TEST(FeatureColumns, CategoricalColumnsByHand) {
+  const CsvTable t = small_table("t.csv", kRows);
+  const FeatureColumn id = categorical_column_with_identity("n", 4);
+  const FeatureColumn hashed = categorical_column_with_hash_bucket("tags", 10);
+  const FeatureColumn vocab = categorical_column_with_vocabulary_list("word", {"b", "a"}, -1, 3);
+  const FeatureColumn vocab_default = categorical_column_with_vocabulary_list("tags", {"d", "c"}, 1);
+  const FeatureColumn vocab_drop = categorical_column_with_vocabulary_list("word", {"a"});
+  const FeatureColumn hashed_int = categorical_column_with_hash_bucket("n", 1000);
+  const FeatureTransform ft({id, hashed, embedding_column(vocab, 8, Combiner::kSqrtn), indicator_column(vocab_default),
+                             vocab_drop, indicator_column(hashed_int)},
+                            LabelSpec{}, t);
+  const FeatureLayout& L = ft.layout();
+  ASSERT_EQ(L.columns.size(), 6u);
+  EXPECT_EQ(L.columns[1].num_slots, 3);  // the most tags on a row
+  EXPECT_EQ(L.columns[2].name, "word_embedding");
+  EXPECT_EQ(L.columns[2].dimension, 8);
+  EXPECT_EQ(L.columns[2].combiner, Combiner::kSqrtn);
+  EXPECT_EQ(L.columns[2].vocabulary_size, 5);
+  EXPECT_EQ(L.columns[3].kind, ColumnKind::kIndicator);
+  EXPECT_EQ(L.num_fields, 1 + 3 + 1 + 3 + 1 + 1);
+  const Dataset d = ft.apply(t);
+  const auto row = [&](int r, int column) {
+    const ColumnLayout& c = L.columns[static_cast<std::size_t>(column)];
+    const auto* p = d.sparse_ids.data() + r * d.num_fields + c.first_slot;
+    return std::vector<std::int64_t>(p, p + c.num_slots);
+  };
+  const auto h = [](const char* s, std::uint64_t n) { return static_cast<std::int64_t>(fingerprint64(s) % n); };
+  // identity: 3; -1 (the empty field's default) gives no id; 0.
+  EXPECT_EQ(row(0, 0), std::vector<std::int64_t>{3});
+  EXPECT_EQ(row(1, 0), std::vector<std::int64_t>{kNoId});
+  EXPECT_EQ(row(2, 0), std::vector<std::int64_t>{0});
+  // hash bucket of each tag, padded; "b" -> 2 and "a" -> 9 as in TF's test; "d" -> 5.
+  EXPECT_EQ(row(0, 1), (std::vector<std::int64_t>{h("b", 10), h("c", 10), kNoId}));
+  EXPECT_EQ(row(0, 1), (std::vector<std::int64_t>{2, 2, kNoId}));
+  EXPECT_EQ(row(1, 1), (std::vector<std::int64_t>{kNoId, kNoId, kNoId}));
+  EXPECT_EQ(row(2, 1), (std::vector<std::int64_t>{9, 9, 5}));
+  // vocabulary with 3 OOV buckets: "a" -> 1, "zz" -> 2 + fp("zz") % 3, "b" -> 0.
+  EXPECT_EQ(row(0, 2), std::vector<std::int64_t>{1});
+  EXPECT_EQ(row(1, 2), std::vector<std::int64_t>{2 + h("zz", 3)});
+  EXPECT_EQ(row(2, 2), std::vector<std::int64_t>{0});
+  // vocabulary with default_value 1: "b" -> 1 (OOV), "c" -> 1; "a a d" -> 1 1 0.
+  EXPECT_EQ(row(0, 3), (std::vector<std::int64_t>{1, 1, kNoId}));
+  EXPECT_EQ(row(2, 3), (std::vector<std::int64_t>{1, 1, 0}));
+  // vocabulary without OOV buckets or default: OOV values give no id.
+  EXPECT_EQ(row(0, 4), std::vector<std::int64_t>{0});
+  EXPECT_EQ(row(1, 4), std::vector<std::int64_t>{kNoId});
+  // An int64 column hashes its decimal text, as TF's as_string then to_hash_bucket_fast.
+  EXPECT_EQ(row(0, 5), std::vector<std::int64_t>{h("3", 1000)});
+  EXPECT_EQ(row(1, 5), std::vector<std::int64_t>{h("-1", 1000)});
+}
+
+TEST(FeatureColumns, CrossedColumnIsTensorFlowsHashAndDeterministic) {
+  const CsvTable t = small_table("t.csv", kRows);
+  const FeatureColumn xb = bucketized_column(numeric_column("x"), {0.0, 8.0});
+  const FeatureColumn cross = crossed_column({"word", "tags"}, 1000);
+  const FeatureColumn cross_ids = crossed_column({xb, "n"}, 50, 7);
+  EXPECT_EQ(cross.name(), "word_X_tags");
+  EXPECT_EQ(cross_ids.name(), "x_bucketized_X_n");
+  const FeatureTransform ft({cross, cross_ids}, LabelSpec{}, t);
+  EXPECT_EQ(ft.layout().columns[0].num_slots, 3);  // 1 word x 3 tag slots
+  const Dataset d = ft.apply(t);
+  const auto fp = [](const char* s) { return fingerprint64(s); };
+  // Row 0: word "a" x tags (b, c), in tag order.
+  EXPECT_EQ(d.sparse_ids[0], sparse_cross_hash({fp("a"), fp("b")}, 1000));
+  EXPECT_EQ(d.sparse_ids[1], sparse_cross_hash({fp("a"), fp("c")}, 1000));
+  EXPECT_EQ(d.sparse_ids[2], kNoId);
+  // Ids and int64 values enter the cross as themselves: x=-1 -> bucket 0, n=3.
+  EXPECT_EQ(d.sparse_ids[3], sparse_cross_hash({0, 3}, 50, 7));
+  // Row 1 has no tags and n = -1: the word/tags cross is empty; n's -1 is a raw int64 value and
+  // crosses as itself (TF drops nothing from a dense raw key): bucket of x=10 is 2.
+  EXPECT_EQ(d.sparse_ids[4], kNoId);
+  EXPECT_EQ(d.sparse_ids[7], sparse_cross_hash({2, static_cast<std::uint64_t>(-1)}, 50, 7));
+  // Deterministic: a second transform and a second read give the same ids.
+  const CsvTable t2 = small_table("t2.csv", kRows);
+  EXPECT_EQ(FeatureTransform({cross, cross_ids}, LabelSpec{}, t2).apply(t2).sparse_ids, d.sparse_ids);
+  // The cartesian product, the last key fastest: word x tags x tags on row 2 ("b"; a a d).
+  const FeatureTransform three({crossed_column({"word", "tags", "tags"}, 100000)}, LabelSpec{}, t);
+  EXPECT_EQ(three.layout().columns[0].num_slots, 9);
+  const Dataset d3 = three.apply(t);
+  const std::int64_t* r2 = d3.sparse_ids.data() + 2 * 9;
+  EXPECT_EQ(r2[0], sparse_cross_hash({fp("b"), fp("a"), fp("a")}, 100000));
+  EXPECT_EQ(r2[2], sparse_cross_hash({fp("b"), fp("a"), fp("d")}, 100000));
+  EXPECT_EQ(r2[6], sparse_cross_hash({fp("b"), fp("d"), fp("a")}, 100000));
+}
+
+TEST(FeatureColumns, LabelsTargetsAndEvaluationData) {
+  const CsvTable t = small_table("t.csv", kRows);
+  LabelSpec regress;
+  regress.key = "x";
+  regress.regression = true;
+  const Dataset r = FeatureTransform({numeric_column("pair", 2, 0.0f)}, regress, t).apply(t);
+  EXPECT_EQ(r.targets, (std::vector<float>{-1, 10, 7}));
+  EXPECT_TRUE(r.labels.empty());
+  EXPECT_EQ(r.num_classes, 0);
+  LabelSpec infer;
+  infer.key = "n";
+  infer.num_classes = 0;
+  EXPECT_TRUE(Contains(config_error([&] { FeatureTransform({numeric_column("x")}, infer, t); }),
+                       ":3: column 'n': label -1 is not a class index"));
+  // Evaluation data with its columns in another order applies under the training layout; a row
+  // with more values than the planned slots is an error naming it.
+  const FeatureTransform ft({categorical_column_with_hash_bucket("tags", 10)}, LabelSpec{}, t);
+  CsvOptions o;
+  o.columns = {col("tags", CsvType::kString, "", '|'), col("label", CsvType::kInt64)};
+  const std::string eval = write_text("eval.csv", "tags,label\nq,0\na|b|c|d,1\n");
+  const CsvTable e = read_csv({eval}, o);
+  EXPECT_TRUE(Contains(config_error([&] { ft.apply(e); }),
+                       eval + ":3: hash_bucket column 'tags' has 4 ids in this row, the layout (planned on the training data) has 3 slots"));
+  // With max_values on the CSV column the layout has that many slots whatever the rows hold, and
+  // the reader refuses a row with more.
+  CsvOptions bounded = o;
+  bounded.columns[0].max_values = 4;
+  const CsvTable e4 = read_csv({eval}, bounded);
+  const FeatureTransform ft4({categorical_column_with_hash_bucket("tags", 10)}, LabelSpec{}, e4);
+  EXPECT_EQ(ft4.layout().columns[0].num_slots, 4);
+  EXPECT_EQ(ft4.apply(e4).sparse_ids[4 + 3], fingerprint64("d") % 10);
+  bounded.columns[0].max_values = 3;
+  EXPECT_TRUE(Contains(config_error([&] { read_csv({eval}, bounded); }), eval + ":3: column 'tags' holds 4 values, at most 3 (its max_values)"));
+  const CsvTable e2 = read_csv({write_text("eval2.csv", "tags,label\nq,0\na|b,5\n")}, o);
+  EXPECT_TRUE(Contains(config_error([&] { ft.apply(e2); }), ":3: column 'label': label 5 is outside [0, num_classes=2)"));
+}
+
+TEST(FeatureColumns, CsvColumnsForDerivesTheSchema) {
+  const std::vector<CsvColumn> s =
+      csv_columns_for({numeric_column("a", 1, 2.5f), categorical_column_with_hash_bucket("a", 5),
+                       categorical_column_with_identity("b", 3), crossed_column({"c", "b"}, 9)},
+                      LabelSpec{});
+  ASSERT_EQ(s.size(), 4u);
+  EXPECT_EQ(s[0].name, "label");
+  EXPECT_EQ(s[0].type, CsvType::kInt64);
+  EXPECT_FALSE(s[0].default_value.has_value());
+  EXPECT_EQ(s[1].name, "a");
+  EXPECT_EQ(s[1].type, CsvType::kFloat);
+  EXPECT_EQ(s[1].default_value, std::optional<std::string>("2.5"));
+  EXPECT_EQ(s[2].type, CsvType::kInt64);
+  EXPECT_EQ(s[3].name, "c");
+  EXPECT_EQ(s[3].type, CsvType::kString);
+  EXPECT_EQ(s[3].default_value, std::optional<std::string>(""));
+}
+
+TEST(FeatureColumns, VocabularyFileReadsOneTermPerLine) {
+  const std::string path = write_text("vocab.txt", "red\r\ngreen\nblue\n");
+  const FeatureColumn c = categorical_column_with_vocabulary_file("color", path, -1, 2);
+  EXPECT_EQ(c.vocabulary, (std::vector<std::string>{"red", "green", "blue"}));
+  EXPECT_EQ(c.vocabulary_size(), 5);
+  EXPECT_EQ(categorical_column_with_vocabulary_file("color", path, 2).vocabulary.size(), 2u);
+}
+
+// ---- streaming ----------------------------------------------------------------------------------
+
+// Two files of 7 and 6 rows: label = i % 2, x = i, tags = "t<i>|u<i % 3>" (one quoted, with CRLF).
+std::vector<std::string> stream_files() {
+  std::string a = "label,x,tags\n", b = "label,x,tags\r\n";
+  for (int i = 0; i < 13; ++i) {
+    const std::string row = std::to_string(i % 2) + "," + std::to_string(i) + ",\"t" + std::to_string(i) + "|u" +
+                            std::to_string(i % 3) + "\"";
+    if (i < 7) a += row + "\n";
+    else b += row + "\r\n";
+  }
+  return {write_text("a.csv", a), write_text("b.csv", b)};
+}
+
+CsvOptions stream_options() {
+  CsvOptions o;
+  o.columns = {col("label", CsvType::kInt64), col("x", CsvType::kFloat), col("tags", CsvType::kString, "", '|')};
+  return o;
+}
+
+TEST(CsvStream, ChunksConcatenateToTheWholeInput) {
+  const std::vector<std::string> files = stream_files();
+  const CsvTable whole = read_csv(files, stream_options());
+  ASSERT_EQ(whole.num_rows(), 13);
+  CsvStream stream(files, stream_options());
+  CsvTable chunk;
+  std::int64_t row = 0;
+  std::vector<std::int64_t> sizes;
+  while (stream.next(chunk, 4)) {
+    sizes.push_back(chunk.num_rows());
+    for (std::int64_t r = 0; r < chunk.num_rows(); ++r, ++row) {
+      EXPECT_EQ(chunk.where(r), whole.where(row));
+      EXPECT_EQ(chunk.float_value(1, r), whole.float_value(1, row));
+      EXPECT_EQ(chunk.string_value(2, chunk.value_begin(2, r)), whole.string_value(2, whole.value_begin(2, row)));
+    }
+  }
+  EXPECT_EQ(row, 13);
+  EXPECT_EQ(sizes, (std::vector<std::int64_t>{4, 4, 4, 1}));
+  EXPECT_FALSE(stream.next(chunk, 4));
+  EXPECT_THROW(stream.next(chunk, 0), ConfigError);
+}
+
+TEST(CsvStream, BatchSourceMatchesTheInMemoryTransformAndShards) {
+  const std::vector<std::string> files = stream_files();
+  const CsvTable whole = read_csv(files, stream_options());
+  const FeatureTransform ft({numeric_column("x"), categorical_column_with_hash_bucket("tags", 97)}, LabelSpec{}, whole);
+  const Dataset d = ft.apply(whole);
+  const auto collect = [&](AutoShard policy, int workers, int worker, bool drop) {
+    BatchIterator it(csv_batch_source(files, stream_options(), ft, 4, drop, policy, workers, worker, 3));
+    std::vector<float> xs;
+    std::vector<int> sizes;
+    Batch b;
+    while (it.next(b)) {
+      sizes.push_back(b.size);
+      for (int r = 0; r < b.size; ++r) {
+        const auto x = static_cast<std::int64_t>(b.features[static_cast<std::size_t>(r)]);
+        xs.push_back(b.features[static_cast<std::size_t>(r)]);
+        // Every row equals the in-memory transform's row x.
+        EXPECT_EQ(b.labels[static_cast<std::size_t>(r)], d.labels[static_cast<std::size_t>(x)]);
+        for (int f = 0; f < b.num_fields; ++f)
+          EXPECT_EQ(b.sparse_ids[static_cast<std::size_t>(r * b.num_fields + f)], d.sparse_ids[static_cast<std::size_t>(x * d.num_fields + f)]);
+      }
+    }
+    return std::make_pair(xs, sizes);
+  };
+  const auto all = collect(AutoShard::kOff, 1, 0, false);
+  EXPECT_EQ(all.first, d.features);
+  EXPECT_EQ(all.second, (std::vector<int>{4, 4, 4, 1}));
+  EXPECT_EQ(collect(AutoShard::kOff, 1, 0, true).second, (std::vector<int>{4, 4, 4}));
+  // DATA: rows alternate between 2 workers; FILE: one file each (AUTO picks FILE with 2 files).
+  EXPECT_EQ(collect(AutoShard::kData, 2, 1, false).first, (std::vector<float>{1, 3, 5, 7, 9, 11}));
+  EXPECT_EQ(collect(AutoShard::kAuto, 2, 1, false).first, (std::vector<float>{7, 8, 9, 10, 11, 12}));
+  EXPECT_EQ(collect(AutoShard::kAuto, 3, 2, false).first, (std::vector<float>{2, 5, 8, 11}));  // DATA: 2 files < 3
+  EXPECT_TRUE(Contains(config_error([&] { csv_batch_source(files, stream_options(), ft, 4, false, AutoShard::kFile, 3, 0); }),
+                       "FILE sharding needs at least one file per worker: 2 files for 3 workers"));
+  // A shuffle buffer permutes the rows (each exactly once), deterministically in the seed.
+  const auto shuffled = [&](std::int64_t buffer, std::uint64_t seed) {
+    BatchIterator it(csv_batch_source(files, stream_options(), ft, 4, false, AutoShard::kOff, 1, 0, 3, buffer, seed));
+    std::vector<float> xs;
+    Batch b;
+    while (it.next(b)) {
+      for (int r = 0; r < b.size; ++r) {
+        const float x = b.features[static_cast<std::size_t>(r)];
+        xs.push_back(x);
+        EXPECT_EQ(b.labels[static_cast<std::size_t>(r)], d.labels[static_cast<std::size_t>(x)]);
+        EXPECT_EQ(b.sparse_ids[static_cast<std::size_t>(r * b.num_fields)], d.sparse_ids[static_cast<std::size_t>(x) * 2]);
+      }
+    }
+    return xs;
+  };
+  const std::vector<float> s1 = shuffled(5, 1);
+  EXPECT_NE(s1, d.features);
+  std::vector<float> sorted = s1;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, d.features);
+  EXPECT_EQ(shuffled(5, 1), s1);
+  EXPECT_NE(shuffled(5, 2), s1);
+  EXPECT_EQ(shuffled(1, 9), d.features);  // a buffer of one row keeps the order, as in TF
+  // A bad row deep in a file surfaces from next() with its file and line.
+  const std::string bad = write_text("bad.csv", "label,x,tags\n0,1,a\n1,oops,b\n");
+  BatchIterator it(csv_batch_source({bad}, stream_options(), ft, 1, false, AutoShard::kOff, 1, 0, 1));
+  Batch b;
+  EXPECT_TRUE(it.next(b));
+  EXPECT_TRUE(Contains(config_error([&] { it.next(b); }), bad + ":3: column 'x': 'oops' is not a finite number"));
+}
+
+// ---- JSON ---------------------------------------------------------------------------------------
+
+TEST(FeatureColumnJson, ParsesEveryColumnType) {
+  const std::string vocab = write_text("v.txt", "x\ny\n");
+  const std::string text = R"({"feature_columns": [
+    {"type": "numeric", "key": "I1", "default_value": 0, "normalizer": {"mean": 1.5, "std": 2}},
+    {"type": "bucketized", "source": {"type": "numeric_column", "key": "I2"}, "boundaries": [0, 1, 10]},
+    {"type": "indicator", "categorical": {"type": "identity", "key": "I3", "num_buckets": 10, "default_value": 0}},
+    {"type": "embedding", "categorical": {"type": "hash_bucket", "key": "C1", "hash_bucket_size": 100000}, "dimension": 8},
+    {"type": "embedding", "categorical": {"type": "vocabulary_list", "key": "C2", "vocabulary": ["a", "b"],
+      "num_oov_buckets": 2}, "dimension": 4, "combiner": "sum"},
+    {"type": "categorical_column_with_vocabulary_file", "key": "C3", "vocabulary_file": ")" +
+                           vocab.substr(vocab.rfind('/') + 1) + R"("},
+    {"type": "crossed", "keys": ["C1", {"type": "bucketized", "source": {"type": "numeric", "key": "I2"},
+      "boundaries": [5]}], "hash_bucket_size": 1000, "hash_key": 18446744073709551615}
+  ]})";
+  const std::vector<FeatureColumn> c = parse_feature_columns_json(text, "spec.json", vocab.substr(0, vocab.rfind('/')));
+  ASSERT_EQ(c.size(), 7u);
+  EXPECT_EQ(c[0].normalizer->std, 2.0);
+  EXPECT_EQ(c[1].boundaries, (std::vector<double>{0, 1, 10}));
+  EXPECT_EQ(c[2].name(), "I3_indicator");
+  EXPECT_EQ(c[2].categorical->default_id, 0);
+  EXPECT_EQ(c[3].dimension, 8);
+  EXPECT_EQ(c[3].combiner, Combiner::kMean);  // TF's default
+  EXPECT_EQ(c[3].vocabulary_size(), 100000);
+  EXPECT_EQ(c[4].combiner, Combiner::kSum);
+  EXPECT_EQ(c[4].vocabulary_size(), 4);
+  EXPECT_EQ(c[5].vocabulary, (std::vector<std::string>{"x", "y"}));
+  EXPECT_EQ(c[6].name(), "C1_X_I2_bucketized");
+  EXPECT_EQ(c[6].hash_key, 18446744073709551615ULL);
+}
+
+TEST(FeatureColumnJson, ParsesCsvOptions) {
+  const CsvOptions c = parse_csv_options_json(R"({"preset": "criteo", "header": "absent"})", "spec.json");
+  EXPECT_EQ(c.delimiter, '\t');
+  EXPECT_EQ(c.header, CsvHeader::kAbsent);
+  ASSERT_EQ(c.columns.size(), 40u);
+  const CsvOptions o = parse_csv_options_json(
+      R"({"delimiter": "tab", "columns": [{"name": "y", "type": "float"}, {"name": "tags", "default": "", "separator": "|", "max_values": 5},
+          {"name": "n", "type": "int64", "default": 0}], "max_record_bytes": 4096})",
+      "spec.json");
+  EXPECT_EQ(o.delimiter, '\t');
+  EXPECT_EQ(o.header, CsvHeader::kDetect);
+  EXPECT_EQ(o.max_record_bytes, 4096u);
+  ASSERT_EQ(o.columns.size(), 3u);
+  EXPECT_EQ(o.columns[0].type, CsvType::kFloat);
+  EXPECT_FALSE(o.columns[0].default_value.has_value());
+  EXPECT_EQ(o.columns[1].type, CsvType::kString);
+  EXPECT_EQ(o.columns[1].separator, '|');
+  EXPECT_EQ(o.columns[1].max_values, 5);
+  EXPECT_EQ(o.columns[2].default_value, std::optional<std::string>("0"));
+  struct Case {
+    std::string text, expect;
+  } cases[] = {
+      {R"({"preset": "kaggle"})", "spec.json: csv.preset: unknown preset \"kaggle\""},
+      {R"({"preset": "criteo", "columns": [{"name": "a"}]})", "csv.columns: cannot be combined with a preset"},
+      {R"({"delimiter": ";;"})", "csv.delimiter: expected one character"},
+      {R"({"delimiter": "\""})", "csv.delimiter: expected one character"},
+      {R"({"header": true})", "csv.header: expected \"detect\""},
+      {R"({"columns": [{"name": "a", "type": "int32"}]})", "csv.columns[0].type: unknown column type 'int32'"},
+      {R"({"columns": [{"name": "a", "sep": "|"}]})", "csv.columns[0].sep: unknown member"},
+      {R"({"columns": [{"type": "float"}]})", "csv.columns[0].name: expected a column name"},
+      {R"({"max_record_bytes": 0})", "csv.max_record_bytes: expected an integer in [1, 2^31]"},
+      {R"({"columns": [{"name": "a", "max_values": 3}]})", "csv.columns[0].max_values: expected an integer in [1, 4096] on a column with a separator"},
+      {R"({"delimeter": ","})", "csv.delimeter: unknown member"},
+  };
+  for (const Case& k : cases) EXPECT_TRUE(Contains(config_error([&] { parse_csv_options_json(k.text, "spec.json"); }), k.expect)) << k.text;
+}
+
+TEST(FeatureColumnSecurity, SchemaErrorsNameTheFieldPath) {
+  struct Case {
+    std::string text, expect;
+  } cases[] = {
+      {R"([{"type": "numeric", "key": "a"}, {"type": "numeric"}])", "spec.json: feature_columns[1]: missing \"key\""},
+      {R"([{"type": "numeric", "key": "a", "shape": 0}])", "feature_columns[0].shape: expected an integer in [1, 65536], got 0"},
+      {R"([{"type": "numeric", "key": 5}])", "feature_columns[0].key: expected a column name, got 5"},
+      {R"([{"type": "hash_bucket", "key": "a", "hash_bucket_sise": 5}])", "feature_columns[0].hash_bucket_sise: unknown member"},
+      {R"([{"type": "embedding", "categorical": {"type": "hash_bucket", "key": "a", "hash_bucket_size": -5}, "dimension": 2}])",
+       "feature_columns[0].categorical.hash_bucket_size: expected an integer in [1, "},
+      {R"([{"type": "embedding", "categorical": {"type": "numeric", "key": "a"}, "dimension": 2}])",
+       "feature_columns[0].categorical: expected a categorical column"},
+      {R"([{"type": "embedding", "categorical": {"type": "identity", "key": "a", "num_buckets": 3}, "dimension": 2, "combiner": "max"}])",
+       "feature_columns[0].combiner: unknown combiner 'max'"},
+      {R"([{"type": "bucketized", "source": {"type": "numeric", "key": "a"}, "boundaries": [3, 1]}])",
+       "feature_columns[0]: bucketized_column('a'): boundaries must be sorted and distinct"},
+      {R"([{"type": "vocabulary_list", "key": "a", "vocabulary": ["x", "x"]}])", "feature_columns[0]: categorical_column_with_vocabulary_list('a'): the vocabulary has 'x' twice"},
+      {R"([{"type": "vocabulary_list", "key": "a", "vocabulary": ["x"], "num_oov_buckets": 1, "default_value": 0}])",
+       "default_value and num_oov_buckets cannot both be set"},
+      {R"([{"type": "crossed", "keys": ["a"], "hash_bucket_size": 10}])", "feature_columns[0]: crossed_column: needs at least 2 keys"},
+      {R"([{"type": "crossed", "keys": ["a", {"type": "embedding"}], "hash_bucket_size": 10}])", "feature_columns[0].keys[1]: missing \"categorical\""},
+      {R"([{"type": "crossed", "keys": ["a", "b"], "hash_bucket_size": 10, "hash_key": -1}])", "feature_columns[0].hash_key: expected an integer"},
+      {R"([{"type": "wide"}])", "feature_columns[0].type: unknown column type \"wide\""},
+      {R"([{"type": "vocabulary_file", "key": "a", "vocabulary_file": "/nonexistent/v.txt"}])", "cannot open vocabulary file '/nonexistent/v.txt'"},
+      {R"([])", "feature_columns: the list is empty"},
+      {R"({"columns": []})", "spec.json: no \"feature_columns\" member"},
+      {R"([{"type": "numeric", "key": "a", "default_value": 1e400}])", "spec.json is not valid JSON"},
+      {R"([{"type": )", "spec.json is not valid JSON"},
+      {std::string(100000, '[') , "JSON nested deeper than"},
+      {R"([{"type": "numeric", "key": "a\nb"}])", "numeric_column: key 'a?b' has a control character"},
+      {R"([{"type": "numeric", "key": "a", "x\ny": 1}])", "feature_columns[0].x?y: unknown member"},
+      {R"([{"type": "vocabulary_list", "key": "a", "vocabulary": ["x\ny", "x\ny"]}])", "the vocabulary has 'x?y' twice"},
+  };
+  for (const Case& c : cases) {
+    const std::string message = config_error([&] { parse_feature_columns_json(c.text, "spec.json"); });
+    EXPECT_TRUE(Contains(message, c.expect)) << c.text.substr(0, 120);
+  }
+}
+
+TEST(FeatureColumnSecurity, BadVocabularyFilesNameFileAndLine) {
+  const std::string dup = write_text("dup.txt", "a\nb\na\n");
+  EXPECT_TRUE(Contains(config_error([&] { categorical_column_with_vocabulary_file("k", dup); }), dup + ":3: term 'a' appears twice"));
+  const std::string blank = write_text("blank.txt", "a\n\nb\n");
+  EXPECT_TRUE(Contains(config_error([&] { categorical_column_with_vocabulary_file("k", blank); }), blank + ":2: empty term"));
+  const std::string empty = write_text("empty.txt", "");
+  EXPECT_TRUE(Contains(config_error([&] { categorical_column_with_vocabulary_file("k", empty); }), "has no terms"));
+  const std::string two = write_text("two.txt", "a\nb\n");
+  EXPECT_TRUE(Contains(config_error([&] { categorical_column_with_vocabulary_file("k", two, 3); }),
+                       "vocabulary_size 3 but vocabulary file '" + two + "' has 2 terms"));
+}
+
+TEST(FeatureColumnSecurity, BadValuesAtTransformTimeNameFileLineAndColumn) {
+  const CsvTable t = small_table("t.csv", kRows);
+  // identity without a default: 3 is outside [0, 2).
+  EXPECT_TRUE(Contains(config_error([&] { FeatureTransform({categorical_column_with_identity("n", 2)}, LabelSpec{}, t).apply(t); }),
+                       ":2: column 'n': id 3 is outside [0, 2)"));
+  // numeric of shape 3 over a column with 2 values, and a string column that is not a number.
+  EXPECT_TRUE(Contains(config_error([&] { FeatureTransform({numeric_column("pair", 3)}, LabelSpec{}, t).apply(t); }),
+                       ":2: column 'pair': 2 values, numeric_column 'pair' has shape 3"));
+  EXPECT_TRUE(Contains(config_error([&] { FeatureTransform({numeric_column("word")}, LabelSpec{}, t).apply(t); }),
+                       ":2: column 'word': 'a' is not a number"));
+  EXPECT_TRUE(Contains(config_error([&] { FeatureTransform({numeric_column("nope")}, LabelSpec{}, t); }),
+                       "numeric column 'nope': no column 'nope' in the data (columns: label, x, pair, n, word, tags)"));
+  EXPECT_TRUE(Contains(config_error([&] { FeatureTransform({crossed_column({"x", "word"}, 5)}, LabelSpec{}, t); }),
+                       "key 'x' is a float column"));
+  EXPECT_TRUE(Contains(config_error([&] { FeatureTransform({numeric_column("x"), numeric_column("x")}, LabelSpec{}, t); }),
+                       "two columns are named 'x'"));
+  // A number beyond float's range, raw or after normalising, is refused, not converted.
+  CsvOptions big;
+  big.columns = {col("label", CsvType::kFloat), col("v", CsvType::kString)};
+  const CsvTable b = read_csv({write_text("big.csv", "label,v\n1,2\n1,1e300\n")}, big);
+  EXPECT_TRUE(Contains(config_error([&] { FeatureTransform({numeric_column("v")}, LabelSpec{}, b).apply(b); }),
+                       ":3: column 'v': the value (normalised: 1000000"));
+  EXPECT_TRUE(Contains(config_error([&] {
+                         FeatureTransform({numeric_column("v", 1, std::nullopt, Normalizer{0, 1e-300})}, LabelSpec{}, b).apply(b);
+                       }),
+                       ":2: column 'v': the value"));
+  LabelSpec target;
+  target.key = "v";
+  target.regression = true;
+  EXPECT_TRUE(Contains(config_error([&] { FeatureTransform({numeric_column("label")}, target, b).apply(b); }),
+                       ":3: column 'v': the target 1000000"));
+  // A cross whose product of slots passes the bound is refused when planned.
+  std::string wide = "label,t\n0,";
+  for (int i = 0; i < 100; ++i) wide += (i ? "|" : "") + std::to_string(i);
+  CsvOptions o;
+  o.columns = {col("label", CsvType::kInt64), col("t", CsvType::kString, "", '|')};
+  const CsvTable w = read_csv({write_text("wide.csv", wide + "\n")}, o);
+  EXPECT_TRUE(Contains(config_error([&] { FeatureTransform({crossed_column({"t", "t"}, 5)}, LabelSpec{}, w); }),
+                       "needs more than 4096 slots per row"));
+}
+
+}  // namespace
+}  // namespace strata::data
