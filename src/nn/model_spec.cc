@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "data/feature_column_json.h"
 #include "strata/common/error.h"
 #include "strata/common/parse.h"
 
@@ -26,10 +27,12 @@ std::string excerpt(const Json& v) {
 
 class Reader {
  public:
-  Reader(const Json& doc, std::string origin) : doc_(doc), origin_(std::move(origin)) {}
+  // `prefix`: the object's own member path ("csv."), so errors name "file: csv.delimiter: ...".
+  Reader(const Json& doc, std::string origin, std::string prefix = "")
+      : doc_(doc), origin_(std::move(origin)), prefix_(std::move(prefix)) {}
 
   [[noreturn]] void fail(const std::string& path, const std::string& what) const {
-    throw ConfigError(origin_ + ": " + path + ": " + what);
+    throw ConfigError(origin_ + ": " + prefix_ + path + ": " + what);
   }
   bool has(const char* key) const { return doc_.contains(key); }
   const Json& at(const char* key) const { return doc_.at(key); }
@@ -86,6 +89,7 @@ class Reader {
   }
   const Json& doc_;
   std::string origin_;
+  std::string prefix_;
 };
 
 Activation parse_activation(const Reader& r, const char* key) {
@@ -106,7 +110,7 @@ data::CsvOptions parse_csv(const Json& doc, const Reader& top, const std::string
   static const std::set<std::string> kKeys{"layout", "delimiter", "header", "columns", "separators"};
   for (const auto& [k, v] : csv.items())
     if (!kKeys.count(k)) top.fail("csv." + k, "unknown member (expected layout, delimiter, header, columns, separators)");
-  Reader r(csv, origin + ": csv");
+  Reader r(csv, origin, "csv.");
   const std::string layout = r.string("layout", "");
   if (!layout.empty()) {
     if (layout != "criteo") r.fail("layout", "'" + layout + "' is not criteo");
@@ -174,7 +178,7 @@ std::vector<data::FeatureColumn> columns_member(const Json& doc, const char* key
                                                 const std::string& base_dir, const Reader& r) {
   const Json& v = doc.at(key);
   if (!v.is_array() || v.empty()) r.fail(key, "expected a non-empty array of feature columns");
-  return data::parse_feature_columns_json(v.dump(), origin + ": " + key, base_dir);
+  return data::feature_columns_from_json(v, origin, key, base_dir);
 }
 
 }  // namespace
