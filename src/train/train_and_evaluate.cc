@@ -502,6 +502,9 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
   TraceWriter* trace = ctx.trace;
   liveness::set_step(step);
   liveness::set_phase(liveness::Phase::kTrain);
+  // Test hook (documented in the env table): RANK:SECONDS slows that world rank by SECONDS after
+  // each of its steps, a worker alive but slow.
+  const double step_delay = test_hook_delay(env, "STRATA_TEST_STEP_DELAY_RANK", rt->rank());
   for (int epoch = static_cast<int>(resume.epoch); epoch < epochs && !ctx.stop_requested(); ++epoch) {
     const std::int64_t skip = epoch == resume.epoch ? resume.offset : 0;
     ctx.epoch = epoch;
@@ -653,6 +656,7 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
         v.window_accuracy = static_cast<double>(window_correct) / std::max<std::int64_t>(1, window_examples);
       }
       for (auto& h : hooks) h->after_run(ctx, v);
+      if (step_delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(step_delay));
       if (v.log_step) {
         t_log = Clock::now();
         log_examples = examples;
