@@ -122,6 +122,7 @@ const std::vector<EnvVarDoc>& env_table() {
       {"STRATA_ON_SAVE_ERROR", "enum", "stop", "strata train: after a failed checkpoint save, stop (exit 1) or continue (--on-save-error)"},
       {"STRATA_MAX_RESTARTS", "int", "0", "strata-mpirun and the sbatch templates: relaunch a failed strata train up to N times with --restore latest (--max-restarts; not after status 0, 2 or 75)"},
       {"STRATA_RESTART_COUNT", "int", "0", "strata train: set by those launchers, the relaunches before this run; reported as \"restarts\" in the summary"},
+      {"STRATA_TEST_STEP_DELAY_RANK", "RANK:SECONDS", "", "test hook: that rank sleeps after each of its training steps (a slow worker)"},
       {"STRATA_TEST_FINAL_DELAY_RANK", "RANK:SECONDS", "", "test hook: that rank sleeps before the workers' end-of-training barrier"},
       {"STRATA_TEST_FINALIZE_DELAY_RANK", "RANK:SECONDS", "", "test hook: that rank sleeps before MPI_Finalize, so its peers' final fences wait for it"},
       {"STRATA_TEST_SAVE_DELAY_S", "seconds", "", "test hook: every PS rank holds each checkpoint save open this long before closing it"},

@@ -64,6 +64,9 @@ constexpr std::uint64_t kSaveArrivals = 40;
 constexpr std::uint64_t kSaveDone = 48;
 constexpr std::uint64_t kPreempt = 56;
 constexpr std::uint64_t kSaveStatus = 64;
+// Workers that finished training (each adds 1 on entering finish_checkpoints; read by the chief,
+// which keeps the periodic saves going while slower workers still train).
+constexpr std::uint64_t kTrainingDone = 72;
 constexpr std::uint64_t kClocks = 128;
 constexpr std::uint64_t kPositionBytes = 32;  // epoch, offset, step, save id
 constexpr std::uint64_t kStatsBytes = 40;     // five i64

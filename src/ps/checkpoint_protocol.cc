@@ -280,15 +280,44 @@ PsClient::Boundary PsClient::at_step_boundary(const WorkerPosition& position) {
   }
 }
 
-PsClient::Boundary PsClient::finish_checkpoints(const WorkerPosition& position) {
+PsClient::Boundary PsClient::finish_checkpoints(const WorkerPosition& position, const std::function<int()>& due) {
   ClientCore& m = core();
   if (!m.options.checkpoint.enabled || m.last_save_stopped) return {};
+  m.transport->fetch_add(*m.region, m.ps0(), control::kTrainingDone, 1);
   Boundary last;
   if (m.worker == 0) {
     // A request posted at the last boundary targets a clock nobody reaches: every worker is at its
     // end, so all of them join it here regardless of the target; then the final save.
     if (save_pending()) last = m.join_save(m.save_posted, position, false);
     if (last.stop) return last;
+    // Async and staleness:N: slower workers may train for long after the chief; the periodic saves
+    // go on meanwhile (target 0: each joins at its next boundary). Sync is lockstep: every worker
+    // ends with the chief.
+    if (due && m.options.consistency.mode != Consistency::kSync && m.num_workers > 1) {
+      const auto bound = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(m.options.timeout_s));
+      auto deadline = Clock::now() + bound;
+      std::int64_t step = m.read_ps0(control::kGlobalStep);
+      Backoff backoff;
+      // The word is the workers' (untrusted): a count past num_workers ends the wait like a full one.
+      while (m.read_ps0(control::kTrainingDone) < m.num_workers && Clock::now() <= deadline) {
+        if (!m.preemption_reported && preemption_signal() != 0) report_preemption();
+        if (const int kind = due(); kind != 0) {
+          m.post_save(0, kind == 2 ? control::kSaveStop : 0);
+          last = m.join_save(m.save_posted, position, false);
+          if (last.stop) return last;
+          backoff.reset();
+          deadline = Clock::now() + bound;
+          continue;
+        }
+        if (const std::int64_t now_step = m.read_ps0(control::kGlobalStep); now_step != step) {
+          step = now_step;
+          deadline = Clock::now() + bound;
+        }
+        // Polls a few times a second at most once idle: a worker's step is milliseconds to seconds.
+        backoff.pause();
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    }
     m.post_save(0, control::kSaveFinal);
     return m.join_save(m.save_posted, position, false);
   }

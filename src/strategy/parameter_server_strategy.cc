@@ -11,6 +11,7 @@
 #include "strata/common/error.h"
 #include "strata/common/logging.h"
 #include "strata/common/rank_context.h"
+#include "strata/common/signals.h"
 #include "strata/replica/gpu.h"
 
 namespace strata {
@@ -386,7 +387,21 @@ void ParameterServerStrategy::finish_training(const ps::WorkerPosition& position
   if (training_finished_) return;
   training_finished_ = true;
   if (!checkpoint_.directory.empty() && !stopped_) {
-    auto b = p.finish_checkpoints(position);
+    // The chief's periodic schedule (end_step's) while slower workers still train.
+    auto due = [this, &p]() -> int {
+      const bool preempt = checkpoint_.handle_signals && (preemption_signal() != 0 || p.preemption_reports() > 0);
+      bool save = preempt;
+      if (!save && checkpoint_.save_every_steps > 0)
+        save = p.global_step() - last_save_global_step_ >= checkpoint_.save_every_steps;
+      const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+      if (!save && checkpoint_.save_every_secs > 0) save = now - last_save_time_ >= checkpoint_.save_every_secs;
+      if (!save) return 0;
+      // A failed save restarts the interval too, as in end_step.
+      last_save_global_step_ = p.global_step();
+      last_save_time_ = now;
+      return preempt ? 2 : 1;
+    };
+    auto b = p.finish_checkpoints(position, due);
     if (b.stop) stopped_ = true;
     // The final save committed global step G, or found it committed by an earlier save of this job.
     if (b.saved && !b.failed && !b.stop)

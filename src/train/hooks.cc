@@ -1,5 +1,6 @@
 // The built-in hooks: what `strata train` prints and writes, each in one place. The lines are the
 // command-line contract (DESIGN.md section 7) and tests parse them: change them only by extending.
+#include <cmath>
 #include "strata/train/hooks.h"
 
 #include <algorithm>
@@ -193,7 +194,15 @@ void SummaryHook::end(RunContext& ctx) {
   const TrainSummary& s = ctx.summary;
   const ps::PsOptions& po = ctx.strategy_options.ps;
   double test_loss = 0;
-  const double acc = ctx.evaluate ? ctx.evaluate(&test_loss) : 0;
+  double acc = 0;
+  EvalMetrics metrics;
+  if (ctx.evaluate_all) {
+    metrics = ctx.evaluate_all();
+    acc = metrics.accuracy;
+    test_loss = metrics.loss;
+  } else if (ctx.evaluate) {
+    acc = ctx.evaluate(&test_loss);
+  }
   nlohmann::ordered_json summary = {{"test_accuracy", acc},
                                     {"test_loss", test_loss},
                                     {"examples_per_sec", s.job_examples_per_sec},
@@ -212,6 +221,17 @@ void SummaryHook::end(RunContext& ctx) {
                                     {"consistency", po.consistency.to_string()},
                                     {"epochs", ctx.epochs},
                                     {"steps", ctx.step}};
+  // A binary classifier's AUC and friends, a regressor's errors (NaN, i.e. undefined, is left out:
+  // JSON has no NaN).
+  auto put = [&summary](const char* key, double v) {
+    if (std::isfinite(v)) summary[key] = v;
+  };
+  put("auc", metrics.auc);
+  put("log_loss", metrics.log_loss);
+  put("precision", metrics.precision);
+  put("recall", metrics.recall);
+  put("mae", metrics.mae);
+  put("mse", metrics.mse);
   if (s.staleness_tracked && s.job_staleness_count > 0)
     summary["update_staleness"] = {
         {"mean", static_cast<double>(s.job_staleness_sum) / static_cast<double>(s.job_staleness_count)},

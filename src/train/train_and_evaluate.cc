@@ -16,6 +16,7 @@
 // checkpoint (before any other wait on the workers), the evaluator told where it is, every push
 // applied, job-wide figures reduced over the workers, then the hooks' end() and strategy.finish().
 #include "strata/train/train_and_evaluate.h"
+#include "strata/train/metrics.h"
 
 #include <fcntl.h>
 #include <sys/resource.h>
@@ -246,6 +247,57 @@ double evaluate_params(const Model& model, const Params& params, const data::Dat
   return seen ? static_cast<double>(correct) / static_cast<double>(seen) : 0;
 }
 
+EvalMetrics evaluate_metrics(const Model& model, const Params& params, const data::Dataset& ds,
+                             std::int64_t max_batches) {
+  EvalMetrics m;
+  m.kind = model.prediction_kind();
+  const int width = model.prediction_width();
+  const bool binary = m.kind == PredictionKind::kBinaryProbability && width == 1 && !ds.labels.empty();
+  const bool regression = m.kind == PredictionKind::kRegression && width == 1 && !ds.targets.empty();
+  std::vector<std::int64_t> all(static_cast<std::size_t>(ds.size));
+  for (std::int64_t i = 0; i < ds.size; ++i) all[i] = i;
+  data::BatchIterator it(ds, all, 1000, false, 2);
+  data::Batch batch;
+  std::int64_t correct = 0, batches = 0;
+  double loss = 0;
+  BinaryClassificationMetrics bin;
+  RegressionMetrics reg;
+  std::vector<float> scores, labels;
+  while ((max_batches <= 0 || batches < max_batches) && it.next(batch)) {
+    const Inputs in = inputs_of(batch);
+    const StepResult r = model.step(params, in, nullptr);
+    loss += r.loss * batch.size;
+    correct += r.correct;
+    m.examples += batch.size;
+    ++batches;
+    if ((binary || regression) && batch.size > 0) {
+      scores.resize(static_cast<std::size_t>(batch.size));
+      if (!model.predict(params, in, scores.data())) continue;
+      if (binary) {
+        labels.assign(batch.labels.begin(), batch.labels.end());
+        bin.add(scores.data(), labels.data(), scores.size());
+      } else {
+        reg.add(scores.data(), batch.targets.data(), scores.size());
+      }
+    }
+  }
+  m.loss = m.examples ? loss / static_cast<double>(m.examples) : 0;
+  m.accuracy = m.examples ? static_cast<double>(correct) / static_cast<double>(m.examples) : 0;
+  if (binary && bin.size() > 0) {
+    const BinaryClassificationResult r = bin.result();
+    m.auc = r.auc;
+    m.log_loss = r.log_loss;
+    m.precision = r.precision;
+    m.recall = r.recall;
+  }
+  if (regression && m.examples > 0) {
+    const RegressionResult r = reg.result();
+    m.mae = r.mean_absolute_error;
+    m.mse = r.mean_squared_error;
+  }
+  return m;
+}
+
 TrainResult train_and_evaluate(Model& model, const RunConfig& config, const TrainSpec& train_spec,
                                const EvalSpec& eval_spec) {
   return train_and_evaluate([&model](const data::Dataset&) { return std::make_unique<BorrowedModel>(model); },
@@ -463,6 +515,7 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
   ctx.evaluate = [&](double* loss) {
     return evaluate_params(*net, pull_params(*net, strategy, vars), eval_set, loss, eval_spec.steps);
   };
+  ctx.evaluate_all = [&] { return evaluate_metrics(*net, pull_params(*net, strategy, vars), eval_set, eval_spec.steps); };
 
   TrainSummary& summary = ctx.summary;
   summary.staleness_tracked = sopt.ps.consistency.mode != ps::Consistency::kSync;
@@ -502,6 +555,9 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
   TraceWriter* trace = ctx.trace;
   liveness::set_step(step);
   liveness::set_phase(liveness::Phase::kTrain);
+  // Test hook (documented in the env table): RANK:SECONDS slows that world rank by SECONDS after
+  // each of its steps, a worker alive but slow.
+  const double step_delay = test_hook_delay(env, "STRATA_TEST_STEP_DELAY_RANK", rt->rank());
   for (int epoch = static_cast<int>(resume.epoch); epoch < epochs && !ctx.stop_requested(); ++epoch) {
     const std::int64_t skip = epoch == resume.epoch ? resume.offset : 0;
     ctx.epoch = epoch;
@@ -653,6 +709,7 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
         v.window_accuracy = static_cast<double>(window_correct) / std::max<std::int64_t>(1, window_examples);
       }
       for (auto& h : hooks) h->after_run(ctx, v);
+      if (step_delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(step_delay));
       if (v.log_step) {
         t_log = Clock::now();
         log_examples = examples;

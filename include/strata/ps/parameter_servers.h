@@ -312,7 +312,13 @@ class PsClient final : public PsEndpoint {
   Boundary at_step_boundary(const WorkerPosition& position);
   // After the last step: takes part in every save the chief still requests, ending with the final
   // save, which the chief requests here. Returns when that save is committed.
-  Boundary finish_checkpoints(const WorkerPosition& position);
+  //   The chief, done before slower workers (async and staleness:N), keeps requesting the periodic
+  //   saves while they train: `due` (called on the chief only, between polls) returns 0 when no
+  //   save is due, 1 for a periodic save, 2 for a stop save (preemption); the workers still
+  //   training join each at their next step boundary, so a failure then loses no more than one
+  //   save interval. The final save follows once every worker finished training (or, should the
+  //   global step stop moving for --timeout, at once: its wait names the workers not arrived).
+  Boundary finish_checkpoints(const WorkerPosition& position, const std::function<int()>& due = {});
   // Saves this job committed so far (as seen by this worker; skipped and failed saves not counted).
   std::int64_t saves_completed() const;
   // How long the saves joined at training step boundaries (at_step_boundary) paused this worker,

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,6 +58,23 @@ struct TrainSummary {
 
 // The state of one process's training session, shared with every hook. Fields are written by the
 // loop; hooks read them (and may request a stop).
+// Everything evaluate_metrics measured: the loss and accuracy of every model, and the metrics its
+// predictions allow (Model::prediction_kind): exact AUC, log loss, precision and recall of a
+// binary classifier over the whole evaluated set (train/metrics.h), MAE and MSE of a regressor.
+// Fields a model does not have stay NaN.
+struct EvalMetrics {
+  std::int64_t examples = 0;
+  double loss = 0;
+  double accuracy = 0;
+  PredictionKind kind = PredictionKind::kNone;
+  double auc = std::numeric_limits<double>::quiet_NaN();
+  double log_loss = std::numeric_limits<double>::quiet_NaN();
+  double precision = std::numeric_limits<double>::quiet_NaN();
+  double recall = std::numeric_limits<double>::quiet_NaN();
+  double mae = std::numeric_limits<double>::quiet_NaN();
+  double mse = std::numeric_limits<double>::quiet_NaN();
+};
+
 struct RunContext {
   const RunConfig* config = nullptr;
   const Runtime* runtime = nullptr;
@@ -88,6 +106,9 @@ struct RunContext {
   TrainSummary summary;
   // The evaluation the chief runs at the end (summary hook): accuracy, mean loss on the eval set.
   std::function<double(double* loss)> evaluate;
+  // The same evaluation with every metric the model's predictions allow (AUC, ...); when set, the
+  // summary hook uses it instead of `evaluate`.
+  std::function<EvalMetrics()> evaluate_all;
 
   void request_stop() { stop_requested_ = true; }
   bool stop_requested() const { return stop_requested_; }

@@ -67,4 +67,9 @@ TrainResult train_and_evaluate(Model& model, const RunConfig& config, const Trai
 double evaluate_params(const Model& model, const Params& params, const data::Dataset& dataset, double* loss,
                        std::int64_t max_batches = 0);
 
+// evaluate_params with every metric (the same batches, one pass: step() for loss and accuracy,
+// predict() for the rest).
+EvalMetrics evaluate_metrics(const Model& model, const Params& params, const data::Dataset& dataset,
+                             std::int64_t max_batches = 0);
+
 }  // namespace strata::train
