@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# strata train --model-spec end to end under mpirun: a wide-and-deep JSON spec over synth-ctr
+# (Criteo layout) data trains across 1 PS + 2 workers to an AUC well above chance, with
+# checkpoints and a resume; a regressor spec over a CSV with a header reports mae/mse; a bad spec
+# or a csv: input without a spec is one stderr line naming the field, exit status 2.
+source "$(dirname "$0")/lib.sh"
+
+summary() { grep -E '^\{.*"global_step"' "$OUT" | tail -n1; }
+summary_get() { summary | python3 -c "import json,sys; j=json.load(sys.stdin); print($1)" 2>&1; }
+QUIET=(--log-every 0 --log-every-secs 0)
+D=$TEST_TMP
+
+case_begin "synth-ctr: train and eval files in the Criteo layout"
+# One planted model (one seed) for both sets: the last 4000 rows are held out.
+run "$STRATA_BIN" data synth-ctr --out "$D/all.tsv" --rows 24000 --vocab 50 --seed 3
+expect_rc 0
+ORACLE=$(json_get 'j["oracle_auc"]')
+# The log loss of always predicting the positive rate: a model that learned nothing scores this.
+BASE_LOG_LOSS=$(json_get '(lambda p: -(p * __import__("math").log(p) + (1 - p) * __import__("math").log(1 - p)))(j["positive_rate"])')
+head -n 20000 "$D/all.tsv" > "$D/train.tsv"
+tail -n 4000 "$D/all.tsv" > "$D/eval.tsv"
+
+# A wide-and-deep spec of the kind docs/MODELS.md describes: every categorical field hashed in the
+# linear part; the integer fields and an embedding of every categorical field in the DNN part.
+python3 - "$D/wd.json" <<'PY'
+import json, sys
+linear = [{"type": "hash_bucket", "key": f"C{i}", "hash_bucket_size": 1000} for i in range(1, 27)]
+dnn = [{"type": "numeric", "key": f"I{i}", "normalizer": {"mean": 6, "std": 10}} for i in range(1, 14)]
+dnn += [{"type": "embedding", "dimension": 4,
+         "categorical": {"type": "hash_bucket", "key": f"C{i}", "hash_bucket_size": 1000}} for i in range(1, 27)]
+spec = {"estimator": "DNNLinearCombinedClassifier", "scope": "ctr", "csv": {"layout": "criteo"},
+        "linear_feature_columns": linear, "dnn_feature_columns": dnn, "dnn_hidden_units": [32, 16],
+        "learning_rate": 0.1, "epochs": 2, "batch_size": 128}
+json.dump(spec, open(sys.argv[1], "w"), indent=1)
+PY
+
+case_begin "wide-and-deep spec, 1 PS + 2 workers: exit 0, AUC well above chance, log_loss"
+mpi 3 "$STRATA_BIN" train --model-spec "$D/wd.json" --data "csv:$D/train.tsv" --eval-data "csv:$D/eval.tsv" \
+  --checkpoint-dir "$D/ck" "${QUIET[@]}"
+expect_rc 0
+[ "$(summary_get 'int(j["auc"] > 0.6)')" = 1 ] || fail "auc: $(summary_get 'j.get("auc")') (oracle $ORACLE)"
+[ "$(summary_get "int(0 < j['log_loss'] < $BASE_LOG_LOSS)")" = 1 ] \
+  || fail "log_loss: $(summary_get 'j.get("log_loss")'), not below the base rate's $BASE_LOG_LOSS"
+[ "$(summary_get 'int(all(k in j for k in ("precision", "recall", "test_accuracy")))')" = 1 ] \
+  || fail "summary lacks precision/recall/test_accuracy: $(summary)"
+ls "$D/ck"/ckpt-*.h5 >/dev/null 2>&1 || fail "no checkpoint written in $D/ck"
+GSTEP=$(summary_get 'j["global_step"]')
+AUC1=$(summary_get 'j["auc"]')
+echo "  auc $AUC1, log_loss $(summary_get 'j["log_loss"]') (oracle auc $ORACLE, base-rate log_loss $BASE_LOG_LOSS), global step $GSTEP"
+
+case_begin "resume: --restore latest continues from the saved step (a third epoch)"
+mpi 3 "$STRATA_BIN" train --model-spec "$D/wd.json" --data "csv:$D/train.tsv" --eval-data "csv:$D/eval.tsv" \
+  --checkpoint-dir "$D/ck" --restore latest --epochs 3 "${QUIET[@]}"
+expect_rc 0
+expect_stdout_has "checkpoint: restored"
+expect_stdout_has "(global step $GSTEP)"
+[ "$(summary_get "int(j['global_step'] > $GSTEP)")" = 1 ] || fail "global step did not advance past $GSTEP"
+[ "$(summary_get "int(j['auc'] > 0.6)")" = 1 ] || fail "auc after resume: $(summary_get 'j.get("auc")') (before $AUC1)"
+
+# A regressor over a plain CSV with a header (y = 3 a - 2 b + 1 + noise, c a category).
+python3 - "$D/reg.csv" <<'PY'
+import random, sys
+r = random.Random(5)
+with open(sys.argv[1], "w") as f:
+    f.write("a,b,c,y\n")
+    for _ in range(3000):
+        a, b = r.uniform(-1, 1), r.uniform(-1, 1)
+        c = r.choice("pqrs")
+        y = 3 * a - 2 * b + 1 + (0.5 if c in "pq" else -0.5) + r.gauss(0, 0.1)
+        f.write(f"{a:.5f},{b:.5f},{c},{y:.5f}\n")
+PY
+cat > "$D/reg.json" <<'JSON'
+{
+  "estimator": "DNNRegressor",
+  "label": "y",
+  "feature_columns": [
+    {"type": "numeric", "key": "a"},
+    {"type": "numeric", "key": "b"},
+    {"type": "indicator", "categorical": {"type": "vocabulary_list", "key": "c", "vocabulary": ["p", "q", "r", "s"]}}
+  ],
+  "hidden_units": [16],
+  "optimizer": "adam", "learning_rate": 0.01,
+  "epochs": 5, "batch_size": 64
+}
+JSON
+
+case_begin "regressor spec on a CSV with a header: mae and mse in the summary"
+mpi 3 "$STRATA_BIN" train --model-spec "$D/reg.json" --data "csv:$D/reg.csv" "${QUIET[@]}"
+expect_rc 0
+# The target's variance is about 4.6; predicting its mean would score mse ~4.6, mae ~1.7.
+[ "$(summary_get 'int(0 <= j["mse"] < 1.0 and 0 <= j["mae"] < 0.8)')" = 1 ] \
+  || fail "mae/mse: $(summary_get '(j.get("mae"), j.get("mse"))')"
+[ "$(summary_get 'int("auc" not in j)')" = 1 ] || fail "a regressor's summary has an auc"
+echo "  mae $(summary_get 'j["mae"]'), mse $(summary_get 'j["mse"]')"
+
+# A spec is read and checked before any rank starts, so a bad one is refused by a lone process.
+case_begin "bad spec: an unknown member is one line naming it, exit 2"
+sed 's/"dnn_hidden_units"/"dnn_hiden_units"/' "$D/wd.json" > "$D/bad1.json"
+run "$STRATA_BIN" train --model-spec "$D/bad1.json" --data "csv:$D/train.tsv"
+expect_rc 2
+expect_one_stderr_line
+expect_stderr_has "$D/bad1.json: dnn_hiden_units: unknown member for DNNLinearCombinedClassifier"
+
+case_begin "bad spec: an unknown column type is one line naming its path, exit 2"
+sed 's/"type": "numeric"/"type": "numerik"/' "$D/wd.json" > "$D/bad2.json"
+run "$STRATA_BIN" train --model-spec "$D/bad2.json" --data "csv:$D/train.tsv"
+expect_rc 2
+expect_one_stderr_line
+expect_stderr_has "$D/bad2.json: dnn_feature_columns[0].type: unknown column type \"numerik\""
+
+case_begin "bad spec under mpirun: every rank refuses it with the same line, exit 2"
+mpi 3 "$STRATA_BIN" train --model-spec "$D/bad1.json" --data "csv:$D/train.tsv"
+expect_rc 2
+[ "$(grep -c 'error' "$ERR")" -ge 1 ] || fail "no error line"
+[ "$(grep 'error' "$ERR" | sort -u | wc -l)" = 1 ] || fail "ranks disagree on the error"
+expect_stderr_has "dnn_hiden_units: unknown member"
+
+# Columns are checked against the data once the ranks have the files.
+case_begin "a column the data lacks: one distinct line naming it, exit 2"
+sed 's/"key": "I2"/"key": "I99"/' "$D/wd.json" > "$D/bad3.json"
+grep -q I99 "$D/bad3.json" || fail "the spec has no I2 to rename"
+mpi 3 "$STRATA_BIN" train --model-spec "$D/bad3.json" --data "csv:$D/train.tsv"
+expect_rc 2
+[ "$(grep 'error' "$ERR" | sort -u | wc -l)" = 1 ] || fail "expected one distinct error line"
+expect_stderr_has "no column 'I99' in the data"
+
+case_begin "--data csv: without --model-spec is exit 2"
+run "$STRATA_BIN" train --data "csv:$D/train.tsv"
+expect_rc 2
+expect_one_stderr_line
+expect_stderr_has "--data csv:... needs --model-spec FILE.json"
+
+case_begin "--model-spec with a non-csv --data is exit 2"
+run "$STRATA_BIN" train --model-spec "$D/wd.json" --data synthetic-sparse
+expect_rc 2
+expect_one_stderr_line
+expect_stderr_has "is not csv:FILE"
+
+finish
