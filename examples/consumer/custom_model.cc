@@ -1,5 +1,7 @@
 // custom_model: a model of your own trained with strata::train::train_and_evaluate, using the
-// public API only. Logistic regression on a seeded synthetic problem: the variables live on the
+// public API only. Logistic regression on a seeded synthetic problem, wired from strata::nn
+// layers, so no gradient is written by hand; a hook of its own reads the variables back from the
+// parameter servers and reports each worker's loss before and after. The variables live on the
 // PS ranks, each worker trains on its shard, its 2 replicas split each batch and their gradients
 // are averaged and pushed once per step. From the training layer it gets checkpoints and resume
 // (give a model_dir), the preemption save and exit 75 (SIGTERM/SIGUSR1), the chief's progress
@@ -9,10 +11,10 @@
 //   mpirun -np 3 ./custom_model /scratch/logreg       # with checkpoints; run again to resume
 //   mpirun -np 3 ./custom_model /scratch/logreg 3000  # ... and 3000 steps per worker (default 150)
 //   strata-mpirun --ps 1 --workers 2 --evaluator 1 -- ./custom_model /scratch/logreg
-#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -43,53 +45,22 @@ strata::data::Dataset examples(std::uint64_t begin, std::int64_t n) {
   return d;
 }
 
-// The model: p = sigmoid(x . w + b), mean logistic loss and its gradient.
-class LogisticRegression : public strata::train::Model {
- public:
-  std::string name() const override { return "logreg"; }
-  std::string describe() const override { return "logistic regression, 8 features"; }
-  std::vector<strata::ps::VariableSpec> variables() const override {
-    strata::ps::VariableSpec w, b;
-    w.name = "logreg/w";
-    w.shape = {kFeatures};
-    b.name = "logreg/b";
-    b.shape = {1};
-    return {w, b};
-  }
-  strata::train::StepResult step(const strata::train::Params& params, const strata::train::Inputs& in,
-                                 strata::train::Grads* grads) const override {
-    const std::vector<float>& w = params.dense.at("logreg/w").value;
-    const float b = params.dense.at("logreg/b").value[0];
-    std::vector<float> gw(kFeatures, 0.0f);
-    float gb = 0;
-    strata::train::StepResult r;
-    for (int i = 0; i < in.size; ++i) {
-      const float* x = in.dense + static_cast<std::size_t>(i) * kFeatures;
-      const float y = static_cast<float>(in.labels[i]);
-      float z = b;
-      for (int f = 0; f < kFeatures; ++f) z += w[f] * x[f];
-      const float p = 1.0f / (1.0f + std::exp(-z));
-      r.loss += -(y * std::log(p + 1e-7f) + (1 - y) * std::log(1 - p + 1e-7f));
-      r.correct += (p > 0.5f) == (y > 0.5f);
-      for (int f = 0; f < kFeatures; ++f) gw[f] += (p - y) * x[f];
-      gb += p - y;
-    }
-    const float n = static_cast<float>(in.size > 0 ? in.size : 1);
-    r.loss /= n;
-    if (grads) {
-      for (auto& g : gw) g /= n;
-      grads->dense["logreg/w"] = {gw, {kFeatures}};
-      grads->dense["logreg/b"] = {{gb / n}, {1}};
-    }
-    return r;
-  }
-  std::string default_optimizer() const override { return "sgd:lr=0.5"; }
-};
+// The model: p = sigmoid(x . w + b) with the mean logistic loss, wired from strata::nn layers
+// (one Dense of one unit and the sigmoid cross-entropy loss); the graph derives the gradients.
+// Variables "logreg/linear/kernel" [8, 1] and "logreg/linear/bias" [1]. Default optimizer: plain
+// SGD at 0.5 (--optimizer style "sgd:lr=0.5" is the same).
+std::unique_ptr<strata::nn::GraphModel> logistic_regression() {
+  using namespace strata::nn;
+  Graph g("logreg", /*seed=*/1);
+  const Tensor x = g.dense_input(0, kFeatures);
+  const Tensor logit = g.dense(x, 1, Activation::kNone, "linear");
+  return std::make_unique<GraphModel>(g, logit, Loss::kSigmoidCrossEntropy, "logreg", TrainingDefaults{"sgd", 0.5, 20});
+}
 
 // A hook of our own: each worker's loss on a fixed set before and after training.
 class LossReport : public strata::train::SessionRunHook {
  public:
-  explicit LossReport(const LogisticRegression& model) : model_(model), probe_(examples(0, 2000)) {}
+  explicit LossReport(const strata::train::Model& model) : model_(model), probe_(examples(0, 2000)) {}
   void after_create_session(strata::train::RunContext& ctx) override {
     fresh_ = !ctx.resumed;
     before_ = loss_now(ctx);
@@ -112,7 +83,7 @@ class LossReport : public strata::train::SessionRunHook {
     strata::train::evaluate_params(model_, params, probe_, &loss);
     return loss;
   }
-  const LogisticRegression& model_;
+  const strata::train::Model& model_;
   strata::data::Dataset probe_;
   double before_ = -1, after_ = -1;
   bool fresh_ = true;
@@ -131,8 +102,8 @@ int run(int argc, char** argv) {
     // Resume from the newest valid checkpoint there, if any (a missing directory: a fresh start).
     if (std::filesystem::exists(config.model_dir)) config.restore = "latest";
   }
-  LogisticRegression model;
-  auto report = std::make_shared<LossReport>(model);
+  const auto model = logistic_regression();
+  auto report = std::make_shared<LossReport>(*model);
   strata::train::TrainSpec train;
   train.input_fn = [] { return examples(100000, 40000); };
   train.data_name = "synthetic logistic";
@@ -140,7 +111,7 @@ int run(int argc, char** argv) {
   train.hooks.push_back(report);
   strata::train::EvalSpec eval;
   eval.input_fn = [] { return examples(0, 2000); };
-  const auto result = strata::train::train_and_evaluate(model, config, train, eval);
+  const auto result = strata::train::train_and_evaluate(*model, config, train, eval);
   if (!result.error.empty()) {
     if (result.report_error) std::fprintf(stderr, "custom_model: %s\n", result.error.c_str());
     return result.status;
