@@ -12,6 +12,7 @@
 #include "data/feature_column_json.h"
 #include "strata/common/error.h"
 #include "strata/common/parse.h"
+#include "strata/ps/optimizer.h"
 
 namespace strata::nn {
 namespace {
@@ -259,6 +260,18 @@ ModelSpec parse_model_spec(std::string_view text, const std::string& origin, con
   }
   spec.csv = parse_csv(doc, r, origin, input_columns(e), spec.label);
   spec.optimizer = r.string("optimizer", "");
+  // Checked here, so a bad one is refused naming the spec's member (not a flag) before any rank
+  // starts.
+  if (!spec.optimizer.empty()) {
+    try {
+      (void)ps::OptimizerConfig::parse(spec.optimizer);
+    } catch (const ConfigError& e) {
+      std::string why = e.what();
+      for (const char* flag : {"--optimizer: ", "--optimizer "})
+        if (why.rfind(flag, 0) == 0) why = why.substr(std::string(flag).size());
+      r.fail("optimizer", why);
+    }
+  }
   spec.learning_rate = r.number("learning_rate", 0, 0, 1e6);
   if (doc.contains("learning_rate") && spec.learning_rate <= 0) r.fail("learning_rate", "must be positive");
   spec.epochs = static_cast<int>(r.integer("epochs", 0, 1, 1 << 20));

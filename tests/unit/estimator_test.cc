@@ -622,6 +622,8 @@ TEST(ModelSpecSecurity, EveryMembersErrorsNameTheFileAndTheMemberPath) {
       {"dnn_dropout", "\"0.1\"", "spec.json: dnn_dropout: expected a number"},
       {"dnn_activation", "\"gelu\"", "spec.json: dnn_activation: 'gelu' is not relu"},
       {"optimizer", "1", "spec.json: optimizer: expected a string"},
+      {"optimizer", "\"bogus\"", "spec.json: optimizer: 'bogus' is not one of sgd, momentum"},
+      {"optimizer", "\"adam:beta9=1\"", "spec.json: optimizer: 'adam:beta9=1': unknown key 'beta9'"},
       {"epochs", "true", "spec.json: epochs: expected an integer"},
       {"seed", "-1", "spec.json: seed: expected an integer in [0,"},
       {"linear_feature_columns", "{}", "spec.json: linear_feature_columns: expected a non-empty array"},
