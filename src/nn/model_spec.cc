@@ -12,6 +12,7 @@
 #include "data/feature_column_json.h"
 #include "strata/common/error.h"
 #include "strata/common/parse.h"
+#include "strata/nn/graph.h"
 #include "strata/ps/optimizer.h"
 
 namespace strata::nn {
@@ -224,6 +225,14 @@ ModelSpec parse_model_spec(std::string_view text, const std::string& origin, con
 
   if (!is_regressor(e.kind)) e.n_classes = static_cast<int>(r.integer("n_classes", 2, 2, 1 << 20));
   e.scope = r.string("scope", "");
+  // The graph's own rule for scope names, checked now so the error names the member.
+  try {
+    (void)Graph(e.scope);
+  } catch (const ConfigError& err) {
+    std::string why = err.what();
+    if (why.rfind("nn: ", 0) == 0) why = why.substr(4);
+    r.fail("scope", why);
+  }
   e.seed = static_cast<std::uint64_t>(r.integer("seed", 0, 0, std::int64_t{1} << 53));
   spec.label.key = r.string("label", "label");
   if (spec.label.key.empty()) r.fail("label", "expected a column name");

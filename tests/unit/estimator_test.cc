@@ -614,6 +614,7 @@ TEST(ModelSpecSecurity, EveryMembersErrorsNameTheFileAndTheMemberPath) {
       {"estimator", "7", "spec.json: estimator: expected a string, got 7"},
       {"estimator", "\"DNNClasifier\"", "spec.json: estimator: 'DNNClasifier' is not one of"},
       {"scope", "[]", "spec.json: scope: expected a string"},
+      {"scope", "\"a b/c\"", "spec.json: scope: scope 'a b/c' is not a name segment"},
       {"label", "1", "spec.json: label: expected a string"},
       {"label", "\"\"", "spec.json: label: expected a column name"},
       {"dnn_hidden_units", "\"256\"", "spec.json: dnn_hidden_units: expected an array"},
