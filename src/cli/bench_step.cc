@@ -139,6 +139,8 @@ int run_step_bench(const StepBenchConfig& cfg) {
   } else if (cfg.model != "mlp" && cfg.model != "softmax") {
     throw ConfigError("--model: '" + cfg.model + "' is not one of mlp, softmax, wide_deep");
   }
+  // The process default (STRATA_GEMM, ConfigError when bad) is what training would use.
+  const GemmBackend process_default = model::detail::current_gemm_backend();
   const std::unique_ptr<model::Model> net = model::make_model(mc);
   const model::Params params = model::init_local_params(*net);
   const Batch batch(net->config(), cfg.batch);
@@ -190,6 +192,8 @@ int run_step_bench(const StepBenchConfig& cfg) {
   std::ostringstream os;
   os << "# strata bench: op step, " << net->describe() << ", batch " << cfg.batch << ", one thread, warmup "
      << cfg.warmup << ", iters " << cfg.iters << "\n";
+  os << "# training uses: " << model::detail::gemm_backend_name(process_default) << " (STRATA_GEMM auto|openblas|eigen)"
+     << (model::detail::openblas_disabled() ? "; OpenBLAS failed its check in this process" : "") << "\n";
   os << "# products per step: " << calls.size() << ", " << std::fixed << std::setprecision(1) << flops / 1e6
      << " MFLOP (exactly those the step makes):";
   for (const GemmCall& g : calls) os << ' ' << shape_text(g);
