@@ -132,7 +132,8 @@ std::string openblas_check(const GemmCall& g) {
 #if STRATA_HAVE_OPENBLAS
   const int a_rows = g.ta == Transpose::kYes ? g.k : g.m, a_cols = g.ta == Transpose::kYes ? g.m : g.k;
   const int b_rows = g.tb == Transpose::kYes ? g.n : g.k, b_cols = g.tb == Transpose::kYes ? g.k : g.n;
-  std::mt19937 gen(0x5eed0000u ^ static_cast<unsigned>(g.m * 131 + g.n * 31 + g.k));
+  std::mt19937 gen(0x5eed0000u ^ (static_cast<unsigned>(g.m) * 131u + static_cast<unsigned>(g.n) * 31u +
+                                  static_cast<unsigned>(g.k)));
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   auto random_buffer = [&](std::size_t n) {
     std::vector<float> v(n);
