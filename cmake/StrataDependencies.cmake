@@ -19,6 +19,24 @@ find_package(ZLIB REQUIRED)                            # zlib1g-dev: gzip'd IDX 
 find_package(OpenSSL 1.1 REQUIRED COMPONENTS Crypto)   # libssl-dev: HMAC-SHA256 of the data plane's handshake
 find_package(Eigen3 3.3 REQUIRED CONFIG)               # libeigen3-dev
 
+# OpenBLAS, serial flavour (libopenblas-serial-dev): optional, the models' matrix products
+# (src/model/gemm.h; Eigen otherwise). The serial build never starts threads of its own: a step runs
+# on its replica's thread. Its cpuid-chosen kernels are checked at run time before use.
+set(STRATA_OPENBLAS_ENABLED 0)
+if(NOT STRATA_WITH_OPENBLAS STREQUAL "OFF")
+  find_library(STRATA_OPENBLAS_LIBRARY NAMES openblas
+               PATHS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-serial NO_DEFAULT_PATH)
+  find_path(STRATA_OPENBLAS_INCLUDE_DIR cblas.h
+            PATHS /usr/include/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-serial NO_DEFAULT_PATH)
+  if(STRATA_OPENBLAS_LIBRARY AND STRATA_OPENBLAS_INCLUDE_DIR)
+    set(STRATA_OPENBLAS_ENABLED 1)
+  elseif(STRATA_WITH_OPENBLAS STREQUAL "ON")
+    message(FATAL_ERROR "STRATA_WITH_OPENBLAS=ON but the serial OpenBLAS was not found (install libopenblas-serial-dev)")
+  else()
+    message(STATUS "OpenBLAS (serial) not found: the models' products use Eigen (install libopenblas-serial-dev)")
+  endif()
+endif()
+
 # UCX (libucx-dev): optional, one transport among two.
 set(STRATA_UCX_ENABLED 0)
 if(STRATA_WITH_UCX)

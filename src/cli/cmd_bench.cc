@@ -36,6 +36,7 @@
 #include "cli/bench_apply.h"
 #include "cli/bench_checkpoint.h"
 #include "cli/bench_link.h"
+#include "cli/bench_step.h"
 #include "cli/bench_update.h"
 #include "cli/poll_then_sleep.h"
 #include "cli/commands.h"
@@ -459,7 +460,7 @@ int run_bench(const BenchConfig& cfg, int* argc, char*** argv) {
 
 CLI::App* add_bench_command(CLI::App& app, BenchFlags& f) {
   CLI::App* cmd = app.add_subcommand("bench", "Transport / parameter-server micro-benchmark (nccl-tests style)");
-  cmd->add_option("--op", f.op, "pull|push|pushpull|sparse|link|update|checkpoint|apply (default pull)");
+  cmd->add_option("--op", f.op, "pull|push|pushpull|sparse|link|update|checkpoint|apply|step (default pull)");
   cmd->add_option("-b,--minbytes", f.min_bytes, "smallest size (default 4K); for sparse: rows gathered (default 4096)");
   cmd->add_option("-e,--maxbytes", f.max_bytes, "largest size (default 64M)");
   cmd->add_option("-f,--stepfactor", f.factor, "size multiplier between steps (default 2)");
@@ -475,6 +476,8 @@ CLI::App* add_bench_command(CLI::App& app, BenchFlags& f) {
   cmd->add_option("--timeout", f.timeout, "seconds each wait for another rank may take (default STRATA_TIMEOUT_S or 120)");
   cmd->add_option("--optimizer", f.optimizer, "apply, update: sgd|momentum|adagrad|adam|rmsprop|ftrl[:key=value,...] (default adam)");
   cmd->add_option("--ps-threads", f.ps_threads, "apply: threads compared with one (default 2); update: the PS's apply threads (default 1)");
+  cmd->add_option("--model", f.model, "step: mlp|softmax|wide_deep (default mlp)");
+  cmd->add_option("--batch", f.batch, "step: examples per step (default 128)");
   cmd->footer(kDurationsFooter);
   return cmd;
 }
@@ -527,8 +530,25 @@ static int run_apply_bench_command(const BenchFlags& f) {
   return run_apply_bench(cfg);
 }
 
+// --op step: one process, no MPI, one thread; -n steps (default 200) after -w (20).
+static int run_step_bench_command(const BenchFlags& f) {
+  StepBenchConfig cfg;
+  if (!f.model.empty()) cfg.model = f.model;
+  if (!f.batch.empty()) cfg.batch = parse_int(f.batch, "--batch", 1, 1 << 20);
+  if (!f.warmup.empty()) cfg.warmup = parse_int(f.warmup, "-w", 0, 1 << 20);
+  if (!f.iters.empty()) cfg.iters = parse_int(f.iters, "-n", 1, 1 << 20);
+  if (!f.min_bytes.empty() || !f.max_bytes.empty() || !f.factor.empty() || !f.num_ps.empty() || !f.transport.empty() ||
+      !f.rows.empty() || !f.row_elems.empty() || !f.dir.empty() || f.keep || !f.timeout.empty() ||
+      !f.optimizer.empty() || !f.ps_threads.empty())
+    throw ConfigError("--op step runs one model step in one process: only --model, --batch, -w, -n and --json apply");
+  cfg.json_path = f.json;
+  return run_step_bench(cfg);
+}
+
 int run_bench_command(const BenchFlags& f, int* argc, char*** argv) {
   Env env = Env::from_process();
+  if (f.op == "step") return run_step_bench_command(f);
+  if (!f.model.empty() || !f.batch.empty()) throw ConfigError("--model and --batch apply to --op step only");
   if (f.op == "checkpoint") return run_checkpoint_bench_command(f, argc, argv);
   if (f.op == "apply") return run_apply_bench_command(f);
   if ((!f.optimizer.empty() || !f.ps_threads.empty()) && f.op != "update")
@@ -542,7 +562,7 @@ int run_bench_command(const BenchFlags& f, int* argc, char*** argv) {
   else if (cfg.op_name == "sparse") cfg.op = Op::kSparse;
   else if (cfg.op_name == "link") cfg.op = Op::kLink;
   else if (cfg.op_name == "update") cfg.op = Op::kUpdate;
-  else throw ConfigError("--op: '" + cfg.op_name + "' is not one of pull, push, pushpull, sparse, link, update, checkpoint, apply");
+  else throw ConfigError("--op: '" + cfg.op_name + "' is not one of pull, push, pushpull, sparse, link, update, checkpoint, apply, step");
   if (cfg.op == Op::kUpdate) {
     cfg.min_bytes = 1 << 20;
     cfg.max_bytes = 16 << 20;

@@ -42,6 +42,7 @@ struct BenchFlags {
   std::string dir;    // --op checkpoint: where the files go
   bool keep = false;  // --op checkpoint: keep them
   std::string optimizer, ps_threads;  // --op apply
+  std::string model, batch;           // --op step
 };
 CLI::App* add_bench_command(CLI::App& app, BenchFlags& flags);
 int run_bench_command(const BenchFlags& flags, int* argc, char*** argv);

@@ -3,12 +3,14 @@
 // Cost model (batch B, layer in -> out): forward is one GEMM B x in x out; backward is one GEMM
 // for dW = x^T dY and one for dX = dY W^T (skipped for the first layer of pixel models). Bias,
 // ReLU and the softmax are O(B * out) and negligible. Eigen's GEMM is cache-blocked and
-// vectorised; everything else here only has to avoid copying the parameters.
+// vectorised; everything else here only has to avoid copying the parameters. The products go
+// through gemm.h (OpenBLAS where it is built in and passes its checks, else Eigen).
 #include "layers.h"
 
 #include <algorithm>
 #include <cmath>
 
+#include "gemm.h"
 #include "strata/common/error.h"
 
 namespace strata::model::detail {
@@ -169,19 +171,21 @@ std::string DenseStack::dims_string() const {
 
 void DenseStack::forward(const Params& params, const ConstMatrixRef& x, Activations* acts) const {
   STRATA_ENFORCE_EQ(x.cols(), static_cast<Eigen::Index>(layers_.front().in), "model input width");
-  const Eigen::Index batch = x.rows();
+  const int batch = static_cast<int>(x.rows());
   acts->hidden.resize(layers_.size() - 1);
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const Layer& layer = layers_[l];
-    const ConstMatrixMap w(dense_param(params, layer.kernel, std::int64_t{layer.in} * layer.out), layer.in,
-                           layer.out);
+    const float* w = dense_param(params, layer.kernel, std::int64_t{layer.in} * layer.out);
     const ConstRowVectorMap b(dense_param(params, layer.bias, layer.out), layer.out);
     const bool is_logits = l + 1 == layers_.size();
     RowMatrix& y = is_logits ? acts->logits : acts->hidden[l];
     y.resize(batch, layer.out);
-    if (l == 0) y.noalias() = x * w;
-    else y.noalias() = acts->hidden[l - 1] * w;
-    y.rowwise() += b;
+    const float* in = l == 0 ? x.data() : acts->hidden[l - 1].data();
+    const int ld_in = l == 0 ? static_cast<int>(x.outerStride()) : layer.in;
+    // y = b (each row), then y += x W in the same product.
+    y.rowwise() = b;
+    sgemm(Transpose::kNo, Transpose::kNo, batch, layer.out, layer.in, 1.0f, in, ld_in, w, layer.out, 1.0f, y.data(),
+          layer.out);
     if (!is_logits) y = y.cwiseMax(0.0f);  // ReLU in place: the pre-activation is not kept, since
                                            // relu(z) > 0 exactly where z > 0 (all backward needs)
   }
@@ -189,20 +193,20 @@ void DenseStack::forward(const Params& params, const ConstMatrixRef& x, Activati
 
 void DenseStack::backward(const Params& params, const ConstMatrixRef& x, Activations* acts, Grads* grads,
                           RowMatrix* dx) const {
-  const Eigen::Index batch = x.rows();
-  RowMatrix scratch;
+  const int batch = static_cast<int>(x.rows());
   // dy walks down the stack: the logits' gradient first, then each hidden layer's, stored over
   // that layer's activations once they are no longer needed.
   const RowMatrix* dy = &acts->logits;
   for (std::size_t l = layers_.size(); l-- > 0;) {
     const Layer& layer = layers_[l];
-    const ConstMatrixMap w(dense_param(params, layer.kernel, std::int64_t{layer.in} * layer.out), layer.in,
-                           layer.out);
-    MatrixMap dw(dense_grad(grads, layer.kernel, {layer.in, layer.out}), layer.in, layer.out);
+    const float* w = dense_param(params, layer.kernel, std::int64_t{layer.in} * layer.out);
+    float* dw = dense_grad(grads, layer.kernel, {layer.in, layer.out});
     RowVectorMap db(dense_grad(grads, layer.bias, {layer.out}), layer.out);
     // dW = x^T dY, db = sum over the batch of dY.
-    if (l == 0) dw.noalias() = x.transpose() * *dy;
-    else dw.noalias() = acts->hidden[l - 1].transpose() * *dy;
+    const float* in = l == 0 ? x.data() : acts->hidden[l - 1].data();
+    const int ld_in = l == 0 ? static_cast<int>(x.outerStride()) : layer.in;
+    sgemm(Transpose::kYes, Transpose::kNo, layer.in, layer.out, batch, 1.0f, in, ld_in, dy->data(), layer.out, 0.0f,
+          dw, layer.out);
     // db row by row in batch order, so every element is ((0 + dy_0) + dy_1) + ... wherever db
     // lives. Not dy->colwise().sum(): Eigen adds whole packets of rows in a pairwise tree but the
     // columns it peels to reach db's alignment one by one, and which columns it peels depends on
@@ -213,14 +217,17 @@ void DenseStack::backward(const Params& params, const ConstMatrixRef& x, Activat
     for (Eigen::Index i = 0; i < batch; ++i) db += dy->row(i);
     if (l > 0) {
       // dX = dY W^T, then through the ReLU: its output is > 0 exactly where its input was.
+      RowMatrix& scratch = acts->scratch;
       scratch.resize(batch, layer.in);
-      scratch.noalias() = *dy * w.transpose();
+      sgemm(Transpose::kNo, Transpose::kYes, batch, layer.in, layer.out, 1.0f, dy->data(), layer.out, w, layer.out,
+            0.0f, scratch.data(), layer.in);
       RowMatrix& h = acts->hidden[l - 1];
       h.array() = (h.array() > 0.0f).select(scratch.array(), 0.0f);
       dy = &h;
     } else if (dx != nullptr) {
       dx->resize(batch, layer.in);
-      dx->noalias() = *dy * w.transpose();
+      sgemm(Transpose::kNo, Transpose::kYes, batch, layer.in, layer.out, 1.0f, dy->data(), layer.out, w, layer.out,
+            0.0f, dx->data(), layer.in);
     }
   }
 }

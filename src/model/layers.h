@@ -79,13 +79,18 @@ class DenseStack {
   std::string dims_string() const;
 
   // Per-call activations: hidden[l] is the ReLU output of hidden layer l, logits the output
-  // layer (before softmax). The input itself is the caller's (no copy).
+  // layer (before softmax); scratch is backward's. The input itself is the caller's (no copy).
+  // Reused across calls (a thread_local in the models), they stop allocating after the first step
+  // of a given batch size: a 128 x 256 float buffer is just over glibc's mmap threshold, so a fresh
+  // one each step cost an mmap, page faults and a munmap.
   struct Activations {
     std::vector<RowMatrix> hidden;
     RowMatrix logits;
+    RowMatrix scratch;
   };
 
-  // Forward pass over x [batch, input_dim].
+  // Forward pass over x [batch, input_dim]. Each layer is one sgemm (gemm.h) with the bias fused
+  // (C starts as the broadcast bias, beta = 1), then the ReLU in place.
   void forward(const Params& params, const ConstMatrixRef& x, Activations* acts) const;
 
   // Backward pass given d(loss)/d(logits) in acts->logits (read only). acts->hidden is reused as

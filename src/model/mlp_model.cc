@@ -32,7 +32,8 @@ class MlpModel final : public Model {
     check_labels(inputs, num_classes());
     // The batch is used in place: a Map over the caller's buffer, never copied.
     const ConstMatrixMap x(inputs.dense, inputs.size, inputs.dense_dim);
-    DenseStack::Activations acts;
+    // Per thread, reused: no allocation per step once the batch size is steady (layers.h).
+    thread_local DenseStack::Activations acts;
     stack_.forward(params, x, &acts);
     const double loss = softmax_cross_entropy(acts.logits, inputs.labels, grads != nullptr, correct);
     // No d(loss)/d(pixels): nothing consumes it, and it would be the largest GEMM of the step.

@@ -83,7 +83,8 @@ class WideDeepModel final : public Model {
     }
     if (c.input_dim > 0) x.rightCols(c.input_dim) = ConstMatrixMap(inputs.dense, batch, c.input_dim);
 
-    DenseStack::Activations acts;
+    // Per thread, reused: no allocation per step once the batch size is steady (layers.h).
+    thread_local DenseStack::Activations acts;
     stack_.forward(params, x, &acts);
     for (int b = 0; b < batch; ++b)
       for (int f = 0; f < fields; ++f)

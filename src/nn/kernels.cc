@@ -1,4 +1,5 @@
-// gemm() on Eigen's blocked GEMM kernel, single-threaded (parallelism comes from replicas).
+// gemm(): the models' OpenBLAS path when it is on (src/model/gemm.h), else Eigen's blocked GEMM
+// kernel, single-threaded (parallelism comes from replicas).
 //
 // Eigen's `c.noalias() = a * b` allocates its packing buffers (blockA, blockB) on the heap on
 // every call once they pass EIGEN_STACK_ALLOCATION_LIMIT (128 KiB: the first layer of the MLP at
@@ -22,6 +23,8 @@
 #include <Eigen/Core>
 
 #include <vector>
+
+#include "model/gemm.h"
 
 namespace strata::nn::detail {
 namespace {
@@ -62,6 +65,17 @@ void run(Index m, Index n, Index k, const float* a, Index lda, const float* b, I
 void gemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
           bool accumulate, float* c, int ldc) {
   if (m <= 0 || n <= 0) return;
+  // The models' products go to the serial OpenBLAS when it is built in and its per-shape checks
+  // pass (src/model/gemm.h; no heap allocation once a shape is checked); otherwise the Eigen kernel
+  // below, which never allocates after the first product of a size. Products with a dimension of 1
+  // stay on Eigen: OpenBLAS 0.3.21 hands them to its GEMV/GER paths, which malloc a buffer on
+  // every call (seen for n = 1, a width-1 logit), and they are cheap either way.
+  namespace md = strata::model::detail;
+  if (m >= 2 && n >= 2 && k >= 2 && md::current_gemm_backend() == md::GemmBackend::kOpenBlas) {
+    md::sgemm(trans_a ? md::Transpose::kYes : md::Transpose::kNo, trans_b ? md::Transpose::kYes : md::Transpose::kNo,
+              m, n, k, 1.0f, a, lda, b, ldb, accumulate ? 1.0f : 0.0f, c, ldc);
+    return;
+  }
   if (!accumulate)
     for (int i = 0; i < m; ++i)
       for (int j = 0; j < n; ++j) c[static_cast<std::size_t>(i) * static_cast<std::size_t>(ldc) + static_cast<std::size_t>(j)] = 0.0f;

@@ -87,6 +87,40 @@ expect_rc 2; expect_one_stderr_line; expect_stderr_has "MiB of memory for --op a
 run "$STRATA_BIN" bench --op pull --ps-threads 2
 expect_rc 2; expect_one_stderr_line; expect_stderr_has "apply to --op apply and --op update only"
 
+case_begin "step: forward + backward of each built-in model against its products and a double reference"
+for model in mlp softmax wide_deep; do
+  run "$STRATA_BIN" bench --op step --model "$model" --batch 32 -w 1 -n 2 --json "$TEST_TMP/step_$model.json"
+  expect_rc 0
+  expect_stdout_has "# strata bench: op step, $model"
+  expect_stdout_has "# all results correct"
+  grep -qE 'backend +library +time_us +gflops +gemm_us +gemm_gflops +vs_gemm +vs_best +#wrong' "$OUT" || fail "step header"
+  python3 - "$TEST_TMP/step_$model.json" "$model" <<'PY' || fail "step JSON ($model)"
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+assert rows and rows[0]["backend"] == "eigen", rows
+for r in rows:
+    assert r["model"] == sys.argv[2] and r["batch"] == 32 and r["wrong"] == 0, r
+    assert r["time_us"] > 0 and r["gflops"] > 0 and r["vs_gemm"] > 0 and r["flop_per_step"] > 0, r
+# The MLP needs no input gradient for its first layer: 3 forward products, 3 weight gradients,
+# 2 input gradients, 2 * 32 * (784*256 + 256*128 + 128*10) * 2 + 2 * 32 * (256*128 + 128*10) FLOPs.
+if sys.argv[2] == "mlp":
+    assert rows[0]["products"] == 8, rows[0]
+    assert rows[0]["flop_per_step"] == 2 * 32 * (784*256 + 256*128 + 128*10) * 2 + 2 * 32 * (256*128 + 128*10), rows[0]
+PY
+done
+run env STRATA_GEMM=eigen "$STRATA_BIN" bench --op step --model softmax -w 0 -n 1
+expect_rc 0; expect_stdout_has "# training uses: eigen"
+run env STRATA_GEMM=mkl "$STRATA_BIN" bench --op step -n 1
+expect_rc 2; expect_one_stderr_line; expect_stderr_has "STRATA_GEMM: 'mkl' is not one of"
+run "$STRATA_BIN" bench --op step --model resnet
+expect_rc 2; expect_one_stderr_line; expect_stderr_has "--model: 'resnet' is not one of mlp, softmax, wide_deep"
+run "$STRATA_BIN" bench --op step --batch 0
+expect_rc 2; expect_one_stderr_line; expect_stderr_has "--batch"
+run "$STRATA_BIN" bench --op step -b 4K
+expect_rc 2; expect_one_stderr_line; expect_stderr_has "only --model, --batch, -w, -n and --json apply"
+run "$STRATA_BIN" bench --op pull --model mlp
+expect_rc 2; expect_one_stderr_line; expect_stderr_has "apply to --op step only"
+
 case_begin "link: the raw TCP baseline between PS 0 and worker 0"
 mpi 2 "$STRATA_BIN" bench --op link -b 4K -e 64K -f 16 -n 5 --json "$TEST_TMP/link.json"
 expect_rc 0

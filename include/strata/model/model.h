@@ -12,8 +12,9 @@
 //
 // Thread-safety: a Model is immutable after construction; every const member function, including
 // train_step, is reentrant and may run concurrently on several threads (CPU replicas). Each call
-// uses only its own scratch memory and the caller's buffers. Eigen is single-threaded here (no
-// OpenMP): parallelism comes from replicas, not from inside a step.
+// uses only its own scratch memory (per thread, reused across calls) and the caller's buffers.
+// The matrix products run on the calling thread (serial OpenBLAS or Eigen, no OpenMP):
+// parallelism comes from replicas, not from inside a step.
 //
 // Errors: a bad ModelConfig is a ConfigError; inputs or parameters that do not match the model
 // (wrong dims, a label out of range, an id outside [0, vocab), a missing variable or row) are a
@@ -100,7 +101,7 @@ struct ModelConfig {
 // and 0.884 after 8; SGD + momentum 0.9 (lr 0.05) 0.878 after 7. 512-256 reached 0.888 after 8
 // epochs at 2.5x the time per epoch, which a 2-core box cannot spend inside `strata train`'s
 // 2-minute budget. 235k parameters (0.9 MiB) keep the per-step pull/push cheap; forward+backward
-// is ~1.0 MFLOP per example, almost all of it in Eigen's GEMM.
+// is ~1.0 MFLOP per example, almost all of it in matrix products.
 inline const std::vector<int>& default_mlp_hidden() {
   static const std::vector<int> kHidden{256, 128};
   return kHidden;

@@ -1,0 +1,108 @@
+// Private single-precision matrix product for the models (DenseStack today, the layer graph in
+// src/nn later): C = alpha * op(A) op(B) + beta * C on row-major buffers, BLAS-style.
+//
+// Backends:
+//   openblas   Debian's OpenBLAS, serial flavour (libopenblas-serial-dev), when the build found it.
+//              It picks its kernels by cpuid at load time (OPENBLAS_CORETYPE overrides), so this
+//              library never trusts them blindly: the first product of each distinct call shape in
+//              a process is checked first (see below), and one wrong result turns it off for the
+//              whole process (logged once), every product then going to Eigen.
+//   eigen      Eigen 3's GEMM (what the models used before); always available.
+//   reference  every element summed in double in index order and rounded once: the slow oracle
+//              of the checks, tests and `strata bench --op step`'s #wrong column.
+// The process default is STRATA_GEMM (auto | openblas | eigen | reference; auto: openblas when
+// built with it and its checks pass, else eigen). ScopedGemmBackend overrides it on one thread.
+//
+// The check, per distinct (transposes, m, n, k, leading dimensions, alpha, beta == 0): the product
+// is computed twice by OpenBLAS on seeded random operands of that exact shape, and must be bit for
+// bit the same both times (sync training's reproducibility rests on it) and within the standard
+// floating-point error bound of the double reference (k * 2^-24 * sum |terms|, times 8) on every
+// checked element (every row, or for shapes over 2^26 multiply-adds a sample of rows that includes
+// the first and last 32). Shapes already checked are answered from a small table under a mutex.
+//
+// Contracts: m, n, k >= 0; row-major storage, lda/ldb/ldc >= the stored row length (and >= 1);
+// C is not read when beta == 0 (garbage and NaN in it are fine); A, B and C must not overlap.
+// Results are deterministic for a given backend, kernel and shape (same inputs -> same bits),
+// independent of the buffers' addresses. Thread-safe: any number of threads may call at once; each
+// product runs entirely on the calling thread (no BLAS threads: replicas give the parallelism).
+// Errors: ConfigError for a bad STRATA_GEMM; Error for arguments that break the contract above.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace strata::model::detail {
+
+enum class Transpose : bool { kNo = false, kYes = true };
+
+enum class GemmBackend { kDefault, kOpenBlas, kEigen, kReference };
+
+// C[m, n] = alpha * op(A)[m, k] * op(B)[k, n] + beta * C, on this thread's backend.
+void sgemm(Transpose ta, Transpose tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
+           int ldb, float beta, float* c, int ldc);
+
+// The backend the next sgemm on this thread uses: never kDefault; kOpenBlas only while OpenBLAS
+// is built in and has failed no check in this process (a shape not checked yet may still turn it
+// off on first use).
+GemmBackend current_gemm_backend();
+
+// True when this build links OpenBLAS.
+bool openblas_built();
+// True once OpenBLAS failed a check in this process (it is then never used again).
+bool openblas_disabled();
+
+// "openblas 0.3.21 (Cooperlake)", "eigen 3.4.0", "reference (double)".
+std::string gemm_backend_name(GemmBackend backend);
+// "openblas", "eigen", "reference"; parse_gemm_backend is the inverse (plus "auto" -> kDefault),
+// ConfigError naming `what` otherwise.
+const char* gemm_backend_id(GemmBackend backend);
+GemmBackend parse_gemm_backend(const std::string& text, const std::string& what);
+
+// Makes sgemm on the constructing thread use `backend` until destruction (kDefault: the process
+// default). Nests; restores the previous choice.
+class ScopedGemmBackend {
+ public:
+  explicit ScopedGemmBackend(GemmBackend backend);
+  ~ScopedGemmBackend();
+  ScopedGemmBackend(const ScopedGemmBackend&) = delete;
+  ScopedGemmBackend& operator=(const ScopedGemmBackend&) = delete;
+
+ private:
+  GemmBackend previous_;
+};
+
+// One sgemm call's shape, as recorded by GemmRecorder.
+struct GemmCall {
+  Transpose ta = Transpose::kNo, tb = Transpose::kNo;
+  int m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
+  float alpha = 1.0f, beta = 0.0f;
+  double flops() const { return 2.0 * m * n * static_cast<double>(k); }
+};
+
+// Records the shape of every sgemm made on the constructing thread while it lives (benchmarks:
+// the exact list of products one model step makes). Not nestable.
+class GemmRecorder {
+ public:
+  GemmRecorder();
+  ~GemmRecorder();
+  GemmRecorder(const GemmRecorder&) = delete;
+  GemmRecorder& operator=(const GemmRecorder&) = delete;
+  const std::vector<GemmCall>& calls() const { return calls_; }
+
+ private:
+  friend void sgemm(Transpose, Transpose, int, int, int, float, const float*, int, const float*, int, float, float*,
+                    int);
+  std::vector<GemmCall> calls_;
+};
+
+// Runs the OpenBLAS check for `call` now (as the first product of that shape would), returning
+// whether OpenBLAS is still enabled afterwards. Tests and the bench use it; false without OpenBLAS.
+bool check_openblas_shape(const GemmCall& call);
+
+// Largest |got - want| allowed for one element of a product by the check: 8 * k * 2^-24 *
+// (|alpha| * sum_p |a_ip b_pj| + |beta c_ij|) + the smallest normal float. `abs_sum` is the
+// bracket. Shared with the tests so they hold kernels to the same bound.
+double gemm_error_bound(int k, double abs_sum);
+
+}  // namespace strata::model::detail
