@@ -2,6 +2,7 @@
 #include "gemm.h"
 
 #include <algorithm>
+#include <cctype>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -38,7 +39,17 @@ GemmBackend process_default() {
     if (b == GemmBackend::kOpenBlas && !openblas_built())
       throw ConfigError("STRATA_GEMM=openblas: this build of strata has no OpenBLAS (install libopenblas-serial-dev "
                         "and rebuild), use auto or eigen");
-    if (b == GemmBackend::kDefault) b = openblas_built() ? GemmBackend::kOpenBlas : GemmBackend::kEigen;
+    if (b == GemmBackend::kDefault) {
+      b = openblas_built() ? GemmBackend::kOpenBlas : GemmBackend::kEigen;
+#if STRATA_HAVE_OPENBLAS
+      const std::string core = openblas_get_corename();
+      if (b == GemmBackend::kOpenBlas && !openblas_core_is_fast(core, __builtin_cpu_supports("avx2"))) {
+        STRATA_LOG(INFO) << "openblas chose its '" << core << "' kernels on a CPU with AVX2 (it does not know this "
+                         << "processor); the models' products use Eigen (STRATA_GEMM=openblas forces OpenBLAS)";
+        b = GemmBackend::kEigen;
+      }
+#endif
+    }
     return b;
   }();
   return resolved;
@@ -220,6 +231,15 @@ void check_pointers(const GemmCall& g, const float* a, const float* b, const flo
 }
 
 }  // namespace
+
+bool openblas_core_is_fast(const std::string& core, bool cpu_has_avx2) {
+  if (!cpu_has_avx2) return true;  // no faster Eigen path to prefer: the SSE kernels are the best there
+  std::string c = core;
+  for (char& ch : c) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (const char* fast : {"haswell", "zen", "skylakex", "cooperlake", "sapphirerapids"})
+    if (c == fast) return true;
+  return false;
+}
 
 double gemm_error_bound(int k, double abs_sum) {
   return 8.0 * std::max(1, k) * std::ldexp(1.0, -24) * abs_sum + std::numeric_limits<float>::min();

@@ -303,3 +303,15 @@ TEST(Gemm, MlpStepGradientsAgreeWithTheDoubleReference) {
 
 }  // namespace
 }  // namespace strata::model::detail
+
+// auto never settles for OpenBLAS's generic SSE kernels on an AVX2 processor (OpenBLAS 0.3.21 picks
+// "Prescott" on x86-64 CPUs it does not know; on such a Xeon it ran 2.6x slower than Eigen).
+TEST(GemmBackendChoice, GenericOpenBlasKernelsAreNotChosenOnAvx2Processors) {
+  using strata::model::detail::openblas_core_is_fast;
+  for (const char* fast : {"Haswell", "Zen", "SkylakeX", "COOPERLAKE", "sapphirerapids"})
+    EXPECT_TRUE(openblas_core_is_fast(fast, true)) << fast;
+  for (const char* slow : {"Prescott", "Core2", "Nehalem", "Sandybridge", "Penryn", "Atom", ""})
+    EXPECT_FALSE(openblas_core_is_fast(slow, true)) << slow;
+  // Without AVX2 there is nothing faster to prefer.
+  EXPECT_TRUE(openblas_core_is_fast("Prescott", false));
+}
