@@ -110,7 +110,15 @@ void run_eigen(const GemmCall& g, const float* a, const float* b, float* c) {
 }
 
 #if STRATA_HAVE_OPENBLAS
+// Debian's serial OpenBLAS is built with USE_THREAD=0 and so without USE_LOCKING: its internal
+// buffer table is not locked, and two threads of one process inside it at once can share a buffer
+// and compute wrong results (OpenBLAS issues #2126, #2711; the sanitizer tier's concurrent-threads
+// test caught different bits). Every OpenBLAS product of the process takes this mutex; with one
+// replica per process it is never contended.
+std::mutex g_openblas_mutex;
+
 void run_openblas(const GemmCall& g, const float* a, const float* b, float* c) {
+  std::lock_guard<std::mutex> lock(g_openblas_mutex);
   cblas_sgemm(CblasRowMajor, g.ta == Transpose::kYes ? CblasTrans : CblasNoTrans,
               g.tb == Transpose::kYes ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, g.alpha, a, g.lda, b, g.ldb, g.beta,
               c, g.ldc);

@@ -25,6 +25,9 @@
 // Results are deterministic for a given backend, kernel and shape (same inputs -> same bits),
 // independent of the buffers' addresses. Thread-safe: any number of threads may call at once; each
 // product runs entirely on the calling thread (no BLAS threads: replicas give the parallelism).
+// The serial OpenBLAS is not safe to enter from two threads at once (built without locking), so
+// its products take turns on a process-wide mutex: with several CPU replicas in one process
+// (--cpu-replicas > 1) the products are serialised; STRATA_GEMM=eigen runs them in parallel.
 // Errors: ConfigError for a bad STRATA_GEMM; Error for arguments that break the contract above.
 #pragma once
 

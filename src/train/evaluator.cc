@@ -86,14 +86,25 @@ Evaluation evaluate_checkpoint(const Model& model, const data::Dataset& eval, co
   return e;
 }
 
-// Keeps a copy of `path` as <dir>/best/<name> (replacing the previous best) and best.json.
-void keep_best(const std::string& dir, const std::string& path, std::int64_t step, const std::string& metric,
+// Keeps a copy of `path` as <dir>/best/<name> (replacing the previous best) and best.json. False,
+// with one line saying so and best/ unchanged, when the checkpoint is gone by now: the trainers'
+// retention (--max-to-keep) may remove it while it is being evaluated, which must not end the job.
+bool keep_best(const std::string& dir, const std::string& path, std::int64_t step, const std::string& metric,
                double value) {
   const fs::path best = fs::path(dir) / "best";
   fs::create_directories(best);
   const fs::path name = fs::path(path).filename();
   const fs::path tmp = best / (name.string() + ".tmp");
-  fs::copy_file(path, tmp, fs::copy_options::overwrite_existing);
+  std::error_code ec;
+  fs::copy_file(path, tmp, fs::copy_options::overwrite_existing, ec);
+  if (ec) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    if (fs::exists(path, ignored)) throw fs::filesystem_error("cannot copy the best checkpoint", path, tmp, ec);
+    std::cout << "eval: " << name.string() << " was removed (--max-to-keep) before it could be kept as the best; "
+              << "best/ keeps the previous one" << std::endl;
+    return false;
+  }
   fs::rename(tmp, best / name);
   for (const auto& entry : fs::directory_iterator(best)) {
     const std::string f = entry.path().filename().string();
@@ -104,6 +115,7 @@ void keep_best(const std::string& dir, const std::string& path, std::int64_t ste
   const fs::path jtmp = best / "best.json.tmp";
   std::ofstream(jtmp) << j.dump() << "\n";
   fs::rename(jtmp, best / "best.json");
+  return true;
 }
 
 }  // namespace
@@ -208,10 +220,9 @@ EvaluatorOutcome run_evaluator(const Model& model, const data::Dataset& eval, co
         line << std::fixed << std::setprecision(4) << "eval: " << target.file << " global_step " << e.global_step
              << " loss " << e.loss << " accuracy " << e.accuracy << (better ? " (best so far)" : "");
         std::cout << line.str() << std::endl;
-        if (better) {
+        if (better && keep_best(opts.model_dir, path, e.global_step, spec.best_metric, value)) {
           have_best = true;
           best_value = value;
-          keep_best(opts.model_dir, path, e.global_step, spec.best_metric, value);
         }
       }
       continue;  // look again at once: the final message may have come meanwhile
