@@ -12,6 +12,8 @@
 #   restart   STRATA_MAX_RESTARTS=1: the restart line says the step runs on 2 nodes without cn3;
 #             the job completes (0:0) from the checkpoint with "restarts": 1, before Slurm has
 #             even marked cn3 down (SlurmdTimeout 60 s): --no-kill keeps the allocation.
+#   ps_restart the same with --jobs worker=2,ps=1, so cn3 holds ps:0 (rank 2): the restart line
+#             names the PS, which comes back on a remaining node from the checkpoint; COMPLETED 0:0.
 #   end       no restarts: the batch script ends within --stall-timeout + 15 s of the cut, with a
 #             non-zero status and the liveness line naming rank 2 (worker:1 on cn3). (Slurm keeps
 #             the job COMPLETING until it marks cn3 down, SlurmdTimeout later: a NOTE line.)
@@ -53,6 +55,28 @@ if run_job restart "$LIMIT" -N 3 -n 3 --exclusive "$SCRIPT" train --epochs 3 --j
   summary=$(grep -E '^\{.*"global_step"' <<<"$out" | tail -n1)
   check=$(json_check "$summary" 'j["restarts"] == 1' 'j["test_accuracy"] >= 0.8')
   [[ $check == ok ]] && pass "restart: finished with restarts 1 and accuracy >= 0.8" || fail "restart: summary: $check"
+fi
+wait
+show_job
+heal
+
+# ---- the PS's node lost: the PS comes back on a remaining node from the checkpoint ---------------
+# --jobs worker=2,ps=1 puts ps:0 on cn3 (rank 2), away from the batch script's node (cn1: the batch
+# host runs the template itself, so losing it is the allocation's end, not a restartable fault).
+ck=$work/ck-ps-restart
+cut_after_checkpoint "$ck"
+if run_job ps_restart "$LIMIT" -N 3 -n 3 --exclusive "$SCRIPT" train --epochs 3 --jobs worker=2,ps=1 --log-every 0 \
+     --checkpoint-dir "$ck" --save-every-steps 100 --stall-timeout "$STALL" --timeout 30; then
+  [[ $state == COMPLETED && $exitcode == 0:0 ]] && pass "ps_restart: COMPLETED 0:0" \
+    || fail "ps_restart: JobState=$state ExitCode=$exitcode, expected COMPLETED 0:0"
+  line=$(grep -m1 -E '^strata.sbatch: restart 1 of 1: ' <<<"$out")
+  [[ $line == *"rank 2 (ps:0 on cn3)"*"without cn3,"* ]] \
+    && pass "ps_restart: $line" || fail "ps_restart: restart line is '${line:-missing}'"
+  summary=$(grep -E '^\{.*"global_step"' <<<"$out" | tail -n1)
+  check=$(json_check "$summary" 'j["restarts"] == 1' 'j["test_accuracy"] >= 0.8')
+  [[ $check == ok ]] && pass "ps_restart: finished with restarts 1 and accuracy >= 0.8" || fail "ps_restart: summary: $check"
+  grep -q '^checkpoint: restored' <<<"$out" && pass "ps_restart: $(grep -m1 '^checkpoint: restored' <<<"$out")" \
+    || fail "ps_restart: no 'checkpoint: restored' line"
 fi
 wait
 show_job
