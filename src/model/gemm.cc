@@ -39,17 +39,20 @@ GemmBackend process_default() {
     if (b == GemmBackend::kOpenBlas && !openblas_built())
       throw ConfigError("STRATA_GEMM=openblas: this build of strata has no OpenBLAS (install libopenblas-serial-dev "
                         "and rebuild), use auto or eigen");
-    if (b == GemmBackend::kDefault) {
-      b = openblas_built() ? GemmBackend::kOpenBlas : GemmBackend::kEigen;
+    // auto is Eigen: Debian's serial OpenBLAS is not safe when several threads of a process call it
+    // (a sanitizer run saw heap corruption with threads that come and go, even with every call
+    // serialised), and a worker with CPU replicas multiplies on several threads. STRATA_GEMM=openblas
+    // opts in for processes that multiply on one thread only (one replica per worker).
+    if (b == GemmBackend::kDefault) b = GemmBackend::kEigen;
 #if STRATA_HAVE_OPENBLAS
+    if (b == GemmBackend::kOpenBlas) {
       const std::string core = openblas_get_corename();
-      if (b == GemmBackend::kOpenBlas && !openblas_core_is_fast(core, __builtin_cpu_supports("avx2"))) {
-        STRATA_LOG(INFO) << "openblas chose its '" << core << "' kernels on a CPU with AVX2 (it does not know this "
-                         << "processor); the models' products use Eigen (STRATA_GEMM=openblas forces OpenBLAS)";
-        b = GemmBackend::kEigen;
+      if (!openblas_core_is_fast(core, __builtin_cpu_supports("avx2"))) {
+        STRATA_LOG(WARN) << "STRATA_GEMM=openblas: openblas chose its '" << core << "' kernels on a CPU with AVX2 (it "
+                         << "does not know this processor); Eigen is faster here";
       }
-#endif
     }
+#endif
     return b;
   }();
   return resolved;

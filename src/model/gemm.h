@@ -10,8 +10,10 @@
 //   eigen      Eigen 3's GEMM (what the models used before); always available.
 //   reference  every element summed in double in index order and rounded once: the slow oracle
 //              of the checks, tests and `strata bench --op step`'s #wrong column.
-// The process default is STRATA_GEMM (auto | openblas | eigen | reference; auto: openblas when
-// built with it, its kernels suit this CPU (openblas_core_is_fast) and its checks pass, else eigen). ScopedGemmBackend overrides it on one thread.
+// The process default is STRATA_GEMM (auto | openblas | eigen | reference; auto: eigen). OpenBLAS
+// is opt-in and only for processes whose products all run on one thread (one replica per worker):
+// Debian's serial build is not thread-safe (no USE_LOCKING), and a sanitizer run saw heap
+// corruption with several short-lived threads even with its calls serialised. ScopedGemmBackend overrides it on one thread.
 //
 // The check, per distinct (transposes, m, n, k, leading dimensions, alpha, beta == 0): the product
 // is computed twice by OpenBLAS on seeded random operands of that exact shape, and must be bit for
@@ -99,12 +101,13 @@ class GemmRecorder {
   std::vector<GemmCall> calls_;
 };
 
-// Whether `auto` may pick OpenBLAS given the kernel family it chose (openblas_get_corename()) and
+// Whether OpenBLAS's kernel family suits this CPU (a warning when STRATA_GEMM=openblas and not),
+// given the family it chose (openblas_get_corename()) and
 // whether this CPU runs AVX2: on an AVX2 processor only the families with AVX2/AVX-512 SGEMM
 // kernels (haswell, zen, skylakex, cooperlake, sapphirerapids; any case) qualify. OpenBLAS 0.3.21
 // falls back to its SSE3 "Prescott" kernels on x86-64 processors it does not know (seen on a
 // virtualised Intel Xeon with AVX-512: 2.6x slower than Eigen), which are correct but slow, so
-// there `auto` stays on Eigen (logged once). STRATA_GEMM=openblas still forces OpenBLAS.
+// there Eigen is faster.
 bool openblas_core_is_fast(const std::string& core, bool cpu_has_avx2);
 
 // Runs the OpenBLAS check for `call` now (as the first product of that shape would), returning

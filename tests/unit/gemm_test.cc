@@ -3,6 +3,7 @@
 // addresses and threads; argument errors.
 #include "model/gemm.h"
 
+#include <cstdlib>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -175,6 +176,8 @@ TEST_P(GemmBackends, SameBitsAtAnyAddressAndFromConcurrentThreads) {
       EXPECT_EQ(std::memcmp(want.data(), shifted.c.data() + pad, want.size() * sizeof(float)), 0)
           << "m=" << g.m << " n=" << g.n << " k=" << g.k << " shifted by " << pad;
     }
+    // OpenBLAS is used from one thread per process only (gemm.h): no concurrent case for it.
+    if (GetParam() == GemmBackend::kOpenBlas) continue;
     std::vector<std::vector<float>> got(3, base.c);
     std::vector<std::thread> threads;
     for (auto& out : got)
@@ -314,4 +317,8 @@ TEST(GemmBackendChoice, GenericOpenBlasKernelsAreNotChosenOnAvx2Processors) {
     EXPECT_FALSE(openblas_core_is_fast(slow, true)) << slow;
   // Without AVX2 there is nothing faster to prefer.
   EXPECT_TRUE(openblas_core_is_fast("Prescott", false));
+  // auto is Eigen: OpenBLAS is opt-in (STRATA_GEMM=openblas), for one-thread processes only.
+  if (std::getenv("STRATA_GEMM") == nullptr) {
+    EXPECT_EQ(strata::model::detail::current_gemm_backend(), strata::model::detail::GemmBackend::kEigen);
+  }
 }
