@@ -240,7 +240,7 @@ TEST(Gemm, ScopedBackendNestsAndRecorderSeesEveryCall) {
   EXPECT_NE(current_gemm_backend(), GemmBackend::kDefault);
   GemmRecorder recorder;
   EXPECT_THROW(GemmRecorder second, Error);
-  std::vector<float> a(6, 1.0f), b(6, 1.0f), c(4, 0.0f);
+  std::vector<float> a(6, 1.0f), b(6, 1.0f), c(6, 0.0f);  // C holds the larger of the two results (3 x 2)
   sgemm(Transpose::kNo, Transpose::kNo, 2, 2, 3, 1.0f, a.data(), 3, b.data(), 2, 0.0f, c.data(), 2);
   sgemm(Transpose::kYes, Transpose::kNo, 3, 2, 2, 1.0f, a.data(), 3, b.data(), 2, 0.0f, c.data(), 2);
   ASSERT_EQ(recorder.calls().size(), 2u);
