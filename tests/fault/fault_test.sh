@@ -108,6 +108,9 @@ signal_case() {
         [ "$phase" = train_sync ] && mode=sync
         start_job "${e[@]}" -- "${args[@]}" --epochs 20 --consistency "$mode"
         wait_for "training progress" 30 training_started || return 1
+        # The first step line can come within one heartbeat of entering the phase (a resumed job
+        # prints it after 5 quick steps); the victim's last beat must carry the train phase.
+        sleep 1
         ;;
       save)
         # Each save is held open 3 s (data written, file not yet closed or committed).
