@@ -68,6 +68,19 @@ Datasets load_csv_data(const nn::ModelSpec& spec, const std::string& train, cons
   return d;
 }
 
+Datasets load_data(const std::string& what, std::uint64_t seed);
+
+// A model spec over a dense dataset (fashion-mnist[:DIR], FILE.h5): the spec's numeric columns
+// take the images' features in order (data::dense_feature_layout), normalised as the columns say.
+Datasets load_dense_data(const nn::ModelSpec& spec, const std::string& what, std::uint64_t seed) {
+  Datasets d = load_data(what, seed);
+  const std::vector<data::FeatureColumn> columns = nn::input_columns(spec.estimator);
+  d.layout = data::dense_feature_layout(columns, spec.label, d.train, "--data " + what);
+  data::normalize_dense(columns, d.layout, d.train, "--data " + what);
+  data::normalize_dense(columns, d.layout, d.test, "--data " + what + " (its test split)");
+  return d;
+}
+
 Datasets load_data(const std::string& what, std::uint64_t seed) {
   Datasets d;
   if (what == "fashion-mnist" || what.rfind("fashion-mnist:", 0) == 0) {
@@ -106,7 +119,11 @@ int run_train(const TrainCommand& cmd, int* argc, char*** argv) {
   auto sets = std::make_shared<std::unique_ptr<Datasets>>();
   // Each set is handed over once (moved, not copied: Fashion-MNIST's training set is 188 MB).
   auto load = [sets, what = cmd.data, eval = cmd.eval_data, spec = cmd.spec, seed = cmd.config.seed]() -> Datasets& {
-    if (!*sets) *sets = std::make_unique<Datasets>(spec ? load_csv_data(*spec, what, eval) : load_data(what, seed));
+    if (!*sets) {
+      if (!spec) *sets = std::make_unique<Datasets>(load_data(what, seed));
+      else if (what.rfind("csv:", 0) == 0) *sets = std::make_unique<Datasets>(load_csv_data(*spec, what, eval));
+      else *sets = std::make_unique<Datasets>(load_dense_data(*spec, what, seed));
+    }
     return **sets;
   };
   train::TrainSpec train_spec;
@@ -147,7 +164,7 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& f) {
   cmd->add_option("--model", f.model, "softmax|mlp|wide_deep (default mlp)");
   cmd->add_option("--model-spec", f.model_spec,
                   "a JSON model file: feature columns, a canned estimator and its parameters (docs/MODELS.md); "
-                  "reads --data csv:FILE");
+                  "reads --data csv:FILE, or fashion-mnist[:DIR] / FILE.h5 for a spec of numeric columns");
   cmd->add_option("--data", f.data,
                   "fashion-mnist[:DIR] | synthetic-sparse | FILE.h5 | csv:FILE[,FILE...] with --model-spec "
                   "(default fashion-mnist)");
@@ -303,9 +320,19 @@ int run_train_command(const TrainFlags& f, int* argc, char*** argv) {
   if (!f.model_spec.empty()) {
     if (!f.model.empty() || !f.hidden.empty())
       throw ConfigError("--model-spec describes the model: --model and --hidden do not go with it");
-    if (f.data.empty()) throw ConfigError("--model-spec needs --data csv:FILE[,FILE...]");
-    csv_files(f.data, "--data");
-    if (!f.eval_data.empty()) csv_files(f.eval_data, "--eval-data");
+    if (f.data.empty())
+      throw ConfigError("--model-spec needs --data csv:FILE[,FILE...] (or fashion-mnist[:DIR] or FILE.h5 for a spec of "
+                        "numeric columns)");
+    if (f.data.rfind("csv:", 0) == 0) {
+      csv_files(f.data, "--data");
+      if (!f.eval_data.empty()) csv_files(f.eval_data, "--eval-data");
+    } else {
+      if (f.data == "synthetic-sparse")
+        throw ConfigError("--data synthetic-sparse holds sparse ids without columns; a --model-spec reads csv:FILE, "
+                          "fashion-mnist[:DIR] or FILE.h5");
+      if (!f.eval_data.empty())
+        throw ConfigError("--eval-data csv:... goes with --data csv:...; " + f.data + " brings its own evaluation data");
+    }
     auto spec = std::make_shared<nn::ModelSpec>(nn::load_model_spec(f.model_spec));
     // The spec's training defaults, where no flag gave one.
     if (f.optimizer.empty() && !spec->optimizer.empty()) cfg.optimizer = spec->optimizer;

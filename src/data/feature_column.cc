@@ -757,6 +757,74 @@ Dataset FeatureTransform::apply(const CsvTable& table) const {
   return d;
 }
 
+FeatureLayout dense_feature_layout(const std::vector<FeatureColumn>& columns, LabelSpec label, const Dataset& data,
+                                   const std::string& source) {
+  if (columns.empty()) throw ConfigError("feature columns: the list is empty");
+  FeatureLayout layout;
+  std::unordered_set<std::string> names;
+  std::int64_t dense = 0;
+  for (const FeatureColumn& fc : columns) {
+    if (!names.insert(fc.name()).second) throw ConfigError("feature columns: two columns are named '" + fc.name() + "'");
+    if (fc.kind != ColumnKind::kNumeric)
+      throw ConfigError("feature column '" + fc.name() + "': " + source + " holds dense features only; a " +
+                        to_string(fc.kind) + " column needs CSV input (--data csv:FILE)");
+    ColumnLayout cl;
+    cl.name = fc.name();
+    cl.kind = fc.kind;
+    cl.dense_offset = static_cast<int>(dense);
+    cl.dense_width = fc.shape;
+    dense += fc.shape;
+    layout.columns.push_back(cl);
+  }
+  if (dense != data.dense_dim)
+    throw ConfigError("feature columns: their shapes add up to " + std::to_string(dense) + " features, but " + source +
+                      " has " + std::to_string(data.dense_dim) + " per example (give numeric columns whose shapes sum to " +
+                      std::to_string(data.dense_dim) + ")");
+  if (label.regression) {
+    if (data.targets.empty())
+      throw ConfigError("label: a regressor needs float targets, and " + source + " holds class labels only");
+  } else {
+    if (data.labels.empty()) throw ConfigError("label: a classifier needs class labels, and " + source + " has none");
+    if (label.num_classes < 0 || label.num_classes == 1)
+      throw ConfigError("label: num_classes is " + std::to_string(label.num_classes) + ", expected 0 (infer) or >= 2");
+    if (label.num_classes == 0) label.num_classes = std::max(2, data.num_classes);
+    if (label.num_classes < data.num_classes)
+      throw ConfigError("label: num_classes is " + std::to_string(label.num_classes) + ", but " + source +
+                        " has labels up to " + std::to_string(data.num_classes - 1));
+  }
+  layout.label = label;
+  layout.dense_dim = static_cast<int>(dense);
+  return layout;
+}
+
+void normalize_dense(const std::vector<FeatureColumn>& columns, const FeatureLayout& layout, Dataset& data,
+                     const std::string& source) {
+  if (columns.size() != layout.columns.size() || data.dense_dim != layout.dense_dim)
+    throw ConfigError(source + ": " + std::to_string(data.dense_dim) + " features per example, but the feature columns take " +
+                      std::to_string(layout.dense_dim));
+  if (!layout.label.regression) {
+    if (data.labels.empty()) throw ConfigError(source + ": a classifier needs class labels, and the data has none");
+    if (data.num_classes > layout.label.num_classes)
+      throw ConfigError(source + ": labels up to " + std::to_string(data.num_classes - 1) + ", but num_classes is " +
+                        std::to_string(layout.label.num_classes));
+    data.num_classes = layout.label.num_classes;
+  } else if (data.targets.empty()) {
+    throw ConfigError(source + ": a regressor needs float targets, and the data holds class labels only");
+  }
+  const auto dim = static_cast<std::size_t>(data.dense_dim);
+  for (std::size_t i = 0; i < columns.size(); ++i) {
+    if (!columns[i].normalizer) continue;
+    const double mean = columns[i].normalizer->mean, std = columns[i].normalizer->std;
+    const auto begin = static_cast<std::size_t>(layout.columns[i].dense_offset);
+    const auto end = begin + static_cast<std::size_t>(layout.columns[i].dense_width);
+    for (std::size_t row = 0; row < static_cast<std::size_t>(data.size); ++row)
+      for (std::size_t j = begin; j < end; ++j) {
+        float& x = data.features[row * dim + j];
+        x = static_cast<float>((static_cast<double>(x) - mean) / std);
+      }
+  }
+}
+
 BatchIterator::Source csv_batch_source(std::vector<std::string> paths, CsvOptions options, FeatureTransform transform,
                                        int batch_size, bool drop_remainder, AutoShard policy, int num_workers, int worker,
                                        std::int64_t chunk_rows, std::int64_t shuffle_buffer, std::uint64_t seed) {

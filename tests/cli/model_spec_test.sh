@@ -2,7 +2,8 @@
 # strata train --model-spec end to end under mpirun: a wide-and-deep JSON spec over synth-ctr
 # (Criteo layout) data trains across 1 PS + 2 workers to an AUC well above chance, with
 # checkpoints and a resume; a regressor spec over a CSV with a header reports mae/mse; a bad spec
-# or a csv: input without a spec is one stderr line naming the field, exit status 2.
+# or a csv: input without a spec is one stderr line naming the field, exit status 2; a spec of
+# numeric columns trains on Fashion-MNIST (examples/specs/fashion_mnist_dnn.json).
 source "$(dirname "$0")/lib.sh"
 
 summary() { grep -E '^\{.*"global_step"' "$OUT" | tail -n1; }
@@ -130,10 +131,36 @@ expect_rc 2
 expect_one_stderr_line
 expect_stderr_has "--data csv:... needs --model-spec FILE.json"
 
-case_begin "--model-spec with a non-csv --data is exit 2"
+case_begin "--model-spec with --data synthetic-sparse (ids without columns) is exit 2"
 run "$STRATA_BIN" train --model-spec "$D/wd.json" --data synthetic-sparse
 expect_rc 2
 expect_one_stderr_line
-expect_stderr_has "is not csv:FILE"
+expect_stderr_has "a --model-spec reads csv:FILE, fashion-mnist[:DIR] or FILE.h5"
+
+# A spec of numeric columns over a dense dataset: the shipped DNNClassifier example on Fashion-MNIST.
+FMNIST_SPEC=$STRATA_SOURCE_DIR/examples/specs/fashion_mnist_dnn.json
+case_begin "DNNClassifier spec on fashion-mnist, 1 PS + 1 worker, one epoch: exit 0, accuracy well above chance"
+mpi 2 "$STRATA_BIN" train --model-spec "$FMNIST_SPEC" --data fashion-mnist --epochs 1 "${QUIET[@]}"
+expect_rc 0
+[ "$(summary_get 'int(j["model"] == "DNNClassifier" and j["test_accuracy"] > 0.75)')" = 1 ] \
+  || fail "expected a DNNClassifier with test accuracy > 0.75: $(summary)"
+echo "  test accuracy $(summary_get 'j["test_accuracy"]') after one epoch"
+
+case_begin "a categorical column over fashion-mnist: one distinct line naming it, exit 2"
+python3 - "$D/fm_hash.json" <<'PY'
+import json, sys
+json.dump({"estimator": "LinearClassifier", "n_classes": 10,
+           "feature_columns": [{"type": "hash_bucket", "key": "image", "hash_bucket_size": 10}]}, open(sys.argv[1], "w"))
+PY
+mpi 2 "$STRATA_BIN" train --model-spec "$D/fm_hash.json" --data fashion-mnist --steps 1 "${QUIET[@]}"
+expect_rc 2
+[ "$(grep 'error' "$ERR" | sort -u | wc -l)" = 1 ] || fail "expected one distinct error line"
+expect_stderr_has "feature column 'image': --data fashion-mnist holds dense features only"
+
+case_begin "numeric shapes that do not cover fashion-mnist's 784 features: exit 2 naming both counts"
+sed 's/"shape": 784/"shape": 100/' "$FMNIST_SPEC" > "$D/fm_shape.json"
+mpi 2 "$STRATA_BIN" train --model-spec "$D/fm_shape.json" --data fashion-mnist --steps 1 "${QUIET[@]}"
+expect_rc 2
+expect_stderr_has "their shapes add up to 100 features, but --data fashion-mnist has 784 per example"
 
 finish

@@ -601,5 +601,62 @@ TEST(FeatureColumnSecurity, BadValuesAtTransformTimeNameFileLineAndColumn) {
                        "needs more than 4096 slots per row"));
 }
 
+
+// A spec of numeric columns over a dense dataset (Fashion-MNIST, .h5): the columns take the
+// features in order, normalisers apply to train and test alike, and everything else is refused.
+TEST(FeatureColumnDense, ColumnsTakeTheFeaturesInOrderAndNormalise) {
+  Dataset d;
+  d.size = 2;
+  d.dense_dim = 3;
+  d.features = {1, 2, 3, 4, 5, 6};
+  d.labels = {0, 4};
+  d.num_classes = 5;
+  const std::vector<FeatureColumn> cols = {numeric_column("a", 1), numeric_column("b", 2, std::nullopt, Normalizer{1.0, 2.0})};
+  LabelSpec label;
+  label.num_classes = 0;
+  const FeatureLayout layout = dense_feature_layout(cols, label, d, "--data x.h5");
+  ASSERT_EQ(layout.columns.size(), 2u);
+  EXPECT_EQ(layout.columns[1].name, "b");
+  EXPECT_EQ(layout.columns[1].dense_offset, 1);
+  EXPECT_EQ(layout.columns[1].dense_width, 2);
+  EXPECT_EQ(layout.dense_dim, 3);
+  EXPECT_EQ(layout.num_fields, 0);
+  EXPECT_EQ(layout.label.num_classes, 5);  // 0: the dataset's
+  normalize_dense(cols, layout, d, "--data x.h5");
+  const std::vector<float> want = {1, 0.5f, 1, 4, 2, 2.5f};
+  EXPECT_EQ(d.features, want);
+
+  label.num_classes = 8;  // more classes than the labels use: kept, and the data is told
+  const FeatureLayout wide = dense_feature_layout(cols, label, d, "--data x.h5");
+  normalize_dense({numeric_column("a", 1), numeric_column("b", 2)}, wide, d, "--data x.h5");
+  EXPECT_EQ(d.num_classes, 8);
+}
+
+TEST(FeatureColumnDense, RefusesWhatDenseDataCannotFeed) {
+  Dataset d;
+  d.size = 1;
+  d.dense_dim = 4;
+  d.features = {0, 0, 0, 0};
+  d.labels = {6};
+  d.num_classes = 7;
+  LabelSpec label;
+  EXPECT_TRUE(Contains(config_error([&] {
+                         dense_feature_layout({categorical_column_with_hash_bucket("img", 10)}, label, d, "--data fashion-mnist");
+                       }),
+                       "feature column 'img': --data fashion-mnist holds dense features only"));
+  EXPECT_TRUE(Contains(config_error([&] { dense_feature_layout({numeric_column("img", 3)}, label, d, "--data f.h5"); }),
+                       "their shapes add up to 3 features, but --data f.h5 has 4 per example"));
+  label.num_classes = 2;
+  EXPECT_TRUE(Contains(config_error([&] { dense_feature_layout({numeric_column("img", 4)}, label, d, "--data f.h5"); }),
+                       "num_classes is 2, but --data f.h5 has labels up to 6"));
+  label.regression = true;
+  EXPECT_TRUE(Contains(config_error([&] { dense_feature_layout({numeric_column("img", 4)}, label, d, "--data f.h5"); }),
+                       "a regressor needs float targets"));
+  EXPECT_TRUE(Contains(config_error([&] {
+                         dense_feature_layout({numeric_column("img", 2), numeric_column("img", 2)}, LabelSpec{}, d, "--data f.h5");
+                       }),
+                       "two columns are named 'img'"));
+}
+
 }  // namespace
 }  // namespace strata::data

@@ -220,6 +220,19 @@ class FeatureTransform {
   FeatureLayout layout_;
 };
 
+// A model spec over a dense dataset instead of CSV (Fashion-MNIST, an .h5 file of images and
+// labels): every column must be numeric, and their shapes, in list order, cover the dataset's
+// dense features exactly (the first column takes features [0, shape0), the next the following
+// ones), as a `numeric_column("image", shape=784)` does for Fashion-MNIST. num_classes 0 takes
+// the dataset's; a smaller one than the dataset's labels need is an error; a regressor needs
+// targets. ConfigError naming `source` and the column otherwise. Returns the layout the
+// estimator is built on; normalize_dense applies the columns' normalizers to a dataset of that
+// layout (training and evaluation data alike), as the CSV transform does.
+FeatureLayout dense_feature_layout(const std::vector<FeatureColumn>& columns, LabelSpec label, const Dataset& data,
+                                   const std::string& source);
+void normalize_dense(const std::vector<FeatureColumn>& columns, const FeatureLayout& layout, Dataset& data,
+                     const std::string& source);
+
 // Streaming input for data larger than memory: a BatchIterator::Source that reads `paths` a
 // chunk of chunk_rows rows at a time (CsvStream), applies `transform` (planned beforehand, e.g.
 // on a sample read with read_csv) and yields batches of batch_size rows in file order, the last
