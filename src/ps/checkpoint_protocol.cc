@@ -45,6 +45,35 @@ class BackgroundProgress {
   std::thread thread_;
 };
 
+// --timeout without progress, as the protocol's waits bound themselves: the deadline moves on
+// while the job's global step (on PS 0) moves, and when the caller reports progress of its own
+// (a save joined). Not thread-safe; one per wait.
+class ProgressDeadline {
+ public:
+  explicit ProgressDeadline(ClientCore& m)
+      : m_(m),
+        bound_(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(m.options.timeout_s))),
+        deadline_(Clock::now() + bound_),
+        step_(m.read_ps0(control::kGlobalStep)) {}
+  // Reads the global step (a move restarts the bound); true once the bound passed without one.
+  bool expired() {
+    if (const std::int64_t now_step = m_.read_ps0(control::kGlobalStep); now_step != step_) {
+      step_ = now_step;
+      progressed();
+    }
+    return Clock::now() > deadline_;
+  }
+  void progressed() { deadline_ = Clock::now() + bound_; }
+  // The global step as last read.
+  std::int64_t step() const { return step_; }
+
+ private:
+  ClientCore& m_;
+  Clock::duration bound_;
+  Clock::time_point deadline_;
+  std::int64_t step_;
+};
+
 }  // namespace
 
 // ---- checkpoint saves ---------------------------------------------------------------------
@@ -202,16 +231,10 @@ PsClient::Boundary ClientCore::join_save(std::int64_t n, const WorkerPosition& p
 // bound is --timeout without progress: the deadline moves on while the job's global step moves.
 // Past it, the message names the workers whose position word does not name save n.
 void ClientCore::wait_arrivals(std::int64_t n) {
-  const auto bound = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.timeout_s));
-  auto deadline = Clock::now() + bound;
-  std::int64_t step = read_ps0(control::kGlobalStep);
+  ProgressDeadline deadline(*this);
   Backoff backoff;
   while (read_ps0(control::kSaveArrivals) < n * num_workers && read_ps0(control::kSaveDone) < n) {
-    if (const std::int64_t now_step = read_ps0(control::kGlobalStep); now_step != step) {
-      step = now_step;
-      deadline = Clock::now() + bound;
-    }
-    if (Clock::now() > deadline) {
+    if (deadline.expired()) {
       std::vector<int> late;
       std::string names;
       for (int w = 0; w < num_workers; ++w) {
@@ -222,7 +245,7 @@ void ClientCore::wait_arrivals(std::int64_t n) {
       }
       std::ostringstream os;
       os << "worker " << worker << " waited " << options.timeout_s << " s at checkpoint save " << n
-         << " while the job's global step stayed at " << step << "; not arrived at a step boundary: "
+         << " while the job's global step stayed at " << deadline.step() << "; not arrived at a step boundary: "
          << (names.empty() ? "(none: they arrived meanwhile)" : names) << " (--timeout / STRATA_TIMEOUT_S)";
       throw TimeoutError(os.str(), std::move(late));
     }
@@ -294,24 +317,18 @@ PsClient::Boundary PsClient::finish_checkpoints(const WorkerPosition& position, 
     // go on meanwhile (target 0: each joins at its next boundary). Sync is lockstep: every worker
     // ends with the chief.
     if (due && m.options.consistency.mode != Consistency::kSync && m.num_workers > 1) {
-      const auto bound = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(m.options.timeout_s));
-      auto deadline = Clock::now() + bound;
-      std::int64_t step = m.read_ps0(control::kGlobalStep);
+      ProgressDeadline deadline(m);
       Backoff backoff;
       // The word is the workers' (untrusted): a count past num_workers ends the wait like a full one.
-      while (m.read_ps0(control::kTrainingDone) < m.num_workers && Clock::now() <= deadline) {
+      while (m.read_ps0(control::kTrainingDone) < m.num_workers && !deadline.expired()) {
         if (!m.preemption_reported && preemption_signal() != 0) report_preemption();
         if (const int kind = due(); kind != 0) {
           m.post_save(0, kind == 2 ? control::kSaveStop : 0);
           last = m.join_save(m.save_posted, position, false);
           if (last.stop) return last;
           backoff.reset();
-          deadline = Clock::now() + bound;
+          deadline.progressed();
           continue;
-        }
-        if (const std::int64_t now_step = m.read_ps0(control::kGlobalStep); now_step != step) {
-          step = now_step;
-          deadline = Clock::now() + bound;
         }
         // Polls a few times a second at most once idle: a worker's step is milliseconds to seconds.
         backoff.pause();
@@ -325,10 +342,7 @@ PsClient::Boundary PsClient::finish_checkpoints(const WorkerPosition& position, 
   // be training (async: legitimately for long), so the bound is the one of the job's end-of-training
   // barrier: --timeout without progress. The deadline moves on while the job's global step moves
   // or a save is joined; a chief alive but stuck (no step, no request) is named after --timeout.
-  const double limit = m.options.timeout_s;
-  const auto bound = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
-  auto deadline = Clock::now() + bound;
-  std::int64_t step = m.read_ps0(control::kGlobalStep);
+  ProgressDeadline deadline(m);
   Backoff backoff;
   while (true) {
     if (!m.preemption_reported && preemption_signal() != 0) report_preemption();
@@ -337,17 +351,14 @@ PsClient::Boundary PsClient::finish_checkpoints(const WorkerPosition& position, 
       last = m.join_save(n, position, false);
       if (last.stop || (m.last_flags & (control::kSaveFinal | control::kSaveStop)) != 0) return last;
       backoff.reset();
-      deadline = Clock::now() + bound;
+      deadline.progressed();
       continue;
     }
-    if (const std::int64_t now_step = m.read_ps0(control::kGlobalStep); now_step != step) {
-      step = now_step;
-      deadline = Clock::now() + bound;
-    }
-    if (Clock::now() > deadline) {
+    if (deadline.expired()) {
       std::ostringstream os;
-      os << "worker " << m.worker << " finished training and waited " << limit << " s for the chief (worker 0, rank "
-         << m.chief_rank << ") to request the final checkpoint, while the job's global step stayed at " << step
+      os << "worker " << m.worker << " finished training and waited " << m.options.timeout_s
+         << " s for the chief (worker 0, rank " << m.chief_rank
+         << ") to request the final checkpoint, while the job's global step stayed at " << deadline.step()
          << " (--timeout / STRATA_TIMEOUT_S)";
       throw TimeoutError(os.str(), {m.chief_rank});
     }
