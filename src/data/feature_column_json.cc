@@ -7,6 +7,7 @@
 #include "data/feature_column_json.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <initializer_list>
 #include <limits>
@@ -223,13 +224,97 @@ FeatureColumn feature_column_from_json(const Json& column, const std::string& or
   return Reader(origin, base_dir).column(column, path);
 }
 
+namespace {
+
+constexpr std::size_t kMaxForKeys = 4096;
+
+// "for_keys": an array of column names, or "PREFIXa..PREFIXb" (decimal a <= b, one prefix).
+std::vector<std::string> for_keys(const Json& v, const std::string& origin, const std::string& path) {
+  auto bad = [&](const std::string& problem) -> std::vector<std::string> { throw ConfigError(origin + ": " + path + ": " + problem); };
+  std::vector<std::string> keys;
+  if (v.is_array()) {
+    if (v.empty() || v.size() > kMaxForKeys) return bad("expected 1 to 4096 column names, got " + std::to_string(v.size()));
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (!v[i].is_string() || v[i].get<std::string>().empty())
+        return bad("[" + std::to_string(i) + "]: expected a column name, got " + excerpt(v[i]));
+      keys.push_back(v[i].get<std::string>());
+    }
+    return keys;
+  }
+  const std::string text = v.is_string() ? v.get<std::string>() : std::string();
+  const auto dots = text.find("..");
+  // Splits "C12" into "C" and 12; false without a trailing number of at most 9 digits.
+  auto split = [](const std::string& name, std::string& prefix, long& number) {
+    std::size_t d = name.size();
+    while (d > 0 && std::isdigit(static_cast<unsigned char>(name[d - 1]))) --d;
+    // Zero-padded numbers ("C08") are refused rather than silently written without the padding.
+    if (d == name.size() || name.size() - d > 9 || (name.size() - d > 1 && name[d] == '0')) return false;
+    prefix = name.substr(0, d);
+    number = std::stol(name.substr(d));
+    return true;
+  };
+  std::string p1, p2;
+  long a = 0, b = 0;
+  if (dots == std::string::npos || !split(text.substr(0, dots), p1, a) || !split(text.substr(dots + 2), p2, b) || p1 != p2 ||
+      a > b)
+    return bad("expected an array of column names or a range like \"C1..C26\" (one prefix, numbers rising, no leading "
+               "zeros), got " +
+               excerpt(v));
+  if (static_cast<std::size_t>(b - a) >= kMaxForKeys) return bad("the range has more than 4096 keys");
+  for (long k = a; k <= b; ++k) keys.push_back(p1 + std::to_string(k));
+  return keys;
+}
+
+// Sets the "key" of the column `j` (or of the column it wraps) to `key`; false when `j` is no
+// column that reads one key (crossed reads several).
+bool set_key(Json& j, const std::string& key) {
+  if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) return false;
+  const std::string type = j["type"].get<std::string>();
+  for (const char* wraps : {"categorical", "source"})
+    if (j.contains(wraps)) return set_key(j[wraps], key);
+  if (type.find("crossed") != std::string::npos) return false;
+  j["key"] = key;
+  return true;
+}
+
+// True when `j` or a column it wraps has a "key" of its own.
+bool has_key(const Json& j) {
+  if (!j.is_object()) return false;
+  if (j.contains("key")) return true;
+  for (const char* wraps : {"categorical", "source"})
+    if (j.contains(wraps) && has_key(j[wraps])) return true;
+  return false;
+}
+
+}  // namespace
+
 std::vector<FeatureColumn> feature_columns_from_json(const Json& columns, const std::string& origin, const std::string& path,
                                                      const std::string& base_dir) {
   if (!columns.is_array()) throw ConfigError(origin + ": " + path + ": expected an array of feature columns, got " + excerpt(columns));
   if (columns.empty()) throw ConfigError(origin + ": " + path + ": the list is empty");
   const Reader reader(origin, base_dir);
   std::vector<FeatureColumn> out;
-  for (std::size_t i = 0; i < columns.size(); ++i) out.push_back(reader.column(columns[i], path + "[" + std::to_string(i) + "]"));
+  for (std::size_t i = 0; i < columns.size(); ++i) {
+    const std::string at = path + "[" + std::to_string(i) + "]";
+    const Json& element = columns[i];
+    if (!element.is_object() || !element.contains("for_keys")) {
+      out.push_back(reader.column(element, at));
+      continue;
+    }
+    const std::vector<std::string> keys = for_keys(element["for_keys"], origin, at + ".for_keys");
+    if (has_key(element))
+      throw ConfigError(origin + ": " + at + ": a column with \"for_keys\" takes its key from there; remove its \"key\"");
+    if (out.size() + keys.size() > kMaxForKeys * 4)
+      throw ConfigError(origin + ": " + path + ": more than " + std::to_string(kMaxForKeys * 4) + " columns");
+    for (const std::string& key : keys) {
+      Json one = element;
+      one.erase("for_keys");
+      if (!set_key(one, key))
+        throw ConfigError(origin + ": " + at + ": \"for_keys\" needs a column that reads one key (not crossed), got " +
+                          excerpt(element));
+      out.push_back(reader.column(one, at + " (key " + printable(key, kMaxExcerpt) + ")"));
+    }
+  }
   return out;
 }
 

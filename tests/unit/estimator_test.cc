@@ -486,6 +486,29 @@ TEST(ModelSpec, ParsesAWideAndDeepFileIntoItsEstimator) {
   expect_gradient_shapes(*m, init_local_params(*m), slice(d, 0, 32));
 }
 
+// The shipped example specs: their "for_keys" elements stand for one column per Criteo field.
+TEST(ModelSpec, ShippedExampleSpecsParse) {
+  const std::string dir = std::string(STRATA_SOURCE_DIR) + "/examples/specs/";
+  const ModelSpec wd = load_model_spec(dir + "criteo_wide_deep.json");
+  EXPECT_EQ(wd.estimator.kind, EstimatorKind::kDNNLinearCombinedClassifier);
+  ASSERT_EQ(wd.estimator.linear_feature_columns.size(), 13u + 26u);
+  ASSERT_EQ(wd.estimator.dnn_feature_columns.size(), 13u + 26u);
+  EXPECT_EQ(wd.estimator.linear_feature_columns[12].name(), "I13_bucketized");
+  EXPECT_EQ(wd.estimator.linear_feature_columns[13].name(), "C1");
+  EXPECT_EQ(wd.estimator.linear_feature_columns[13].num_buckets, 100000);
+  EXPECT_EQ(wd.estimator.dnn_feature_columns[0].name(), "I1_bucketized_embedding");
+  EXPECT_EQ(wd.estimator.dnn_feature_columns[38].name(), "C26_embedding");
+  EXPECT_EQ(wd.estimator.dnn_feature_columns[38].dimension, 8);
+  const ModelSpec dlrm = load_model_spec(dir + "criteo_dlrm.json");
+  EXPECT_EQ(dlrm.estimator.kind, EstimatorKind::kDLRM);
+  EXPECT_EQ(dlrm.estimator.dnn_feature_columns.size(), 13u + 13u + 26u);
+  const ModelSpec fm = load_model_spec(dir + "fashion_mnist_dnn.json");
+  EXPECT_EQ(fm.estimator.kind, EstimatorKind::kDNNClassifier);
+  ASSERT_EQ(fm.estimator.dnn_feature_columns.size(), 1u);
+  EXPECT_EQ(fm.estimator.dnn_feature_columns[0].shape, 784);
+  EXPECT_EQ(fm.estimator.n_classes, 10);
+}
+
 TEST(ModelSpec, EveryEstimatorsMembers) {
   const std::string cols = R"([{"type": "numeric", "key": "x1"},
       {"type": "embedding", "dimension": 4, "categorical": {"type": "hash_bucket", "key": "c2", "hash_bucket_size": 64}}])";

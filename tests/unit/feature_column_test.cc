@@ -660,3 +660,54 @@ TEST(FeatureColumnDense, RefusesWhatDenseDataCannotFeed) {
 
 }  // namespace
 }  // namespace strata::data
+
+namespace strata::data {
+namespace {
+using strata::testing::config_error;
+using strata::testing::Contains;
+
+// "for_keys" repeats one element per key: a range or a list, into nested categoricals and sources.
+TEST(FeatureColumnJson, ForKeysRepeatsAnElementPerKey) {
+  const std::vector<FeatureColumn> c = parse_feature_columns_json(R"([
+    {"type": "numeric", "for_keys": "I1..I3", "normalizer": {"mean": 1, "std": 2}},
+    {"type": "embedding", "dimension": 4, "for_keys": ["C7", "C9"],
+     "categorical": {"type": "hash_bucket", "hash_bucket_size": 100}},
+    {"type": "indicator", "for_keys": "B8..B10",
+     "categorical": {"type": "bucketized", "source": {"type": "numeric"}, "boundaries": [0, 1]}},
+    {"type": "numeric", "key": "x"}
+  ])", "spec.json");
+  std::vector<std::string> names;
+  for (const auto& f : c) names.push_back(f.name());
+  const std::vector<std::string> want = {"I1", "I2", "I3", "C7_embedding", "C9_embedding", "B8_bucketized_indicator",
+                                         "B9_bucketized_indicator", "B10_bucketized_indicator", "x"};
+  EXPECT_EQ(names, want);
+  ASSERT_TRUE(c[1].normalizer.has_value());
+  EXPECT_EQ(c[1].normalizer->std, 2);
+  EXPECT_EQ(c[4].categorical->num_buckets, 100);
+}
+
+TEST(FeatureColumnSecurity, ForKeysErrorsNameTheElement) {
+  struct Case {
+    std::string text, expect;
+  } cases[] = {
+      {R"([{"type": "numeric", "for_keys": "C1..B3"}])", "feature_columns[0].for_keys: expected an array of column names or a range"},
+      {R"([{"type": "numeric", "for_keys": "C5..C1"}])", "numbers rising"},
+      {R"([{"type": "numeric", "for_keys": "C01..C10"}])", "no leading zeros"},
+      {R"([{"type": "numeric", "for_keys": "C1..C999999"}])", "the range has more than 4096 keys"},
+      {R"([{"type": "numeric", "for_keys": 7}])", "feature_columns[0].for_keys: expected an array"},
+      {R"([{"type": "numeric", "for_keys": []}])", "expected 1 to 4096 column names, got 0"},
+      {R"([{"type": "numeric", "for_keys": ["a", ""]}])", "feature_columns[0].for_keys: [1]: expected a column name"},
+      {R"([{"type": "numeric", "key": "a", "for_keys": ["b"]}])", "feature_columns[0]: a column with \"for_keys\" takes its key from there"},
+      {R"([{"type": "crossed", "for_keys": ["b"], "keys": ["x", "y"], "hash_bucket_size": 5}])",
+       "\"for_keys\" needs a column that reads one key (not crossed)"},
+      {R"([{"type": "embedding", "for_keys": "C1..C3", "dimension": 0, "categorical": {"type": "hash_bucket", "hash_bucket_size": 5}}])",
+       "spec.json: feature_columns[0] (key C1).dimension: expected an integer in [1, 65536], got 0"},
+  };
+  for (const Case& k : cases) {
+    const std::string message = config_error([&] { parse_feature_columns_json(k.text, "spec.json"); });
+    EXPECT_TRUE(Contains(message, k.expect)) << k.text << "\n" << message;
+  }
+}
+
+}  // namespace
+}  // namespace strata::data

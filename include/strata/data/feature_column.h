@@ -266,6 +266,11 @@ BatchIterator::Source csv_batch_source(std::vector<std::string> paths, CsvOption
 //   {"type": "crossed", "keys": [K or <categorical>, ...], "hash_bucket_size": N, "hash_key": H?}
 //   {"type": "embedding", "categorical": <categorical>, "dimension": D, "combiner": "mean"?}
 //   {"type": "indicator", "categorical": <categorical>}
+// One element of the list stands for several columns alike when it carries
+// "for_keys": ["C1", "C2", ...] or a range "C1..C26" (one prefix, decimal numbers a <= b without leading
+// zeros, at most 4096 keys): it is repeated once per key, with the "key" of the column (of its categorical, of a
+// bucketized source) set to that key; the element itself has no "key" then, and a crossed column
+// cannot be repeated so. Errors in a repetition name it: "feature_columns[2] (key C7).dimension".
 // TensorFlow's function names are accepted as types too ("numeric_column",
 // "categorical_column_with_hash_bucket", ...). Errors are ConfigErrors naming `origin` and the
 // member's path: "spec.json: feature_columns[3].categorical.hash_bucket_size: expected a positive
