@@ -217,8 +217,8 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& f) {
                   "evaluator task: at least this long between evaluations; the final checkpoint is always "
                   "evaluated (default 0)");
   cmd->add_option("--eval-best-metric", f.eval_best_metric,
-                  "evaluator task: accuracy|loss, which evaluation's checkpoint <checkpoint-dir>/best/ keeps "
-                  "(default accuracy)");
+                  "evaluator task: accuracy|loss|auc (a binary classifier's), which evaluation's checkpoint "
+                  "<checkpoint-dir>/best/ keeps (default accuracy)");
   cmd->add_option("--timeout", f.timeout, "seconds each wait for another rank may take before naming who is late (default STRATA_TIMEOUT_S or 120)");
   cmd->add_option("--stall-timeout", f.stall_timeout,
                   "seconds without a heartbeat after which a rank counts as stopped and the job ends naming it "
@@ -306,8 +306,8 @@ int run_train_command(const TrainFlags& f, int* argc, char*** argv) {
   if (!f.eval_throttle_secs.empty())
     cmd.eval.throttle_secs = parse_seconds(f.eval_throttle_secs, "--eval-throttle-secs");
   if (!f.eval_best_metric.empty()) cmd.eval.best_metric = f.eval_best_metric;
-  if (cmd.eval.best_metric != "accuracy" && cmd.eval.best_metric != "loss")
-    throw ConfigError("--eval-best-metric: '" + cmd.eval.best_metric + "' is not accuracy or loss");
+  if (cmd.eval.best_metric != "accuracy" && cmd.eval.best_metric != "loss" && cmd.eval.best_metric != "auc")
+    throw ConfigError("--eval-best-metric: '" + cmd.eval.best_metric + "' is not accuracy, loss or auc");
   cfg.restore = f.restore;
   cfg.expect_partial = f.expect_partial;
   cfg.allow_unverified_restore = f.allow_unverified;

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +21,7 @@
 
 #include "strata/checkpoint/checkpoint.h"
 #include "strata/common/error.h"
+#include "strata/train/hooks.h"
 #include "strata/train/train_and_evaluate.h"
 
 namespace strata::train {
@@ -31,9 +33,16 @@ using Clock = std::chrono::steady_clock;
 struct Evaluation {
   bool ok = false;
   std::string why;  // when not ok
-  double loss = 0, accuracy = 0;
+  EvalMetrics metrics;  // loss, accuracy and what the model's predictions allow (AUC, ...)
   std::int64_t global_step = 0;
 };
+
+// The value `metric` (accuracy | loss | auc) of an evaluation, and whether higher is better.
+double metric_value(const EvalMetrics& m, const std::string& metric) {
+  if (metric == "loss") return m.loss;
+  if (metric == "auc") return m.auc;
+  return m.accuracy;
+}
 
 // Reads the model's variables from `path` and evaluates them on `eval`.
 Evaluation evaluate_checkpoint(const Model& model, const data::Dataset& eval, const std::string& path,
@@ -77,7 +86,7 @@ Evaluation evaluate_checkpoint(const Model& model, const data::Dataset& eval, co
         params.dense[spec.name] = std::move(p);
       }
     }
-    e.accuracy = evaluate_params(model, params, eval, &e.loss, max_batches);
+    e.metrics = evaluate_metrics(model, params, eval, max_batches);
     e.ok = true;
   } catch (const Error& err) {
     // Removed by max_to_keep between listing and reading, or unreadable: reported, skipped.
@@ -124,8 +133,10 @@ EvaluatorOutcome run_evaluator(const Model& model, const data::Dataset& eval, co
   EvaluatorOutcome out;
   const EvalSpec& spec = opts.eval_spec;
   const bool by_loss = spec.best_metric == "loss";
-  if (!by_loss && spec.best_metric != "accuracy")
-    throw ConfigError("EvalSpec::best_metric: '" + spec.best_metric + "' is not accuracy or loss");
+  if (!by_loss && spec.best_metric != "accuracy" && spec.best_metric != "auc")
+    throw ConfigError("EvalSpec::best_metric: '" + spec.best_metric + "' is not accuracy, loss or auc");
+  if (spec.best_metric == "auc" && model.prediction_kind() != PredictionKind::kBinaryProbability)
+    throw ConfigError("--eval-best-metric auc: the model is not a binary classifier (AUC needs one); use accuracy or loss");
   const auto t0 = Clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   std::int64_t last_step = -1;  // global step of the newest checkpoint evaluated (or skipped)
@@ -204,21 +215,25 @@ EvaluatorOutcome run_evaluator(const Model& model, const data::Dataset& eval, co
           jsonl.open(jsonl_path.string(), std::ios::app);
           if (!jsonl) throw Error("eval: cannot append to " + jsonl_path.string());
         }
-        jsonl << nlohmann::ordered_json{{"checkpoint", target.file},
-                                        {"global_step", e.global_step},
-                                        {"loss", e.loss},
-                                        {"accuracy", e.accuracy},
-                                        {"examples", eval.size},
-                                        {"skipped", fresh.size() - 1},
-                                        {"wall_s", elapsed()}}
-                     .dump()
-              << "\n"
-              << std::flush;
-        const double value = by_loss ? e.loss : e.accuracy;
-        const bool better = !have_best || (by_loss ? value < best_value : value > best_value);
+        const EvalMetrics& m = e.metrics;
+        nlohmann::ordered_json row{{"checkpoint", target.file}, {"global_step", e.global_step},
+                                   {"loss", m.loss},           {"accuracy", m.accuracy}};
+        // The metrics the model's predictions allow (NaN for the others: not written).
+        for (const auto& [name, value] : {std::pair<const char*, double>{"auc", m.auc}, {"log_loss", m.log_loss},
+                                          {"precision", m.precision}, {"recall", m.recall}, {"mae", m.mae},
+                                          {"mse", m.mse}})
+          if (std::isfinite(value)) row[name] = value;
+        row["examples"] = eval.size;
+        row["skipped"] = fresh.size() - 1;
+        row["wall_s"] = elapsed();
+        jsonl << row.dump() << "\n" << std::flush;
+        const double value = metric_value(m, spec.best_metric);
+        const bool better = std::isfinite(value) && (!have_best || (by_loss ? value < best_value : value > best_value));
         std::ostringstream line;
         line << std::fixed << std::setprecision(4) << "eval: " << target.file << " global_step " << e.global_step
-             << " loss " << e.loss << " accuracy " << e.accuracy << (better ? " (best so far)" : "");
+             << " loss " << m.loss << " accuracy " << m.accuracy;
+        if (std::isfinite(m.auc)) line << " auc " << m.auc;
+        line << (better ? " (best so far)" : "");
         std::cout << line.str() << std::endl;
         if (better && keep_best(opts.model_dir, path, e.global_step, spec.best_metric, value)) {
           have_best = true;

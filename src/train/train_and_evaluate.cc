@@ -392,6 +392,11 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
         // chief's variable list.
         net = make_model(train_set);
         if (!net) throw ConfigError("the model function returned no model");
+        // Checked here, with every rank's verdict, not when the evaluator starts (the trainers may
+        // be saving by then).
+        if (eval_spec.best_metric == "auc" && net->prediction_kind() != PredictionKind::kBinaryProbability)
+          throw ConfigError("--eval-best-metric auc: the model is not a binary classifier (AUC needs one); use "
+                            "accuracy or loss");
         if (cfg.optimizer.empty()) sopt.ps.optimizer = ps::OptimizerConfig::parse(optimizer_spec(cfg, net.get()));
       }
       // The ranks that write checkpoints (the PS ranks, and the chief's checkpoint.json) really

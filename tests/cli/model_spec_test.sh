@@ -58,6 +58,28 @@ expect_stdout_has "(global step $GSTEP)"
 [ "$(summary_get "int(j['global_step'] > $GSTEP)")" = 1 ] || fail "global step did not advance past $GSTEP"
 [ "$(summary_get "int(j['auc'] > 0.6)")" = 1 ] || fail "auc after resume: $(summary_get 'j.get("auc")') (before $AUC1)"
 
+case_begin "the evaluator task on a spec, best by AUC: eval.jsonl rows carry auc, best.json names it"
+mpi 4 "$STRATA_BIN" train --jobs ps=1,worker=2,evaluator=1 --model-spec "$D/wd.json" --data "csv:$D/train.tsv" \
+  --eval-data "csv:$D/eval.tsv" --checkpoint-dir "$D/ck_eval" --save-every-steps 40 --eval-best-metric auc "${QUIET[@]}"
+expect_rc 0
+ROWS=$(wc -l < "$D/ck_eval/eval.jsonl" 2>/dev/null || echo 0)
+[ "$ROWS" -ge 1 ] || fail "no evaluation in $D/ck_eval/eval.jsonl"
+/usr/bin/python3 - "$D/ck_eval" <<'PY' || fail "eval.jsonl / best.json do not carry the AUC as expected"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1] + "/eval.jsonl")]
+best = json.load(open(sys.argv[1] + "/best/best.json"))
+assert all(0.5 < r["auc"] <= 1 and "log_loss" in r and "precision" in r for r in rows), rows
+assert best["metric"] == "auc" and best["value"] == max(r["auc"] for r in rows), (best, rows)
+PY
+expect_stdout_has "auc "
+
+case_begin "--eval-best-metric auc on a model that is not a binary classifier: exit 2 before training"
+mpi 3 "$STRATA_BIN" train --jobs ps=1,worker=1,evaluator=1 --model softmax --steps 5 --checkpoint-dir "$D/ck_soft" \
+  --eval-best-metric auc "${QUIET[@]}"
+expect_rc 2
+expect_stderr_has "--eval-best-metric auc: the model is not a binary classifier"
+ls "$D/ck_soft"/ckpt-*.h5 >/dev/null 2>&1 && fail "a checkpoint was written before the usage error"
+
 # A regressor over a plain CSV with a header (y = 3 a - 2 b + 1 + noise, c a category).
 python3 - "$D/reg.csv" <<'PY'
 import random, sys

@@ -123,7 +123,8 @@ struct EvalSpec {
   double start_delay_secs = 0;      // evaluator: wait this long before the first evaluation
   double throttle_secs = 0;         // evaluator: at least this long between evaluations (the
                                     // final checkpoint is always evaluated at once)
-  std::string best_metric = "accuracy";  // accuracy (higher is better) | loss (lower is better)
+  // accuracy (higher is better) | loss (lower is better) | auc (higher; binary classifiers only)
+  std::string best_metric = "accuracy";
 };
 
 }  // namespace strata::train
