@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "cli/commands.h"
@@ -13,7 +14,9 @@
 #include "strata/common/env.h"
 #include "strata/common/error.h"
 #include "strata/common/parse.h"
+#include "strata/data/csv.h"
 #include "strata/data/dataset.h"
+#include "strata/data/feature_column.h"
 #include "strata/model/model.h"
 #include "strata/nn/model_spec.h"
 #include "strata/train/train_and_evaluate.h"
@@ -38,7 +41,11 @@ data::Dataset take(const data::Dataset& all, std::int64_t begin, std::int64_t en
 struct Datasets {
   data::Dataset train, test;
   data::FeatureLayout layout;  // CSV data under a model spec: where each feature column landed
+  std::optional<data::FeatureTransform> transform;  // --streaming: the plan every batch is read with
 };
+
+// --streaming: rows read to plan the layout (and to build the model from), and per stream chunk.
+constexpr std::int64_t kStreamChunkRows = 65536;
 
 // "csv:A,B" -> {"A", "B"}; ConfigError naming `flag` for anything else.
 std::vector<std::string> csv_files(const std::string& what, const std::string& flag) {
@@ -65,6 +72,21 @@ Datasets load_csv_data(const nn::ModelSpec& spec, const std::string& train, cons
   } else {
     d.test = transform.apply(data::read_csv(csv_files(eval, "--eval-data"), spec.csv));
   }
+  return d;
+}
+
+// --streaming: the layout is planned on the first chunk of the training files (a sample, which
+// also builds the model); the training batches are read later, a chunk at a time
+// (streaming_input). The evaluation files are read whole.
+Datasets load_csv_sample(const nn::ModelSpec& spec, const std::string& train, const std::string& eval) {
+  Datasets d;
+  data::CsvStream stream(csv_files(train, "--data"), spec.csv);
+  data::CsvTable sample;
+  if (!stream.next(sample, kStreamChunkRows)) throw ConfigError("--data " + train + ": the files hold no row");
+  d.transform.emplace(nn::input_columns(spec.estimator), spec.label, sample);
+  d.train = d.transform->apply(sample);
+  d.layout = d.transform->layout();
+  d.test = d.transform->apply(data::read_csv(csv_files(eval, "--eval-data"), spec.csv));
   return d;
 }
 
@@ -111,6 +133,8 @@ struct TrainCommand {
   std::int64_t steps = -1;  // >= 0: stop after this many steps of this worker (0: none at all)
   std::shared_ptr<const nn::ModelSpec> spec;  // --model-spec: the model and the CSV layout
   std::string eval_data;                      // --eval-data
+  bool streaming = false;                     // --streaming
+  std::int64_t shuffle_buffer = 0;            // --shuffle-buffer (rows; streaming)
   train::EvalSpec eval;     // steps, start delay, throttle, best metric (input_fn: run_train's)
 };
 
@@ -118,9 +142,11 @@ int run_train(const TrainCommand& cmd, int* argc, char*** argv) {
   MpiSession mpi(argc, argv);
   auto sets = std::make_shared<std::unique_ptr<Datasets>>();
   // Each set is handed over once (moved, not copied: Fashion-MNIST's training set is 188 MB).
-  auto load = [sets, what = cmd.data, eval = cmd.eval_data, spec = cmd.spec, seed = cmd.config.seed]() -> Datasets& {
+  auto load = [sets, what = cmd.data, eval = cmd.eval_data, spec = cmd.spec, seed = cmd.config.seed,
+               streaming = cmd.streaming]() -> Datasets& {
     if (!*sets) {
       if (!spec) *sets = std::make_unique<Datasets>(load_data(what, seed));
+      else if (streaming) *sets = std::make_unique<Datasets>(load_csv_sample(*spec, what, eval));
       else if (what.rfind("csv:", 0) == 0) *sets = std::make_unique<Datasets>(load_csv_data(*spec, what, eval));
       else *sets = std::make_unique<Datasets>(load_dense_data(*spec, what, seed));
     }
@@ -131,6 +157,25 @@ int run_train(const TrainCommand& cmd, int* argc, char*** argv) {
   train_spec.data_name = cmd.data;
   train_spec.max_steps = cmd.steps;
   train_spec.epochs = cmd.epochs;
+  if (cmd.streaming) {
+    // Each worker's share of the files (--shard), read a chunk at a time through the plan made on
+    // the sample; the epoch's order from a shuffle buffer seeded with (seed, epoch).
+    const std::vector<std::string> files = csv_files(cmd.data, "--data");
+    const data::CsvOptions csv = cmd.spec->csv;
+    const data::AutoShard policy = data::parse_auto_shard(cmd.config.shard, "--shard");
+    const int batch = cmd.config.global_batch;
+    const std::int64_t shuffle = cmd.shuffle_buffer;
+    const std::uint64_t stream_seed = cmd.config.seed;
+    train_spec.stream.examples = [files, csv, policy](const data::InputContext& ctx) {
+      return data::csv_shard_rows(files, csv, policy, ctx.num_input_pipelines, ctx.input_pipeline_id, kStreamChunkRows);
+    };
+    train_spec.stream.source = [load, files, csv, policy, batch, shuffle, stream_seed](const data::InputContext& ctx,
+                                                                                      int epoch) {
+      return data::csv_batch_source(files, csv, *load().transform, batch, true, policy, ctx.num_input_pipelines,
+                                    ctx.input_pipeline_id, kStreamChunkRows, shuffle,
+                                    stream_seed * 1000003 + static_cast<std::uint64_t>(epoch));
+    };
+  }
   train::EvalSpec eval_spec;
   eval_spec.input_fn = [load] { return std::move(load().test); };
   const std::string name = cmd.model;
@@ -168,6 +213,12 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& f) {
   cmd->add_option("--data", f.data,
                   "fashion-mnist[:DIR] | synthetic-sparse | FILE.h5 | csv:FILE[,FILE...] with --model-spec "
                   "(default fashion-mnist)");
+  cmd->add_flag("--streaming", f.streaming,
+               "with --model-spec and --data csv:...: read the training files a chunk at a time, never whole "
+               "(files larger than memory); the layout is planned on their first 65536 rows; needs --eval-data");
+  cmd->add_option("--shuffle-buffer", f.shuffle_buffer,
+                  "with --streaming: rows in the shuffle buffer (TF's Dataset.shuffle; default 65536, 0 keeps "
+                  "file order)");
   cmd->add_option("--eval-data", f.eval_data,
                   "with --model-spec: csv:FILE[,FILE...] to evaluate on (default: the training data)");
   cmd->add_option("--hidden", f.hidden, "hidden layer widths, e.g. 256,128");
@@ -341,12 +392,25 @@ int run_train_command(const TrainFlags& f, int* argc, char*** argv) {
     if (f.global_batch.empty() && spec->batch_size > 0) cfg.global_batch = spec->batch_size;
     cmd.spec = std::move(spec);
     cmd.eval_data = f.eval_data;
+    if (f.streaming) {
+      if (f.data.rfind("csv:", 0) != 0) throw ConfigError("--streaming reads --data csv:FILE[,FILE...]");
+      if (f.eval_data.empty())
+        throw ConfigError("--streaming needs --eval-data csv:FILE[,FILE...] (the training files are never held whole)");
+      cmd.streaming = true;
+      cmd.shuffle_buffer = f.shuffle_buffer.empty() ? 65536 : parse_int64(f.shuffle_buffer, "--shuffle-buffer");
+      if (cmd.shuffle_buffer < 0 || cmd.shuffle_buffer > (std::int64_t{1} << 28))
+        throw ConfigError("--shuffle-buffer: " + f.shuffle_buffer + " is not a row count in [0, 2^28]");
+    } else if (!f.shuffle_buffer.empty()) {
+      throw ConfigError("--shuffle-buffer goes with --streaming (in-memory data is shuffled whole every epoch)");
+    }
     if (cfg.devices == DevicePolicy::kGpu)
       throw ConfigError("--devices gpu: GPU replicas run the mlp and softmax models; a --model-spec model runs on CPU "
                         "replicas (--devices cpu)");
     cfg.devices = DevicePolicy::kCpu;
     return run_train(cmd, argc, argv);
   }
+  if (f.streaming) throw ConfigError("--streaming goes with --model-spec and --data csv:...");
+  if (!f.shuffle_buffer.empty()) throw ConfigError("--shuffle-buffer goes with --model-spec and --streaming");
   if (!f.eval_data.empty()) throw ConfigError("--eval-data goes with --model-spec (a built-in model evaluates on its data's test split)");
   if (cmd.data.rfind("csv:", 0) == 0) throw ConfigError("--data csv:... needs --model-spec FILE.json (the columns and the model)");
   const auto& names = model::model_names();

@@ -55,6 +55,8 @@ struct TrainFlags {
   std::string on_save_error;  // --on-save-error stop|continue
   std::string devices;  // --devices auto|cpu|gpu
   std::string model_spec, eval_data;  // --model-spec FILE.json, --eval-data csv:FILE[,FILE...]
+  bool streaming = false;             // --streaming
+  std::string shuffle_buffer;         // --shuffle-buffer
   std::string eval_steps, eval_start_delay_secs, eval_throttle_secs, eval_best_metric;  // the evaluator task
   bool profile = false;
   bool expect_partial = false;

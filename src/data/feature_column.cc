@@ -825,6 +825,49 @@ void normalize_dense(const std::vector<FeatureColumn>& columns, const FeatureLay
   }
 }
 
+namespace {
+
+// Worker `worker`'s share of a streamed input (csv_batch_source's sharding): its files, and
+// whether it keeps only the rows whose index in the whole input is worker modulo num_workers.
+struct CsvShare {
+  std::vector<std::string> paths;
+  bool by_line = false;
+};
+
+CsvShare csv_share(std::vector<std::string> paths, AutoShard policy, int num_workers, int worker) {
+  if (num_workers < 1 || worker < 0 || worker >= num_workers)
+    throw ConfigError("csv stream: worker " + std::to_string(worker) + " of " + std::to_string(num_workers) + " workers");
+  if (paths.empty()) throw ConfigError("csv: no input files");
+  if (policy == AutoShard::kAuto)
+    policy = paths.size() >= static_cast<std::size_t>(num_workers) ? AutoShard::kFile : AutoShard::kData;
+  CsvShare share;
+  share.by_line = policy == AutoShard::kData && num_workers > 1;
+  if (policy == AutoShard::kFile) {
+    if (paths.size() < static_cast<std::size_t>(num_workers))
+      throw ConfigError("csv stream: FILE sharding needs at least one file per worker: " + std::to_string(paths.size()) +
+                        " files for " + std::to_string(num_workers) + " workers");
+    for (std::size_t f = static_cast<std::size_t>(worker); f < paths.size(); f += static_cast<std::size_t>(num_workers))
+      share.paths.push_back(paths[f]);
+  } else {
+    share.paths = std::move(paths);
+  }
+  return share;
+}
+
+}  // namespace
+
+std::int64_t csv_shard_rows(std::vector<std::string> paths, CsvOptions options, AutoShard policy, int num_workers,
+                            int worker, std::int64_t chunk_rows) {
+  if (chunk_rows < 1) throw ConfigError("csv stream: chunk_rows is " + std::to_string(chunk_rows) + ", expected >= 1");
+  const CsvShare share = csv_share(std::move(paths), policy, num_workers, worker);
+  CsvStream stream(share.paths, std::move(options));
+  CsvTable chunk;
+  std::int64_t rows = 0;
+  while (stream.next(chunk, chunk_rows)) rows += chunk.num_rows();
+  if (!share.by_line) return rows;
+  return rows / num_workers + (worker < rows % num_workers ? 1 : 0);
+}
+
 BatchIterator::Source csv_batch_source(std::vector<std::string> paths, CsvOptions options, FeatureTransform transform,
                                        int batch_size, bool drop_remainder, AutoShard policy, int num_workers, int worker,
                                        std::int64_t chunk_rows, std::int64_t shuffle_buffer, std::uint64_t seed) {
@@ -832,20 +875,8 @@ BatchIterator::Source csv_batch_source(std::vector<std::string> paths, CsvOption
   if (chunk_rows < 1) throw ConfigError("csv stream: chunk_rows is " + std::to_string(chunk_rows) + ", expected >= 1");
   if (shuffle_buffer < 0 || shuffle_buffer > (std::int64_t{1} << 32))
     throw ConfigError("csv stream: shuffle buffer is " + std::to_string(shuffle_buffer) + ", expected 0..2^32 rows");
-  if (num_workers < 1 || worker < 0 || worker >= num_workers)
-    throw ConfigError("csv stream: worker " + std::to_string(worker) + " of " + std::to_string(num_workers) + " workers");
-  if (paths.empty()) throw ConfigError("csv: no input files");
-  if (policy == AutoShard::kAuto)
-    policy = paths.size() >= static_cast<std::size_t>(num_workers) ? AutoShard::kFile : AutoShard::kData;
-  if (policy == AutoShard::kFile) {
-    if (paths.size() < static_cast<std::size_t>(num_workers))
-      throw ConfigError("csv stream: FILE sharding needs at least one file per worker: " + std::to_string(paths.size()) +
-                        " files for " + std::to_string(num_workers) + " workers");
-    std::vector<std::string> mine;
-    for (std::size_t f = static_cast<std::size_t>(worker); f < paths.size(); f += static_cast<std::size_t>(num_workers))
-      mine.push_back(paths[f]);
-    paths = std::move(mine);
-  }
+  CsvShare share = csv_share(std::move(paths), policy, num_workers, worker);
+  paths = std::move(share.paths);
   // One row of a batch in flat form: dense features, ids, label or target.
   struct Rows {
     std::vector<float> features;
@@ -868,7 +899,7 @@ BatchIterator::Source csv_batch_source(std::vector<std::string> paths, CsvOption
   };
   auto state = std::make_shared<State>(State{CsvStream(std::move(paths), std::move(options)), std::move(transform),
                                              CsvTable{}, Dataset{}, {}, 0, 0, Rows{}, 0, false, seed});
-  const bool by_line = policy == AutoShard::kData;
+  const bool by_line = share.by_line;
   return [state, batch_size, drop_remainder, by_line, num_workers, worker, chunk_rows, shuffle_buffer](Batch& out) {
     State& s = *state;
     const FeatureLayout& L = s.transform.layout();

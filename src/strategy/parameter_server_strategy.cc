@@ -183,9 +183,19 @@ std::int64_t ReplicaContext::increment_global_step() {
 
 void DistributedDataset::start_epoch(int epoch, std::int64_t skip_examples) {
   iterator_.reset();
+  if (skip_examples < 0) throw Error("start_epoch: negative skip");
+  if (stream_.source) {
+    if (skip_examples % options_.global_batch != 0)
+      throw Error("start_epoch: a streamed epoch resumes at a batch boundary; skip " + std::to_string(skip_examples) +
+                  " is not a multiple of the batch " + std::to_string(options_.global_batch));
+    iterator_ = std::make_unique<data::BatchIterator>(stream_.source(context_, epoch), options_.prefetch);
+    data::Batch discard;
+    for (std::int64_t b = skip_examples / options_.global_batch; b > 0 && iterator_->next(discard); --b) {
+    }
+    return;
+  }
   auto indices = data::shard_indices(*dataset_, policy_, workers_, worker_, options_.seed, epoch, options_.shuffle);
   examples_ = static_cast<std::int64_t>(indices.size());
-  if (skip_examples < 0) throw Error("start_epoch: negative skip");
   indices.erase(indices.begin(), indices.begin() + static_cast<std::ptrdiff_t>(std::min(skip_examples, examples_)));
   iterator_ = std::make_unique<data::BatchIterator>(*dataset_, std::move(indices), options_.global_batch,
                                                     options_.drop_remainder, options_.prefetch);
@@ -220,6 +230,22 @@ DistributedDataset ParameterServerStrategy::distribute_dataset(const data::Datas
   out.worker_ = std::max(0, worker_index());
   out.replicas_ = num_replicas_in_sync();
   out.policy_ = data::resolve_auto_shard(dataset, policy, out.workers_);
+  return out;
+}
+
+DistributedDataset ParameterServerStrategy::distribute_stream(const StreamingInput& input,
+                                                              const DistributeOptions& options) {
+  if (!input.source || !input.examples) throw ConfigError("distribute_stream: the StreamingInput has no source or count");
+  DistributedDataset out;
+  out.context_ = input_context();
+  out.context_.get_per_replica_batch_size(options.global_batch);  // divisibility check
+  out.stream_ = input;
+  out.options_ = options;
+  out.workers_ = out.context_.num_input_pipelines;
+  out.worker_ = out.context_.input_pipeline_id;
+  out.replicas_ = num_replicas_in_sync();
+  out.policy_ = data::AutoShard::kOff;  // the stream's functions shard for themselves
+  out.examples_ = input.examples(out.context_);
   return out;
 }
 

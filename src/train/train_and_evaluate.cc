@@ -380,7 +380,8 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
         // A batch larger than a worker's share of the data would train no step at all and end
         // "successfully" with an untrained model: say so before anything runs.
         const int trainers = rt->count_role(Role::kChief) + rt->count_role(Role::kWorker);
-        if (!evaluator && trainers > 0 && cfg.global_batch > train_set.size / trainers)
+        // (A streamed input is counted when it is distributed; train_set is its sample.)
+        if (!train_spec.stream.source && !evaluator && trainers > 0 && cfg.global_batch > train_set.size / trainers)
           throw ConfigError("--global-batch " + std::to_string(cfg.global_batch) +
                             " is larger than a worker's share of the training data (" +
                             std::to_string(train_set.size / trainers) + " of " + std::to_string(train_set.size) +
@@ -544,16 +545,23 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
   DistributeOptions dopt;
   dopt.global_batch = cfg.global_batch;
   dopt.seed = cfg.seed;
-  DistributedDataset dist = strategy.distribute_dataset(train_set, policy, dopt);
+  const bool streaming = static_cast<bool>(train_spec.stream.source);
+  DistributedDataset dist = streaming ? strategy.distribute_stream(train_spec.stream, dopt)
+                                      : strategy.distribute_dataset(train_set, policy, dopt);
   // Every worker runs the same number of steps per epoch (the smallest shard's): under sync
   // consistency a worker that stopped early would leave the others waiting for its gradients.
   // Shard sizes do not change between epochs (only their order does), so this is agreed once, up
   // front: no collective inside the loop, where workers resumed from one checkpoint may sit in
   // different epochs (one just past an epoch's end, another still finishing it).
-  dist.start_epoch(0);
+  if (!streaming) dist.start_epoch(0);  // (a stream counted its share when distributed)
   long long my_batches = data::BatchIterator::num_batches(dist.examples_this_epoch(), cfg.global_batch, true);
   long long epoch_batches = 0;
   STRATA_CHECK_MPI(MPI_Allreduce(&my_batches, &epoch_batches, 1, MPI_LONG_LONG, MPI_MIN, rt->comms().workers()));
+  if (epoch_batches == 0 && rt->is_chief()) {
+    STRATA_LOG(WARN) << "no step per epoch: the smallest worker's share of the training data holds fewer than "
+                     << "--global-batch " << cfg.global_batch << " examples (this worker's: "
+                     << dist.examples_this_epoch() << ")";
+  }
   // Per-replica parameter and gradient buffers, reused every step (each replica touches its own).
   std::vector<Params> replica_params(replicas);
   std::vector<Grads> replica_grads(replicas);

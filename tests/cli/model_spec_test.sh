@@ -80,6 +80,33 @@ expect_rc 2
 expect_stderr_has "--eval-best-metric auc: the model is not a binary classifier"
 ls "$D/ck_soft"/ckpt-*.h5 >/dev/null 2>&1 && fail "a checkpoint was written before the usage error"
 
+case_begin "--streaming: two training files read a chunk at a time by 2 workers (one file each), resumed mid-epoch"
+run "$STRATA_BIN" data synth-ctr --out "$D/st.tsv" --rows 12000 --vocab 50 --seed 3 --files 2
+expect_rc 0
+ST="csv:$D/st-00000-of-00002.tsv,$D/st-00001-of-00002.tsv"
+# 6000 rows a worker, batches of 128: 46 steps an epoch each; a save at the step past 30, stop at 35.
+mpi 3 "$STRATA_BIN" train --model-spec "$D/wd.json" --data "$ST" --eval-data "csv:$D/eval.tsv" --streaming \
+  --global-batch 128 --epochs 2 --steps 35 --save-every-steps 30 --checkpoint-dir "$D/ck_stream" "${QUIET[@]}"
+expect_rc 0
+[ "$(summary_get 'j["global_step"]')" = 70 ] || fail "expected global step 70 (2 x 35), got $(summary_get 'j.get("global_step")')"
+mpi 3 "$STRATA_BIN" train --model-spec "$D/wd.json" --data "$ST" --eval-data "csv:$D/eval.tsv" --streaming \
+  --global-batch 128 --epochs 2 --checkpoint-dir "$D/ck_stream" --restore latest "${QUIET[@]}"
+expect_rc 0
+expect_stdout_has "resuming at epoch 1, step 35, global step 70"
+# 2 epochs of 46 steps on each worker, whatever the resume.
+[ "$(summary_get 'j["global_step"]')" = 184 ] || fail "expected global step 184 after the resume, got $(summary_get 'j.get("global_step")')"
+[ "$(summary_get 'int(j["auc"] > 0.6)')" = 1 ] || fail "auc after streaming: $(summary_get 'j.get("auc")')"
+echo "  streamed: auc $(summary_get 'j["auc"]'), global step $(summary_get 'j["global_step"]')"
+
+case_begin "--streaming without --eval-data, or --shuffle-buffer without --streaming: exit 2"
+run "$STRATA_BIN" train --model-spec "$D/wd.json" --data "$ST" --streaming
+expect_rc 2
+expect_one_stderr_line
+expect_stderr_has "--streaming needs --eval-data"
+run "$STRATA_BIN" train --model-spec "$D/wd.json" --data "$ST" --shuffle-buffer 10
+expect_rc 2
+expect_stderr_has "--shuffle-buffer goes with --streaming"
+
 # A regressor over a plain CSV with a header (y = 3 a - 2 b + 1 + noise, c a category).
 python3 - "$D/reg.csv" <<'PY'
 import random, sys

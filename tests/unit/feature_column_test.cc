@@ -407,6 +407,15 @@ TEST(CsvStream, BatchSourceMatchesTheInMemoryTransformAndShards) {
   EXPECT_EQ(collect(AutoShard::kData, 2, 1, false).first, (std::vector<float>{1, 3, 5, 7, 9, 11}));
   EXPECT_EQ(collect(AutoShard::kAuto, 2, 1, false).first, (std::vector<float>{7, 8, 9, 10, 11, 12}));
   EXPECT_EQ(collect(AutoShard::kAuto, 3, 2, false).first, (std::vector<float>{2, 5, 8, 11}));  // DATA: 2 files < 3
+  // csv_shard_rows counts what each share's source yields (the training loop's steps per epoch).
+  for (const AutoShard policy : {AutoShard::kOff, AutoShard::kData, AutoShard::kAuto})
+    for (int workers = 1; workers <= 3; ++workers)
+      for (int w = 0; w < workers; ++w) {
+        if (policy == AutoShard::kOff && workers > 1) continue;
+        EXPECT_EQ(csv_shard_rows(files, stream_options(), policy, workers, w, 2),
+                  static_cast<std::int64_t>(collect(policy, workers, w, false).first.size()))
+            << static_cast<int>(policy) << " " << workers << " " << w;
+      }
   EXPECT_TRUE(Contains(config_error([&] { csv_batch_source(files, stream_options(), ft, 4, false, AutoShard::kFile, 3, 0); }),
                        "FILE sharding needs at least one file per worker: 2 files for 3 workers"));
   // A shuffle buffer permutes the rows (each exactly once), deterministically in the seed.

@@ -251,6 +251,12 @@ BatchIterator::Source csv_batch_source(std::vector<std::string> paths, CsvOption
                                        int num_workers = 1, int worker = 0, std::int64_t chunk_rows = 65536,
                                        std::int64_t shuffle_buffer = 0, std::uint64_t seed = 0);
 
+// The rows worker `worker` of num_workers takes from `paths` per pass under csv_batch_source's
+// sharding (before drop_remainder): one read of its files (every file for DATA sharding), a chunk
+// at a time. ConfigError as csv_batch_source; read errors as CsvStream's.
+std::int64_t csv_shard_rows(std::vector<std::string> paths, CsvOptions options, AutoShard policy = AutoShard::kAuto,
+                            int num_workers = 1, int worker = 0, std::int64_t chunk_rows = 65536);
+
 // Feature columns from JSON text: an array of column objects, or an object whose
 // "feature_columns" member is that array. Schema (every member but those marked optional is
 // required; unknown members are errors, so a typo never passes silently):

@@ -168,6 +168,17 @@ struct DistributeOptions {
   int prefetch = 2;           // batches prepared ahead by a background thread
 };
 
+// Input read as a stream, a batch at a time, never whole in memory (TF's tf.data pipelines over
+// files larger than memory). Both functions shard for themselves, as distribute_datasets_from_
+// function's does, from the input context (num_input_pipelines workers, this one
+// input_pipeline_id): `source` makes this worker's batches of one epoch (DistributeOptions::
+// global_batch examples each, in that epoch's order), `examples` counts the examples its share
+// holds per epoch (the training loop agrees the steps per epoch across workers from it).
+struct StreamingInput {
+  std::function<data::BatchIterator::Source(const data::InputContext& ctx, int epoch)> source;
+  std::function<std::int64_t(const data::InputContext& ctx)> examples;
+};
+
 // A dataset distributed over the workers (TF's DistributedDataset): each worker iterates its own
 // shard; each step yields one batch per replica of this worker. Movable, not copyable.
 class DistributedDataset {
@@ -186,6 +197,8 @@ class DistributedDataset {
  private:
   friend class ParameterServerStrategy;
   std::shared_ptr<const data::Dataset> dataset_;
+  StreamingInput stream_;      // distribute_stream: batches come from stream_.source
+  data::InputContext context_;
   data::AutoShard policy_ = data::AutoShard::kData;
   DistributeOptions options_;
   int workers_ = 1, worker_ = 0, replicas_ = 1;
@@ -352,6 +365,10 @@ class ParameterServerStrategy {
   // `fn` builds this worker's own dataset from the input context (it does its own sharding, as in
   // TF); the result is owned by the returned DistributedDataset and not sharded again.
   DistributedDataset distribute_datasets_from_function(const data::DatasetFn& fn, const DistributeOptions& options);
+  // A streamed input (see StreamingInput); counts this worker's share once, here. Epochs resume
+  // only at batch boundaries (start_epoch's skip a multiple of the batch; Error otherwise), which
+  // is where checkpoints record the position.
+  DistributedDataset distribute_stream(const StreamingInput& input, const DistributeOptions& options);
 
   // Strategy-level (cross-replica context) reads and the global step.
   void read(const Variable& var, std::vector<float>& out);

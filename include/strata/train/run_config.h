@@ -110,6 +110,10 @@ using InputFn = std::function<data::Dataset()>;
 
 struct TrainSpec {
   InputFn input_fn;                 // the training set; every worker reads its shard of it
+  // Set to read the training data as a stream instead (files larger than memory): its batches
+  // train, and input_fn then gives only a sample of the data, which the model is built from
+  // (shapes) and which stands in for the evaluation data when EvalSpec has none.
+  StreamingInput stream;
   std::string data_name;            // what the data is called, for the summary line
   std::int64_t max_steps = -1;      // >= 0: stop each worker after this many of its own steps
   int epochs = 0;                   // passes over each worker's shard; 0: the model's default
