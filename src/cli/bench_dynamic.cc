@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -58,7 +59,8 @@ class ZipfDraws {
 struct Phase {
   const char* name;
   std::int64_t ops = 0;
-  double seconds = 0;
+  double seconds = 0;      // wall clock of the table's calls
+  double cpu_seconds = 0;  // this thread's CPU time in them: the rate per core on a busy machine too
   std::int64_t wrong = 0;
   double bytes_per_row = 0;
 };
@@ -69,7 +71,27 @@ struct RefRow {
   std::vector<std::vector<float>> slots;
 };
 
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+// Wall and thread CPU time of one call, added to a phase when `timed`.
+class Timer {
+ public:
+  Timer() : wall_(Clock::now()), cpu_(thread_cpu()) {}
+  void add_to(Phase& p, std::int64_t ops, bool timed = true) const {
+    const double wall = std::chrono::duration<double>(Clock::now() - wall_).count(), cpu = thread_cpu() - cpu_;
+    if (!timed) return;
+    p.seconds += wall;
+    p.cpu_seconds += cpu;
+    p.ops += ops;
+  }
+
+ private:
+  static double thread_cpu() {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+  }
+  Clock::time_point wall_;
+  double cpu_;
+};
 
 }  // namespace
 
@@ -122,10 +144,9 @@ int run_dynamic_bench(const DynamicBenchConfig& cfg) {
     const auto n = static_cast<std::size_t>(std::min<std::int64_t>(cfg.batch, cfg.rows - begin));
     ids.resize(n);
     for (std::size_t i = 0; i < n; ++i) ids[i] = id_of_rank(static_cast<std::uint64_t>(begin) + i);
-    const auto t0 = Clock::now();
+    const Timer timer;
     table.lookup(ids.data(), n, out.data());
-    insert.seconds += since(t0);
-    insert.ops += static_cast<std::int64_t>(n);
+    timer.add_to(insert, static_cast<std::int64_t>(n));
     insert.wrong += wrong_initial(ids, out.data());
   }
   // Two ranks may share an id (40-bit ids): the table holds the distinct ones.
@@ -136,17 +157,13 @@ int run_dynamic_bench(const DynamicBenchConfig& cfg) {
   ids.resize(batch);
   for (int b = 0; b < cfg.warmup + cfg.iters; ++b) {
     for (std::size_t i = 0; i < batch; ++i) ids[i] = id_of_rank(zipf.rank(1, static_cast<std::uint64_t>(b) * batch + i));
-    const auto t0 = Clock::now();
+    const Timer timer;
     table.lookup(ids.data(), batch, out.data());
-    const double dt = since(t0);
-    if (b >= cfg.warmup) {
-      lookup.seconds += dt;
-      lookup.ops += static_cast<std::int64_t>(batch);
-    }
+    timer.add_to(lookup, static_cast<std::int64_t>(batch), b >= cfg.warmup);
     lookup.wrong += wrong_initial(ids, out.data());
   }
   lookup.bytes_per_row = bytes_per_row();
-  const std::int64_t created_before_updates = table.stats().created;
+  const std::int64_t admitted_before_updates = table.stats().admitted;
 
   // ---- update: Zipf batches of gradients through the optimizer, checked against apply_dense ----
   Phase update{"update"};
@@ -161,13 +178,9 @@ int run_dynamic_bench(const DynamicBenchConfig& cfg) {
       const std::uint64_t bits = ps::dynamic_mix64(static_cast<std::uint64_t>(b) * grads.size() + i + 0x5eed);
       grads[i] = static_cast<float>(static_cast<double>(bits >> 40) * 0x1.0p-24 - 0.5) * 0.1f;
     }
-    const auto t0 = Clock::now();
+    const Timer timer;
     table.apply(ids.data(), batch, grads.data(), step);
-    const double dt = since(t0);
-    if (b >= cfg.warmup) {
-      update.seconds += dt;
-      update.ops += static_cast<std::int64_t>(batch);
-    }
+    timer.add_to(update, static_cast<std::int64_t>(batch), b >= cfg.warmup);
     // The reference: per distinct id, its gradients summed in order of appearance, one update.
     sums.clear();
     order.clear();
@@ -208,7 +221,7 @@ int run_dynamic_bench(const DynamicBenchConfig& cfg) {
     std::int64_t present = 0;
     for (const auto& [id, r] : ref) present += std::binary_search(snap.ids.begin(), snap.ids.end(), id);
     update.wrong += static_cast<std::int64_t>(ref.size()) - present;
-    update.wrong += table.stats().created - created_before_updates;
+    update.wrong += table.stats().admitted - admitted_before_updates;
   }
   update.bytes_per_row = bytes_per_row();
 
@@ -219,25 +232,30 @@ int run_dynamic_bench(const DynamicBenchConfig& cfg) {
      << ", warmup " << cfg.warmup << ", iters " << cfg.iters << "\n";
   os << "# insert: each id looked up once (rows created from the initializer); lookup: Zipf batches of present ids; "
         "update: Zipf batches of gradients (duplicates summed), step = batch number\n";
-  os << "# ops: ids per second of the table's calls alone; bytes_per_row: the table's memory / rows; vs_values: "
-        "bytes_per_row / the "
+  os << "# Mops_s: million ids per second of the table's calls alone (wall clock); Mops_cpu: per second of this "
+        "thread's CPU time in them; bytes_per_row: the table's memory / rows; vs_values: bytes_per_row / the "
      << row_bytes << " bytes of a row's values and slots\n";
   os << std::setw(10) << "operation" << std::setw(12) << "ops" << std::setw(10) << "time_s" << std::setw(11) << "Mops_s"
-     << std::setw(8) << "#wrong" << std::setw(15) << "bytes_per_row" << std::setw(11) << "vs_values" << "\n";
+     << std::setw(8) << "#wrong" << std::setw(15) << "bytes_per_row" << std::setw(11) << "vs_values" << std::setw(10)
+     << "Mops_cpu" << "\n";
   nlohmann::json json_rows = nlohmann::json::array();
   std::int64_t wrong = 0;
   for (const Phase* p : {&insert, &lookup, &update}) {
     const double ops_per_s = p->seconds > 0 ? static_cast<double>(p->ops) / p->seconds : 0.0;
     const double vs_values = p->bytes_per_row / static_cast<double>(row_bytes);
+    const double ops_per_cpu_s = p->cpu_seconds > 0 ? static_cast<double>(p->ops) / p->cpu_seconds : 0.0;
     os << std::setw(10) << p->name << std::setw(12) << p->ops << std::fixed << std::setprecision(3) << std::setw(10)
        << p->seconds << std::setw(11) << ops_per_s / 1e6 << std::setw(8) << p->wrong << std::setprecision(1)
-       << std::setw(15) << p->bytes_per_row << std::setprecision(3) << std::setw(11) << vs_values << "\n";
+       << std::setw(15) << p->bytes_per_row << std::setprecision(3) << std::setw(11) << vs_values << std::setw(10)
+       << ops_per_cpu_s / 1e6 << "\n";
     wrong += p->wrong;
     json_rows.push_back({{"op", "dynamic"},
                          {"operation", p->name},
                          {"ops", p->ops},
                          {"seconds", p->seconds},
                          {"ops_per_s", ops_per_s},
+                         {"cpu_seconds", p->cpu_seconds},
+                         {"ops_per_cpu_s", ops_per_cpu_s},
                          {"wrong", p->wrong},
                          {"bytes_per_row", p->bytes_per_row},
                          {"row_bytes", row_bytes},
@@ -248,7 +266,7 @@ int run_dynamic_bench(const DynamicBenchConfig& cfg) {
                          {"optimizer", cfg.optimizer},
                          {"zipf_s", cfg.zipf_s}});
   }
-  os << "# table: " << st.rows << " rows, " << st.created << " created, " << st.updates << " row updates, "
+  os << "# table: " << st.rows << " rows, " << st.admitted << " admitted, " << st.updates << " row updates, "
      << (st.bytes >> 20) << " MiB\n";
   os << "# " << (wrong == 0 ? "all results correct" : std::to_string(wrong) + " wrong row(s)") << "\n";
   std::cout << os.str() << std::flush;

@@ -84,7 +84,8 @@ struct DynamicTableConfig {
 // Counters of one table, cumulative since construction (or as restored by import()).
 struct DynamicTableStats {
   std::int64_t rows = 0;              // live rows now
-  std::int64_t created = 0;           // rows created (admitted ids), on lookup or update
+  std::int64_t admitted = 0;          // rows created for admitted ids, on lookup or update (an id
+                                      // evicted and seen again is admitted again)
   std::int64_t lookups = 0;           // ids looked up (training and inference)
   std::int64_t updates = 0;           // row updates applied (duplicates in one batch: one update)
   std::int64_t rejected_lookups = 0;  // training lookups answered with zeros: id not admitted yet

@@ -103,7 +103,7 @@ TEST(DynamicTable, RowsAreAFunctionOfSeedAndIdOnly) {
   }
   for (std::int64_t id : mine) EXPECT_TRUE(same_bits(lookup(shard, {id}), expected_init(c, id))) << id;
   EXPECT_EQ(a.size(), 500);
-  EXPECT_EQ(a.stats().created, 500);
+  EXPECT_EQ(a.stats().admitted, 500);
   // The values are the initializer's: inside [-0.5, 0.5), and not all the same.
   const std::vector<float> row = lookup(a, {ids[0]});
   for (float v : row) EXPECT_TRUE(v >= -0.5f && v < 0.5f) << v;
@@ -231,7 +231,7 @@ TEST(DynamicTable, AdmissionAfterNSightings) {
   DynamicTableStats s = t.stats();
   EXPECT_EQ(s.rejected_lookups, 2);
   EXPECT_EQ(s.rejected_updates, 1);
-  EXPECT_EQ(s.created, 1);
+  EXPECT_EQ(s.admitted, 1);
   EXPECT_EQ(s.lookups, 4);
   EXPECT_EQ(s.updates, 0);
   t.apply(&id, 1, g.data(), 2);
@@ -293,7 +293,7 @@ TEST(DynamicTable, TtlEvictionRemovesRowsNotUpdatedForTSteps) {
   EXPECT_EQ(t.evict_older_than(12, 5), 0);
   // An evicted id comes back as a fresh row.
   EXPECT_TRUE(same_bits(lookup(t, {3}), expected_init(c, 3)));
-  EXPECT_EQ(t.stats().created, 12);
+  EXPECT_EQ(t.stats().admitted, 12);
   // The clock moved to 12: the re-created row is stamped 12.
   EXPECT_EQ(t.export_rows().stamps.front(), 12);
   EXPECT_THROW(t.evict_older_than(12, 0), Error);
@@ -397,7 +397,7 @@ TEST(DynamicTable, ExportImportRoundTripIsBitEqual) {
   EXPECT_EQ(again.sketch, snap.sketch);
   const DynamicTableStats sa = a.stats(), sb = b.stats();
   EXPECT_EQ(sb.rows, sa.rows);
-  EXPECT_EQ(sb.created, sa.created);
+  EXPECT_EQ(sb.admitted, sa.admitted);
   EXPECT_EQ(sb.lookups, sa.lookups);
   EXPECT_EQ(sb.updates, sa.updates);
   EXPECT_EQ(sb.rejected_lookups, sa.rejected_lookups);
@@ -460,7 +460,7 @@ TEST(DynamicTable, ImportIntoADifferentShardCountGivesTheSameRows) {
       for (std::size_t k = 0; k < 2; ++k) EXPECT_EQ(std::memcmp(&w.slots[k][at * 8], &mine.slots[k][i * 8], 8 * sizeof(float)), 0);
       EXPECT_EQ(w.stamps[at], mine.stamps[i]);
     }
-    EXPECT_EQ(fresh.stats().created, 0) << "a reshard does not add the old shards' counters";
+    EXPECT_EQ(fresh.stats().admitted, 0) << "a reshard does not add the old shards' counters";
     EXPECT_EQ(fresh.stats().imported, static_cast<std::int64_t>(mine.ids.size()));
   }
   EXPECT_EQ(total, whole.export_rows().ids.size());
@@ -667,7 +667,7 @@ struct Model {
     r.s0.assign(dim, num_slots(c.optimizer.kind) > 0 ? static_cast<float>(slot_initial_value(c.optimizer, 0)) : 0.0f);
     r.s1.assign(dim, num_slots(c.optimizer.kind) > 1 ? static_cast<float>(slot_initial_value(c.optimizer, 1)) : 0.0f);
     r.stamp = clock;
-    ++stats.created;
+    ++stats.admitted;
     return r;
   }
   std::vector<float> lookup(const std::vector<std::int64_t>& ids) {
@@ -787,7 +787,7 @@ TEST(DynamicTable, RandomizedAgainstAnUnorderedMapModel) {
   EXPECT_EQ(mismatches, 0);
   const DynamicTableStats got = table.stats();
   EXPECT_EQ(got.rows, static_cast<std::int64_t>(model.rows.size()));
-  EXPECT_EQ(got.created, model.stats.created);
+  EXPECT_EQ(got.admitted, model.stats.admitted);
   EXPECT_EQ(got.lookups, model.stats.lookups);
   EXPECT_EQ(got.updates, model.stats.updates);
   EXPECT_EQ(got.rejected_lookups, model.stats.rejected_lookups);
