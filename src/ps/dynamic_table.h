@@ -24,8 +24,9 @@
 //
 // Admission: with admit_after = N > 1, an id becomes a row on the lookup that sees it for the N-th
 // time, counted in a count-min sketch with conservative update (depth 4, `sketch_width` 16-bit
-// saturating counters per hash row; estimates never undercount, so an id is never admitted late,
-// and may be admitted early after a hash collision). Until then a training lookup returns zeros
+// saturating counters per hash row). Estimates never undercount (until decay_admission_counts()
+// halves them), so an id is never admitted late; a hash collision of all four cells can admit it
+// early. Until then a training lookup returns zeros
 // (DeepRec's default_value_no_permission; TFRA's default is also a constant) and an update is
 // dropped; both are counted. Only training lookups count as "seen"; updates do not.
 //
@@ -144,8 +145,9 @@ class DynamicTable {
   // The gradients of an id listed several times are summed in order of appearance, then its row
   // gets one update (apply_sparse_rows' semantics). A missing id gets a row first if it is
   // admitted (its count already reached N), else its gradient is dropped (rejected_updates).
-  // `step` >= 1 is Adam's t (1-based count of updates, as for a dense variable) and the stamp of
-  // every updated row; the clock becomes max(clock, step).
+  // `step` >= 1 is Adam's t (1-based count of updates, as for a dense variable); the clock becomes
+  // max(clock, step) and stamps every row of the batch (so out-of-order steps from asynchronous
+  // workers never move a stamp backwards).
   void apply(const std::int64_t* ids, std::size_t n, const float* grads, std::int64_t step);
 
   // Removes the rows whose stamp s satisfies s + ttl <= global_step (not updated during the last
