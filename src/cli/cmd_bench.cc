@@ -35,6 +35,7 @@
 
 #include "cli/bench_apply.h"
 #include "cli/bench_checkpoint.h"
+#include "cli/bench_dynamic.h"
 #include "cli/bench_link.h"
 #include "cli/bench_step.h"
 #include "cli/bench_update.h"
@@ -460,7 +461,7 @@ int run_bench(const BenchConfig& cfg, int* argc, char*** argv) {
 
 CLI::App* add_bench_command(CLI::App& app, BenchFlags& f) {
   CLI::App* cmd = app.add_subcommand("bench", "Transport / parameter-server micro-benchmark (nccl-tests style)");
-  cmd->add_option("--op", f.op, "pull|push|pushpull|sparse|link|update|checkpoint|apply|step (default pull)");
+  cmd->add_option("--op", f.op, "pull|push|pushpull|sparse|link|update|checkpoint|apply|step|dynamic (default pull)");
   cmd->add_option("-b,--minbytes", f.min_bytes, "smallest size (default 4K); for sparse: rows gathered (default 4096)");
   cmd->add_option("-e,--maxbytes", f.max_bytes, "largest size (default 64M)");
   cmd->add_option("-f,--stepfactor", f.factor, "size multiplier between steps (default 2)");
@@ -548,6 +549,7 @@ static int run_step_bench_command(const BenchFlags& f) {
 int run_bench_command(const BenchFlags& f, int* argc, char*** argv) {
   Env env = Env::from_process();
   if (f.op == "step") return run_step_bench_command(f);
+  if (f.op == "dynamic") return run_dynamic_bench_command(f);
   if (!f.model.empty() || !f.batch.empty()) throw ConfigError("--model and --batch apply to --op step only");
   if (f.op == "checkpoint") return run_checkpoint_bench_command(f, argc, argv);
   if (f.op == "apply") return run_apply_bench_command(f);
@@ -562,7 +564,7 @@ int run_bench_command(const BenchFlags& f, int* argc, char*** argv) {
   else if (cfg.op_name == "sparse") cfg.op = Op::kSparse;
   else if (cfg.op_name == "link") cfg.op = Op::kLink;
   else if (cfg.op_name == "update") cfg.op = Op::kUpdate;
-  else throw ConfigError("--op: '" + cfg.op_name + "' is not one of pull, push, pushpull, sparse, link, update, checkpoint, apply, step");
+  else throw ConfigError("--op: '" + cfg.op_name + "' is not one of pull, push, pushpull, sparse, link, update, checkpoint, apply, step, dynamic");
   if (cfg.op == Op::kUpdate) {
     cfg.min_bytes = 1 << 20;
     cfg.max_bytes = 16 << 20;

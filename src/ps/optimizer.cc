@@ -517,6 +517,24 @@ void sparse_impl(const OptimizerConfig& cfg, std::int64_t step, T* var, T* const
   }
 }
 
+template <typename T>
+void rows_impl(const OptimizerConfig& cfg, std::int64_t step, T* const* rows, std::size_t slot_stride,
+               std::size_t row_elems, const T* const* grads, std::size_t num_rows) {
+  const Coefficients<T> c = make_coefficients<T>(cfg, step);
+  if (num_rows == 0 || row_elems == 0) return;
+  STRATA_CHECK(rows != nullptr && grads != nullptr, "apply_rows: null rows or grads with num_rows = ", num_rows);
+  const int count = num_slots(cfg.kind);
+  // Chunked like dense_impl, so a wide row keeps its 2-4 arrays in L1 across a rule's statements.
+  constexpr std::size_t kChunk = 4096 / sizeof(T);
+  for (std::size_t i = 0; i < num_rows; ++i) {
+    T* w = rows[i];
+    T* s0 = count > 0 ? w + slot_stride : nullptr;
+    T* s1 = count > 1 ? w + 2 * slot_stride : nullptr;
+    for (std::size_t begin = 0; begin < row_elems; begin += kChunk)
+      eigen_update(c, w + begin, at(s0, begin), at(s1, begin), grads[i] + begin, std::min(kChunk, row_elems - begin));
+  }
+}
+
 }  // namespace
 
 // ---- names, configuration ------------------------------------------------------------------
@@ -725,6 +743,10 @@ void apply_sparse_rows(const OptimizerConfig& config, std::int64_t step, float* 
                        float* const* slots, std::size_t row_elems, const std::int64_t* rows,
                        const float* grads, std::size_t num_rows) {
   sparse_impl(config, step, var, slots, row_elems, rows, grads, num_rows);
+}
+void apply_rows(const OptimizerConfig& config, std::int64_t step, float* const* rows, std::size_t slot_stride,
+                std::size_t row_elems, const float* const* grads, std::size_t num_rows) {
+  rows_impl(config, step, rows, slot_stride, row_elems, grads, num_rows);
 }
 void apply_sparse_rows(const OptimizerConfig& config, std::int64_t step, double* var,
                        double* const* slots, std::size_t row_elems, const std::int64_t* rows,

@@ -150,6 +150,32 @@ PY
 mpi 2 "$STRATA_BIN" bench --op update --optimizer nesterov
 expect_rc 2; expect_stderr_has "--optimizer: 'nesterov' is not one of"
 
+case_begin "dynamic: the PS-side dynamic embedding table, every row checked"
+run "$STRATA_BIN" bench --op dynamic --rows 16K -b 1K -w 1 -n 4 --optimizer adam --json "$TEST_TMP/dynamic.json"
+expect_rc 0
+expect_stdout_has "# strata bench: op dynamic (PS-side dynamic embedding table, one thread), 16-float rows, optimizer adam, 16384 ids"
+expect_stdout_has "# all results correct"
+grep -qE 'operation +ops +time_s +Mops_s +#wrong +bytes_per_row +vs_values' "$OUT" || fail "dynamic header"
+python3 - "$TEST_TMP/dynamic.json" <<'PY' || fail "dynamic JSON"
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+assert [r["operation"] for r in rows] == ["insert", "lookup", "update"], rows
+assert [r["ops"] for r in rows] == [16384, 4096, 4096], rows
+assert all(r["op"] == "dynamic" and r["wrong"] == 0 and r["ops_per_s"] > 0 for r in rows), rows
+# Adam rows: 16 values + 2 slots = 192 bytes; the table's memory per row stays within 1.5x.
+assert all(r["row_bytes"] == 192 and 192 < r["bytes_per_row"] <= 1.5 * 192 for r in rows), rows
+PY
+run "$STRATA_BIN" bench --op dynamic --num-ps 2
+expect_rc 2; expect_one_stderr_line; expect_stderr_has "--op dynamic runs in one process"
+run "$STRATA_BIN" bench --op dynamic --rows 0
+expect_rc 2; expect_one_stderr_line; expect_stderr_has "--rows: 0 is outside"
+run "$STRATA_BIN" bench --op dynamic --rows 2G
+expect_rc 2; expect_one_stderr_line; expect_stderr_has "outside [1, 2^31 - 1]"
+run "$STRATA_BIN" bench --op dynamic --rows 1G --row-elems 4096
+expect_rc 2; expect_one_stderr_line; expect_stderr_has "MiB of memory for --op dynamic"
+run "$STRATA_BIN" bench --op dynamic --optimizer adam:beta1=2
+expect_rc 2; expect_one_stderr_line; expect_stderr_has "beta1"
+
 case_begin "bad flags"
 run "$STRATA_BIN" bench --op scatter
 expect_rc 2; expect_one_stderr_line; expect_stderr_has "--op: 'scatter'"

@@ -171,4 +171,14 @@ void apply_sparse_rows(const OptimizerConfig& config, std::int64_t step, double*
                        double* const* slots, std::size_t row_elems, const std::int64_t* rows,
                        const double* grads, std::size_t num_rows);
 
+// Applies one update to each of num_rows rows addressed one by one, for row stores that keep a
+// row's values and slots side by side (the PS's dynamic tables): row i's values are the row_elems
+// elements at rows[i], its slot k the row_elems elements at rows[i] + (k + 1) * slot_stride, its
+// gradient the row_elems elements at grads[i]. Each row's result is bit-identical to apply_dense
+// on that row alone (the per-call coefficients are computed once, as apply_sparse_rows does). The
+// rows must be distinct and must not overlap their gradients (not checked: the hot path); the
+// caller sums duplicate gradients first. step < 1 throws strata::Error; num_rows == 0 is a no-op.
+void apply_rows(const OptimizerConfig& config, std::int64_t step, float* const* rows, std::size_t slot_stride,
+                std::size_t row_elems, const float* const* grads, std::size_t num_rows);
+
 }  // namespace strata::ps

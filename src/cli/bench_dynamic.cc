@@ -1,0 +1,310 @@
+// `strata bench --op dynamic`: the PS-side rates of a dynamic embedding table (bench_dynamic.h).
+//
+// Ids follow a Zipf law, as recommendation ids do: rank r in [0, rows) is drawn with probability
+// about proportional to (r + 1)^-s (inversion of the continuous power law's CDF, then floor), and
+// rank r maps to id mix64(r ^ kIdSalt) >> 24, a scattered id in a 2^40 space (so the hot ids are
+// not small numbers next to each other). Ids, gradients and expected rows are computed outside the
+// timed calls; only the table's own calls are timed.
+#include "cli/bench_dynamic.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unordered_map>
+#include <vector>
+
+#include "cli/bench_checkpoint.h"
+#include "ps/dynamic_table.h"
+#include "strata/common/error.h"
+#include "strata/common/parse.h"
+#include "strata/ps/optimizer.h"
+#include "strata/ps/variable.h"
+
+namespace strata::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr std::uint64_t kIdSalt = 0x2545f4914f6cdd1dull;
+constexpr std::uint64_t kDrawSalt = 0x9fb21c651e98df25ull;
+
+std::int64_t id_of_rank(std::uint64_t rank) { return static_cast<std::int64_t>(ps::dynamic_mix64(rank ^ kIdSalt) >> 24); }
+
+// Zipf ranks from a counter-based stream: draw k of `stream` is a pure function of (stream, k).
+class ZipfDraws {
+ public:
+  ZipfDraws(std::int64_t support, double s) : support_(support), s_(s) {
+    top_ = std::pow(static_cast<double>(support) + 1.0, 1.0 - s) - 1.0;
+  }
+  std::uint64_t rank(std::uint64_t stream, std::uint64_t k) const {
+    const std::uint64_t bits = ps::dynamic_mix64(ps::dynamic_mix64(stream ^ kDrawSalt) + k);
+    const double u = static_cast<double>(bits >> 11) * 0x1.0p-53;
+    const double x = std::pow(1.0 + u * top_, 1.0 / (1.0 - s_));  // in [1, support + 1)
+    const auto r = static_cast<std::int64_t>(x) - 1;
+    return static_cast<std::uint64_t>(std::clamp<std::int64_t>(r, 0, support_ - 1));
+  }
+
+ private:
+  std::int64_t support_;
+  double s_;
+  double top_;
+};
+
+struct Phase {
+  const char* name;
+  std::int64_t ops = 0;
+  double seconds = 0;      // wall clock of the table's calls
+  double cpu_seconds = 0;  // this thread's CPU time in them: the rate per core on a busy machine too
+  std::int64_t wrong = 0;
+  double bytes_per_row = 0;
+};
+
+// A reference row of the update phase, updated with apply_dense outside the table.
+struct RefRow {
+  std::vector<float> v;
+  std::vector<std::vector<float>> slots;
+};
+
+// Wall and thread CPU time of one call, added to a phase when `timed`.
+class Timer {
+ public:
+  Timer() : wall_(Clock::now()), cpu_(thread_cpu()) {}
+  void add_to(Phase& p, std::int64_t ops, bool timed = true) const {
+    const double wall = std::chrono::duration<double>(Clock::now() - wall_).count(), cpu = thread_cpu() - cpu_;
+    if (!timed) return;
+    p.seconds += wall;
+    p.cpu_seconds += cpu;
+    p.ops += ops;
+  }
+
+ private:
+  static double thread_cpu() {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+  }
+  Clock::time_point wall_;
+  double cpu_;
+};
+
+}  // namespace
+
+int run_dynamic_bench(const DynamicBenchConfig& cfg) {
+  ps::DynamicTableConfig tc;
+  tc.dim = cfg.dim;
+  tc.init = ps::Initializer::uniform(-0.05, 0.05, 2024);  // Keras Embedding's default range
+  tc.optimizer = ps::OptimizerConfig::parse(cfg.optimizer);
+  tc.capacity = cfg.rows;  // every id fits: the phases measure lookups and inserts, not eviction
+  tc.validate();
+  const auto dim = static_cast<std::size_t>(cfg.dim);
+  const auto batch = static_cast<std::size_t>(cfg.batch);
+  const int slots = ps::num_slots(tc.optimizer.kind);
+  const std::uint64_t row_bytes = dim * sizeof(float) * static_cast<std::uint64_t>(1 + slots);
+  // The table (record + index), at worst a reference copy of every row for the update check, and
+  // a few batch-sized buffers (rows out, gradients, the table's sums).
+  const std::uint64_t need = static_cast<std::uint64_t>(cfg.rows) * (row_bytes + 32) * 2 + batch * (8 + dim * 4) * 4;
+  const std::uint64_t avail = mem_available_bytes();
+  if (avail > 0 && need > avail * 8 / 10)
+    throw ConfigError("--rows " + std::to_string(cfg.rows) + " with --row-elems " + std::to_string(cfg.dim) +
+                      " needs about " + std::to_string(need >> 20) + " MiB of memory for --op dynamic; " +
+                      std::to_string(avail >> 20) + " MiB are available");
+
+  ps::DynamicTable table(tc);
+  const ZipfDraws zipf(cfg.rows, cfg.zipf_s);
+  std::vector<float> out(batch * dim), want(dim);
+  ps::Initializer init = tc.init;
+  auto expected_row = [&](std::int64_t id, float* row) {
+    init.seed = ps::row_seed(tc.init.seed, id);
+    ps::fill(init, ps::DType::kF32, {1, cfg.dim}, 0, 1, row);
+  };
+  // Rows of `got` (n rows) that differ from their ids' initial rows.
+  auto wrong_initial = [&](const std::vector<std::int64_t>& ids, const float* got) {
+    std::int64_t wrong = 0;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      expected_row(ids[i], want.data());
+      wrong += std::memcmp(want.data(), got + i * dim, dim * sizeof(float)) != 0;
+    }
+    return wrong;
+  };
+  auto bytes_per_row = [&] {
+    const ps::DynamicTableStats s = table.stats();
+    return s.rows > 0 ? static_cast<double>(s.bytes) / static_cast<double>(s.rows) : 0.0;
+  };
+
+  // ---- insert: every id of the support once, hottest first ----
+  Phase insert{"insert"};
+  std::vector<std::int64_t> ids(batch);
+  for (std::int64_t begin = 0; begin < cfg.rows; begin += cfg.batch) {
+    const auto n = static_cast<std::size_t>(std::min<std::int64_t>(cfg.batch, cfg.rows - begin));
+    ids.resize(n);
+    for (std::size_t i = 0; i < n; ++i) ids[i] = id_of_rank(static_cast<std::uint64_t>(begin) + i);
+    const Timer timer;
+    table.lookup(ids.data(), n, out.data());
+    timer.add_to(insert, static_cast<std::int64_t>(n));
+    insert.wrong += wrong_initial(ids, out.data());
+  }
+  // Two ranks may share an id (40-bit ids): the table holds the distinct ones.
+  insert.bytes_per_row = bytes_per_row();
+
+  // ---- lookup: Zipf batches of present ids ----
+  Phase lookup{"lookup"};
+  ids.resize(batch);
+  for (int b = 0; b < cfg.warmup + cfg.iters; ++b) {
+    for (std::size_t i = 0; i < batch; ++i) ids[i] = id_of_rank(zipf.rank(1, static_cast<std::uint64_t>(b) * batch + i));
+    const Timer timer;
+    table.lookup(ids.data(), batch, out.data());
+    timer.add_to(lookup, static_cast<std::int64_t>(batch), b >= cfg.warmup);
+    lookup.wrong += wrong_initial(ids, out.data());
+  }
+  lookup.bytes_per_row = bytes_per_row();
+  const std::int64_t admitted_before_updates = table.stats().admitted;
+
+  // ---- update: Zipf batches of gradients through the optimizer, checked against apply_dense ----
+  Phase update{"update"};
+  std::unordered_map<std::int64_t, RefRow> ref;
+  std::vector<float> grads(batch * dim);
+  std::unordered_map<std::int64_t, std::vector<float>> sums;
+  std::vector<std::int64_t> order;
+  for (int b = 0; b < cfg.warmup + cfg.iters; ++b) {
+    const std::int64_t step = b + 1;
+    for (std::size_t i = 0; i < batch; ++i) ids[i] = id_of_rank(zipf.rank(2, static_cast<std::uint64_t>(b) * batch + i));
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      const std::uint64_t bits = ps::dynamic_mix64(static_cast<std::uint64_t>(b) * grads.size() + i + 0x5eed);
+      grads[i] = static_cast<float>(static_cast<double>(bits >> 40) * 0x1.0p-24 - 0.5) * 0.1f;
+    }
+    const Timer timer;
+    table.apply(ids.data(), batch, grads.data(), step);
+    timer.add_to(update, static_cast<std::int64_t>(batch), b >= cfg.warmup);
+    // The reference: per distinct id, its gradients summed in order of appearance, one update.
+    sums.clear();
+    order.clear();
+    for (std::size_t i = 0; i < batch; ++i) {
+      auto [it, fresh] = sums.try_emplace(ids[i], grads.begin() + static_cast<std::ptrdiff_t>(i * dim),
+                                          grads.begin() + static_cast<std::ptrdiff_t>((i + 1) * dim));
+      if (fresh) {
+        order.push_back(ids[i]);
+      } else {
+        for (std::size_t k = 0; k < dim; ++k) it->second[k] += grads[i * dim + k];
+      }
+    }
+    for (std::int64_t id : order) {
+      auto [it, fresh] = ref.try_emplace(id);
+      RefRow& r = it->second;
+      if (fresh) {
+        r.v.resize(dim);
+        expected_row(id, r.v.data());
+        for (int k = 0; k < slots; ++k) r.slots.emplace_back(dim, static_cast<float>(ps::slot_initial_value(tc.optimizer, k)));
+      }
+      std::vector<float*> slot_ptrs;
+      for (auto& s : r.slots) slot_ptrs.push_back(s.data());
+      ps::apply_dense(tc.optimizer, step, r.v.data(), slot_ptrs.data(), sums[id].data(), dim);
+    }
+  }
+  {
+    const ps::DynamicTableSnapshot snap = table.export_rows();
+    for (std::size_t i = 0; i < snap.ids.size(); ++i) {
+      auto it = ref.find(snap.ids[i]);
+      if (it == ref.end()) continue;
+      bool bad = std::memcmp(it->second.v.data(), &snap.values[i * dim], dim * sizeof(float)) != 0;
+      for (int k = 0; k < slots; ++k)
+        bad |= std::memcmp(it->second.slots[static_cast<std::size_t>(k)].data(),
+                           &snap.slots[static_cast<std::size_t>(k)][i * dim], dim * sizeof(float)) != 0;
+      update.wrong += bad;
+    }
+    // Every updated id must have a row, and the updates must not have created any (all present).
+    std::int64_t present = 0;
+    for (const auto& [id, r] : ref) present += std::binary_search(snap.ids.begin(), snap.ids.end(), id);
+    update.wrong += static_cast<std::int64_t>(ref.size()) - present;
+    update.wrong += table.stats().admitted - admitted_before_updates;
+  }
+  update.bytes_per_row = bytes_per_row();
+
+  const ps::DynamicTableStats st = table.stats();
+  std::ostringstream os;
+  os << "# strata bench: op dynamic (PS-side dynamic embedding table, one thread), " << cfg.dim << "-float rows, optimizer "
+     << cfg.optimizer << ", " << cfg.rows << " ids (Zipf s=" << cfg.zipf_s << ", 40-bit ids), batches of " << cfg.batch
+     << ", warmup " << cfg.warmup << ", iters " << cfg.iters << "\n";
+  os << "# insert: each id looked up once (rows created from the initializer); lookup: Zipf batches of present ids; "
+        "update: Zipf batches of gradients (duplicates summed), step = batch number\n";
+  os << "# Mops_s: million ids per second of the table's calls alone (wall clock); Mops_cpu: per second of this "
+        "thread's CPU time in them; bytes_per_row: the table's memory / rows; vs_values: bytes_per_row / the "
+     << row_bytes << " bytes of a row's values and slots\n";
+  os << std::setw(10) << "operation" << std::setw(12) << "ops" << std::setw(10) << "time_s" << std::setw(11) << "Mops_s"
+     << std::setw(8) << "#wrong" << std::setw(15) << "bytes_per_row" << std::setw(11) << "vs_values" << std::setw(10)
+     << "Mops_cpu" << "\n";
+  nlohmann::json json_rows = nlohmann::json::array();
+  std::int64_t wrong = 0;
+  for (const Phase* p : {&insert, &lookup, &update}) {
+    const double ops_per_s = p->seconds > 0 ? static_cast<double>(p->ops) / p->seconds : 0.0;
+    const double vs_values = p->bytes_per_row / static_cast<double>(row_bytes);
+    const double ops_per_cpu_s = p->cpu_seconds > 0 ? static_cast<double>(p->ops) / p->cpu_seconds : 0.0;
+    os << std::setw(10) << p->name << std::setw(12) << p->ops << std::fixed << std::setprecision(3) << std::setw(10)
+       << p->seconds << std::setw(11) << ops_per_s / 1e6 << std::setw(8) << p->wrong << std::setprecision(1)
+       << std::setw(15) << p->bytes_per_row << std::setprecision(3) << std::setw(11) << vs_values << std::setw(10)
+       << ops_per_cpu_s / 1e6 << "\n";
+    wrong += p->wrong;
+    json_rows.push_back({{"op", "dynamic"},
+                         {"operation", p->name},
+                         {"ops", p->ops},
+                         {"seconds", p->seconds},
+                         {"ops_per_s", ops_per_s},
+                         {"cpu_seconds", p->cpu_seconds},
+                         {"ops_per_cpu_s", ops_per_cpu_s},
+                         {"wrong", p->wrong},
+                         {"bytes_per_row", p->bytes_per_row},
+                         {"row_bytes", row_bytes},
+                         {"vs_values", vs_values},
+                         {"rows", st.rows},
+                         {"dim", cfg.dim},
+                         {"batch", cfg.batch},
+                         {"optimizer", cfg.optimizer},
+                         {"zipf_s", cfg.zipf_s}});
+  }
+  os << "# table: " << st.rows << " rows, " << st.admitted << " admitted, " << st.updates << " row updates, "
+     << (st.bytes >> 20) << " MiB\n";
+  os << "# " << (wrong == 0 ? "all results correct" : std::to_string(wrong) + " wrong row(s)") << "\n";
+  std::cout << os.str() << std::flush;
+  int status = wrong == 0 ? kExitOk : kExitFailure;
+  if (!cfg.json_path.empty()) {
+    std::ofstream file(cfg.json_path);
+    file << nlohmann::json{{"rows", json_rows}}.dump(2) << "\n";
+    if (!file) {
+      std::fprintf(stderr, "strata bench: cannot write %s\n", cfg.json_path.c_str());
+      status = kExitFailure;
+    }
+  }
+  return status;
+}
+
+int run_dynamic_bench_command(const BenchFlags& f) {
+  DynamicBenchConfig cfg;
+  if (!f.max_bytes.empty() || !f.factor.empty() || !f.num_ps.empty() || !f.transport.empty() || !f.dir.empty() ||
+      f.keep || !f.timeout.empty() || !f.ps_threads.empty() || !f.model.empty() || !f.batch.empty())
+    throw ConfigError("--op dynamic runs in one process: only --rows, --row-elems, -b (ids per batch), -w, -n, "
+                      "--optimizer and --json apply");
+  if (!f.rows.empty()) {
+    const std::uint64_t rows = parse_bytes(f.rows, "--rows");  // suffixes: 1M = 1048576 ids
+    if (rows < 1 || rows > static_cast<std::uint64_t>(ps::DynamicTableConfig::kMaxCapacity))
+      throw ConfigError("--rows: " + f.rows + " is outside [1, 2^31 - 1]");
+    cfg.rows = static_cast<std::int64_t>(rows);
+  }
+  if (!f.row_elems.empty()) cfg.dim = parse_int(f.row_elems, "--row-elems", 1, 65536);
+  if (!f.min_bytes.empty()) {
+    const std::uint64_t b = parse_bytes(f.min_bytes, "-b (ids per batch)");
+    if (b < 1 || b > (1u << 20)) throw ConfigError("-b (ids per batch): " + f.min_bytes + " is outside [1, 1M]");
+    cfg.batch = static_cast<std::int64_t>(b);
+  }
+  if (!f.warmup.empty()) cfg.warmup = parse_int(f.warmup, "-w", 0, 1 << 20);
+  if (!f.iters.empty()) cfg.iters = parse_int(f.iters, "-n", 1, 1 << 20);
+  if (!f.optimizer.empty()) cfg.optimizer = f.optimizer;
+  cfg.json_path = f.json;
+  return run_dynamic_bench(cfg);
+}
+
+}  // namespace strata::cli

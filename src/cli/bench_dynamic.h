@@ -1,0 +1,40 @@
+// `strata bench --op dynamic` (bench_dynamic.cc): the PS side of a dynamic embedding table
+// (src/ps/dynamic_table.h) on one core, the figures of DESIGN.md section 10 (>= 2 M lookups/s and
+// >= 1 M inserts/s per PS core for 16-float rows) and the table's memory per row. One process, no
+// MPI: the between-nodes half (link, vs_link under mpirun) needs the dynamic-table data plane,
+// which does not exist yet.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "cli/commands.h"
+
+namespace strata::cli {
+
+struct DynamicBenchConfig {
+  std::int64_t rows = std::int64_t{1} << 20;  // distinct ids: the Zipf law's support, all inserted
+  std::int64_t dim = 16;                       // floats per row
+  std::int64_t batch = 4096;                   // ids per call
+  int warmup = 4;                              // untimed batches before the lookup and update phases
+  int iters = 256;                             // timed batches of the lookup and update phases
+  double zipf_s = 1.05;                        // the Zipf law's exponent
+  std::string optimizer = "adagrad";
+  std::string json_path;
+};
+
+// Three phases on one table, each checked against values computed without the table:
+//   insert  every id of the support looked up once, in batches (rows created from the
+//           initializer); #wrong counts returned rows that differ from ps::fill with row_seed()
+//   lookup  `iters` batches of Zipf draws (present ids); #wrong as for insert
+//   update  `iters` batches of Zipf draws with random gradients through the optimizer; #wrong
+//           counts rows that differ (values or slots) from a map of rows updated by apply_dense
+// ops_per_s counts ids (duplicates included) per second of the table's calls alone. Returns the
+// exit status (1 if anything is wrong).
+int run_dynamic_bench(const DynamicBenchConfig& cfg);
+
+// --op dynamic's flags: --rows (support size, K/M suffixes), --row-elems (dim), -b (batch), -w,
+// -n, --optimizer, --json; any other flag is a ConfigError.
+int run_dynamic_bench_command(const BenchFlags& flags);
+
+}  // namespace strata::cli

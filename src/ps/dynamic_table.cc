@@ -1,0 +1,693 @@
+// The dynamic embedding table (dynamic_table.h has the layout, the hashes and the rules).
+//
+// Why this shape:
+//   * A 6-byte index slot (no id in it) and the id stored once, in the record next to the row's
+//     values, keep a 16-float SGD row (64 bytes of values) under 1.5x of its values at any index
+//     load: record 80 bytes + index 6 / load (6.9 to 13.7 bytes at loads 7/8 to 7/16). The tag
+//     filters probes, so a record is read only for the matching slot, and that record holds the
+//     values the lookup copies anyway: one index line and one record per hit.
+//   * Robin Hood ordering lets a miss stop at the first slot whose resident is closer to its home
+//     than the probe is (short misses even at 7/8 load), and makes deletion a backward shift.
+//   * The index is rebuilt from the records, not from the old index, so growth never needs the
+//     old and the new arrays at once, and a rebuild is also the recovery from a probe-distance
+//     overflow (8 bits: 255 slots from home), which a good hash makes practically unreachable.
+#include "ps/dynamic_table.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <queue>
+#include <string>
+
+#include "strata/common/error.h"
+
+namespace strata::ps {
+namespace {
+
+constexpr std::uint64_t kIndexSalt = 0x1d8e4e27c47d124full;
+constexpr std::uint64_t kRowSalt = 0x6a09e667f3bcc909ull;
+constexpr std::uint64_t kShardSalt = 0xbb67ae8584caa73bull;
+constexpr std::uint64_t kSketchSalt = 0x3c6ef372fe94f82bull;
+
+constexpr std::uint32_t kNoRow = std::numeric_limits<std::uint32_t>::max();
+constexpr int kMinIndexBits = 10;
+// Index load that triggers doubling. 7/8 with Robin Hood keeps hits at about 4.5 slots (one cache
+// line of 6-byte slots) and bounds the index at 6 / (7/16) = 13.7 bytes per row just after a
+// doubling.
+constexpr double kMaxLoad = 0.875;
+constexpr int kMaxDist = 255;          // probe distance + 1 fits the slot's 8 bits
+constexpr std::size_t kRecordHeader = 16;  // id, stamp
+constexpr std::int64_t kFreeStamp = -1;    // stamp of a free record (live stamps are >= 0)
+
+// One index slot: meta = (probe distance + 1) << 8 | tag, 0 when empty; the record number split in
+// two halves so the slot packs into 6 bytes with 2-byte alignment.
+struct Slot {
+  std::uint16_t meta;
+  std::uint16_t row_lo;
+  std::uint16_t row_hi;
+  std::uint32_t row() const { return static_cast<std::uint32_t>(row_lo) | static_cast<std::uint32_t>(row_hi) << 16; }
+  void set(std::uint16_t m, std::uint32_t r) {
+    meta = m;
+    row_lo = static_cast<std::uint16_t>(r);
+    row_hi = static_cast<std::uint16_t>(r >> 16);
+  }
+};
+static_assert(sizeof(Slot) == 6, "index slots are 6 bytes");
+
+inline int dist_of(std::uint16_t meta) { return meta >> 8; }
+
+[[noreturn]] void bad_config(const char* field, std::int64_t value, const char* expected) {
+  throw ConfigError(std::string("dynamic table: ") + field + " = " + std::to_string(value) + " is out of range (expected " +
+                    expected + ")");
+}
+
+}  // namespace
+
+std::uint64_t dynamic_mix64(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+int shard_of(std::int64_t id, int num_shards) {
+  STRATA_CHECK(num_shards >= 1, "shard_of: num_shards must be >= 1, got ", num_shards);
+  // Jump consistent hash (Lamping & Veach 2014): walk the buckets a key would jump to as the
+  // bucket count grows, with a 64-bit LCG seeded by the key; the last jump below num_shards wins.
+  std::uint64_t key = dynamic_mix64(static_cast<std::uint64_t>(id) ^ kShardSalt);
+  std::int64_t bucket = -1, next = 0;
+  while (next < num_shards) {
+    bucket = next;
+    key = key * 2862933555777941757ull + 1;
+    next = static_cast<std::int64_t>(static_cast<double>(bucket + 1) *
+                                     (static_cast<double>(std::int64_t{1} << 31) / static_cast<double>((key >> 33) + 1)));
+  }
+  return static_cast<int>(bucket);
+}
+
+std::uint64_t row_seed(std::uint64_t table_seed, std::int64_t id) {
+  return dynamic_mix64(dynamic_mix64(table_seed ^ kRowSalt) + static_cast<std::uint64_t>(id));
+}
+
+void DynamicTableConfig::validate() const {
+  if (dim < 1 || dim > 65536) bad_config("dim", dim, "[1, 65536]");
+  if (capacity < 1 || capacity > kMaxCapacity) bad_config("capacity", capacity, "[1, 2^31 - 1]");
+  if (admit_after < 0 || admit_after > 65535) bad_config("admit_after", admit_after, "[0, 65535]");
+  if (admit_after > 1 && (sketch_width < 64 || sketch_width > (std::int64_t{1} << 26) ||
+                          (sketch_width & (sketch_width - 1)) != 0))
+    bad_config("sketch_width", sketch_width, "a power of two in [64, 2^26]");
+  if (init.kind == Initializer::Kind::kGlorotUniform)
+    throw ConfigError("dynamic table: initializer " + init.to_string() +
+                      " needs the fans of a fixed shape; a dynamic table has no row count (use uniform)");
+  init.validate(DType::kF32);
+  optimizer.validate();
+}
+
+// ---- state ------------------------------------------------------------------------------------
+
+struct DynamicTable::Impl {
+  const DynamicTableConfig& cfg;
+  std::size_t dim;
+  int num_slot_arrays;
+  std::size_t record_bytes;  // header + values + slots, a multiple of 8
+  int page_shift;            // records per page = 1 << page_shift
+  std::vector<std::unique_ptr<std::byte[]>> pages;
+  std::uint32_t fresh = 0;   // records ever handed out: [0, fresh) are live or free
+  std::uint32_t free_head = kNoRow;
+  std::int64_t live = 0;
+
+  std::vector<Slot> index;
+  int index_bits = 0;
+  std::uint64_t index_salt;
+
+  std::vector<std::uint16_t> sketch;  // kSketchDepth rows of sketch_width (admit_after > 1)
+  std::uint64_t sketch_mask = 0;
+
+  // A record and its stamp at the scan. A candidate whose record now holds another stamp was
+  // updated (restamped to the clock) or freed since; a record freed and reused after the scan
+  // carries a stamp >= the clock of the scan, above every candidate's, so it never matches.
+  struct Candidate {
+    std::int64_t stamp;
+    std::uint32_t row;
+    bool operator<(const Candidate& o) const { return stamp != o.stamp ? stamp < o.stamp : row < o.row; }
+  };
+  std::vector<Candidate> candidates;  // oldest first, consumed from `next_candidate`
+  std::size_t next_candidate = 0;
+  std::int64_t empty_scan_clock = -1;  // the clock at which a scan found no evictable row
+
+  std::int64_t clock = 0;
+  DynamicTableStats counters;
+
+  // Per-batch scratch, kept across calls so that steady batches allocate nothing.
+  std::vector<std::uint32_t> batch_rows;
+  std::vector<std::uint64_t> batch_hash;
+  std::vector<std::uint64_t> dedup;  // (row + 1) << 32 | unique index, 0 = empty
+  std::vector<float*> row_ptrs;
+  std::vector<const float*> grad_ptrs;
+  std::vector<std::uint32_t> sum_at;  // per unique row: its sum's offset in `sums`, or kNoRow
+  std::vector<float> sums;
+  Shape row_shape;
+  Initializer row_init;
+
+  explicit Impl(const DynamicTableConfig& c) : cfg(c) {
+    dim = static_cast<std::size_t>(c.dim);
+    num_slot_arrays = num_slots(c.optimizer.kind);
+    const std::size_t floats = dim * static_cast<std::size_t>(1 + num_slot_arrays);
+    record_bytes = (kRecordHeader + floats * sizeof(float) + 7) / 8 * 8;
+    // About 64 KiB pages (at least 16 records): the last page wastes at most that much, so small
+    // tables stay within their memory budget too.
+    page_shift = 4;
+    while (page_shift < 20 && (record_bytes << (page_shift + 1)) <= (std::size_t{1} << 16)) ++page_shift;
+    index_salt = dynamic_mix64(c.init.seed ^ kIndexSalt);
+    if (c.admit_after > 1) {
+      sketch.assign(static_cast<std::size_t>(DynamicTableConfig::kSketchDepth * c.sketch_width), 0);
+      sketch_mask = static_cast<std::uint64_t>(c.sketch_width - 1);
+    }
+    row_shape = {1, c.dim};
+    row_init = c.init;
+    try_build(kMinIndexBits);  // empty: cannot fail
+  }
+
+  // ---- records ----
+  std::uint8_t* record(std::uint32_t r) const {
+    return reinterpret_cast<std::uint8_t*>(pages[r >> page_shift].get()) +
+           (r & ((std::uint32_t{1} << page_shift) - 1)) * record_bytes;
+  }
+  std::int64_t id_of(std::uint32_t r) const {
+    std::int64_t v;
+    std::memcpy(&v, record(r), 8);
+    return v;
+  }
+  std::int64_t stamp_of(std::uint32_t r) const {
+    std::int64_t v;
+    std::memcpy(&v, record(r) + 8, 8);
+    return v;
+  }
+  void set_id(std::uint32_t r, std::int64_t v) { std::memcpy(record(r), &v, 8); }
+  void set_stamp(std::uint32_t r, std::int64_t v) { std::memcpy(record(r) + 8, &v, 8); }
+  float* values(std::uint32_t r) const { return reinterpret_cast<float*>(record(r) + kRecordHeader); }
+
+  std::uint32_t alloc_record() {
+    if (free_head != kNoRow) {
+      const std::uint32_t r = free_head;
+      free_head = static_cast<std::uint32_t>(id_of(r));
+      return r;
+    }
+    const std::uint32_t r = fresh++;
+    if ((r >> page_shift) >= pages.size()) {
+      pages.emplace_back(new std::byte[record_bytes << page_shift]);
+    }
+    return r;
+  }
+  void free_record(std::uint32_t r) {
+    set_id(r, static_cast<std::int64_t>(free_head));
+    set_stamp(r, kFreeStamp);
+    free_head = r;
+  }
+
+  // ---- index ----
+  std::uint64_t hash(std::int64_t id) const { return dynamic_mix64(static_cast<std::uint64_t>(id) ^ index_salt); }
+  std::size_t home(std::uint64_t h) const { return static_cast<std::size_t>(h >> (64 - index_bits)); }
+  std::size_t mask() const { return index.size() - 1; }
+
+  std::uint32_t find(std::int64_t id, std::uint64_t h) const {
+    const auto tag = static_cast<std::uint16_t>(h & 0xff);
+    std::size_t pos = home(h);
+    for (int d = 1;; ++d) {
+      const Slot& s = index[pos];
+      const int sd = dist_of(s.meta);
+      if (sd < d) return kNoRow;  // empty, or a resident closer to home: the id would sit here
+      if (sd == d && (s.meta & 0xff) == tag && id_of(s.row()) == id) return s.row();
+      pos = (pos + 1) & mask();
+    }
+  }
+
+  // Robin Hood insertion of a record known to be absent. False when a probe distance would pass
+  // kMaxDist (the index is then inconsistent and must be rebuilt).
+  bool insert_slot(std::uint64_t h, std::uint32_t row) {
+    std::uint16_t meta = static_cast<std::uint16_t>(1 << 8 | (h & 0xff));
+    std::size_t pos = home(h);
+    for (;;) {
+      Slot& s = index[pos];
+      if (s.meta == 0) {
+        s.set(meta, row);
+        return true;
+      }
+      if (dist_of(s.meta) < dist_of(meta)) {
+        const std::uint16_t m = s.meta;
+        const std::uint32_t r = s.row();
+        s.set(meta, row);
+        meta = m;
+        row = r;
+      }
+      if (dist_of(meta) == kMaxDist) return false;
+      meta = static_cast<std::uint16_t>(meta + (1 << 8));
+      pos = (pos + 1) & mask();
+    }
+  }
+
+  bool try_build(int bits) {
+    if (index.size() != std::size_t{1} << bits) std::vector<Slot>().swap(index);  // free before allocating
+    index.assign(std::size_t{1} << bits, Slot{0, 0, 0});
+    index_bits = bits;
+    // Records are read in order; the slots they land in are random, so prefetch a few ahead.
+    constexpr std::uint32_t kAhead = 8;
+    for (std::uint32_t r = 0; r < fresh; ++r) {
+      if (r + kAhead < fresh) __builtin_prefetch(&index[home(hash(id_of(r + kAhead)))], 1);
+      if (stamp_of(r) != kFreeStamp && !insert_slot(hash(id_of(r)), r)) return false;
+    }
+    return true;
+  }
+
+  // Largest index the capacity can justify: room for capacity rows at kMaxLoad, times 8 for
+  // collisions. Bounds what hostile ids can make the index grow to.
+  int max_index_bits() const {
+    int bits = kMinIndexBits;
+    while (bits < 34 && static_cast<double>(std::size_t{1} << bits) * kMaxLoad < static_cast<double>(cfg.capacity)) ++bits;
+    return std::min(bits + 3, 34);
+  }
+
+  bool rebuild_index(int bits) {
+    for (int b = bits; b <= std::max(bits, max_index_bits()); ++b)
+      if (try_build(b)) return true;
+    return false;
+  }
+
+  // Adds record `row` (live, counted in `live` already) to the index, growing the index when the
+  // table passes kMaxLoad or a probe distance overflows. If no index size up to max_index_bits()
+  // can place the ids, the record is freed again, the index rebuilt as it was (Robin Hood's
+  // layout depends only on the set of ids, so the old size fits the old set), and Error thrown.
+  void index_add(std::uint64_t h, std::uint32_t row) {
+    const int before = index_bits;
+    if (static_cast<double>(live) <= kMaxLoad * static_cast<double>(index.size()) && insert_slot(h, row)) return;
+    if (rebuild_index(index_bits + 1)) return;
+    free_record(row);
+    --live;
+    const bool restored = rebuild_index(before);
+    STRATA_CHECK(restored, "dynamic table: the index could not be rebuilt at its previous size");
+    throw Error("dynamic table: the index cannot place its ids within " + std::to_string(kMaxDist) +
+                " slots of their home even at " + std::to_string(std::size_t{1} << max_index_bits()) +
+                " slots (ids crafted to collide in the index hash?)");
+  }
+
+  void index_remove(std::int64_t id, std::uint32_t row) {
+    std::size_t pos = home(hash(id));
+    while (index[pos].row() != row || index[pos].meta == 0) pos = (pos + 1) & mask();
+    // Backward shift: pull the rest of the cluster one slot towards home.
+    for (;;) {
+      const std::size_t next = (pos + 1) & mask();
+      const Slot& n = index[next];
+      if (dist_of(n.meta) <= 1) break;
+      index[pos].set(static_cast<std::uint16_t>(n.meta - (1 << 8)), n.row());
+      pos = next;
+    }
+    index[pos].set(0, 0);
+  }
+
+  // ---- admission ----
+  std::size_t sketch_cell(std::uint64_t h1, std::uint64_t h2, int d) const {
+    return static_cast<std::size_t>(d) * (sketch_mask + 1) + static_cast<std::size_t>((h1 + static_cast<std::uint64_t>(d) * h2) & sketch_mask);
+  }
+  // Count-min estimate of `id`'s sightings; with `count`, records one more sighting first
+  // (conservative update: only the counters at the minimum grow).
+  std::int64_t sightings(std::int64_t id, bool count) {
+    const std::uint64_t h1 = dynamic_mix64(static_cast<std::uint64_t>(id) ^ kSketchSalt);
+    const std::uint64_t h2 = dynamic_mix64(h1) | 1;  // odd: the depths probe distinct cells
+    std::uint16_t low = std::numeric_limits<std::uint16_t>::max();
+    for (int d = 0; d < DynamicTableConfig::kSketchDepth; ++d) low = std::min(low, sketch[sketch_cell(h1, h2, d)]);
+    if (!count || low >= cfg.admit_after || low == std::numeric_limits<std::uint16_t>::max()) return low;
+    for (int d = 0; d < DynamicTableConfig::kSketchDepth; ++d) {
+      std::uint16_t& c = sketch[sketch_cell(h1, h2, d)];
+      if (c == low) ++c;
+    }
+    return low + 1;
+  }
+  bool admitted(std::int64_t id, bool count) { return cfg.admit_after <= 1 || sightings(id, count) >= cfg.admit_after; }
+
+  // ---- eviction ----
+  void remove_row(std::uint32_t r) {
+    index_remove(id_of(r), r);
+    free_record(r);
+    --live;
+  }
+
+  // The oldest live rows stamped before the clock, oldest first: a bounded max-heap over one scan.
+  void refill_candidates() {
+    candidates.clear();
+    next_candidate = 0;
+    const std::size_t keep = std::max<std::size_t>(64, static_cast<std::size_t>(live / 32));
+    std::priority_queue<Candidate> heap;  // largest on top
+    for (std::uint32_t r = 0; r < fresh; ++r) {
+      const std::int64_t s = stamp_of(r);
+      if (s == kFreeStamp || s >= clock) continue;
+      const Candidate c{s, r};
+      if (heap.size() < keep) {
+        heap.push(c);
+      } else if (c < heap.top()) {
+        heap.pop();
+        heap.push(c);
+      }
+    }
+    candidates.resize(heap.size());
+    for (std::size_t i = heap.size(); i-- > 0;) {
+      candidates[i] = heap.top();
+      heap.pop();
+    }
+  }
+
+  // Removes the least-recently-updated row stamped before the clock; false when there is none.
+  // A scan that found nothing is not repeated until the clock moves (or an import brings rows),
+  // so a batch of new ids at a full table of current rows costs one scan, not one per id.
+  bool evict_one() {
+    bool scanned = false;
+    for (;;) {
+      while (next_candidate < candidates.size()) {
+        const Candidate& c = candidates[next_candidate++];
+        if (stamp_of(c.row) == c.stamp && c.stamp < clock) {
+          remove_row(c.row);
+          ++counters.evicted_capacity;
+          return true;
+        }
+      }
+      if (scanned || empty_scan_clock == clock) return false;
+      refill_candidates();
+      scanned = true;
+      if (candidates.empty()) empty_scan_clock = clock;
+    }
+  }
+
+  // ---- rows ----
+  void init_row(std::uint32_t r, std::int64_t id) {
+    float* v = values(r);
+    row_init.seed = row_seed(cfg.init.seed, id);
+    fill(row_init, DType::kF32, row_shape, 0, 1, v);
+    for (int k = 0; k < num_slot_arrays; ++k)
+      std::fill(v + (k + 1) * dim, v + (k + 2) * dim, static_cast<float>(slot_initial_value(cfg.optimizer, k)));
+  }
+
+  // Creates the row of an absent, admitted id; kNoRow when the table is full and nothing can go.
+  std::uint32_t create(std::int64_t id, std::uint64_t h) {
+    if (live >= cfg.capacity && !evict_one()) {
+      ++counters.rejected_full;
+      return kNoRow;
+    }
+    const std::uint32_t r = alloc_record();
+    set_id(r, id);
+    set_stamp(r, clock);
+    init_row(r, id);
+    ++live;
+    index_add(h, r);
+    ++counters.admitted;
+    return r;
+  }
+
+  std::int64_t bytes() const {
+    std::size_t b = sizeof(Impl) + pages.size() * (record_bytes << page_shift) + pages.capacity() * sizeof(pages[0]) +
+                    index.capacity() * sizeof(Slot) + sketch.capacity() * sizeof(std::uint16_t) +
+                    candidates.capacity() * sizeof(Candidate) + batch_rows.capacity() * sizeof(std::uint32_t) +
+                    batch_hash.capacity() * sizeof(std::uint64_t) + dedup.capacity() * sizeof(std::uint64_t) +
+                    row_ptrs.capacity() * sizeof(float*) + grad_ptrs.capacity() * sizeof(float*) +
+                    sum_at.capacity() * sizeof(std::uint32_t) +
+                    sums.capacity() * sizeof(float);
+    return static_cast<std::int64_t>(b);
+  }
+};
+
+// ---- public -----------------------------------------------------------------------------------
+
+namespace {
+
+DynamicTableConfig validated(const DynamicTableConfig& c) {
+  c.validate();
+  return c;
+}
+
+// n rows of dim floats, in bytes, or an Error when that does not fit a size_t.
+std::size_t batch_floats(const char* what, std::size_t n, std::size_t dim) {
+  STRATA_CHECK(n <= std::numeric_limits<std::size_t>::max() / sizeof(float) / dim, what, ": ", n, " rows of ", dim,
+               " floats overflow size_t");
+  return n * dim;
+}
+
+}  // namespace
+
+DynamicTable::DynamicTable(const DynamicTableConfig& config)
+    : config_(validated(config)), impl_(std::make_unique<Impl>(config_)) {}
+
+DynamicTable::~DynamicTable() = default;
+
+std::int64_t DynamicTable::size() const { return impl_->live; }
+
+void DynamicTable::lookup(const std::int64_t* ids, std::size_t n, float* out, LookupMode mode) {
+  Impl& t = *impl_;
+  if (n == 0) return;
+  STRATA_CHECK(ids != nullptr && out != nullptr, "dynamic table lookup: null ids or out with n = ", n);
+  batch_floats("dynamic table lookup", n, t.dim);
+  const std::size_t row_bytes = t.dim * sizeof(float);
+  // Hash a few ids ahead and prefetch their home slots: a large table's lookups are bound by the
+  // index's cache misses, which then overlap.
+  constexpr std::size_t kAhead = 8;
+  std::uint64_t ring[kAhead];
+  for (std::size_t i = 0; i < std::min(n, kAhead); ++i) {
+    ring[i] = t.hash(ids[i]);
+    __builtin_prefetch(&t.index[t.home(ring[i])]);
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t id = ids[i];
+    const std::uint64_t h = ring[i % kAhead];
+    if (i + kAhead < n) {
+      const std::uint64_t ahead = t.hash(ids[i + kAhead]);
+      ring[i % kAhead] = ahead;
+      __builtin_prefetch(&t.index[t.home(ahead)]);
+    }
+    float* dst = out + i * t.dim;
+    std::uint32_t r = t.find(id, h);
+    if (r == kNoRow && mode == LookupMode::kTrain) {
+      if (t.admitted(id, /*count=*/true))
+        r = t.create(id, h);
+      else
+        ++t.counters.rejected_lookups;
+    }
+    if (r == kNoRow)
+      std::memset(dst, 0, row_bytes);
+    else
+      std::memcpy(dst, t.values(r), row_bytes);
+  }
+  t.counters.lookups += static_cast<std::int64_t>(n);
+}
+
+void DynamicTable::apply(const std::int64_t* ids, std::size_t n, const float* grads, std::int64_t step) {
+  Impl& t = *impl_;
+  STRATA_CHECK(step >= 1, "dynamic table apply: step must be >= 1 (1-based count of updates), got ", step);
+  if (n == 0) return;
+  STRATA_CHECK(ids != nullptr && grads != nullptr, "dynamic table apply: null ids or grads with n = ", n);
+  batch_floats("dynamic table apply", n, t.dim);
+  STRATA_CHECK(n <= (std::size_t{1} << 31), "dynamic table apply: ", n, " ids in one batch (at most 2^31)");
+  t.clock = std::max(t.clock, step);
+  // Pass 1: rows already present, restamped at once so that no creation below can evict them.
+  t.batch_rows.resize(n);
+  t.batch_hash.resize(n);
+  for (std::size_t i = 0; i < n; ++i) t.batch_hash[i] = t.hash(ids[i]);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i + 8 < n) __builtin_prefetch(&t.index[t.home(t.batch_hash[i + 8])]);
+    t.batch_rows[i] = t.find(ids[i], t.batch_hash[i]);
+    if (t.batch_rows[i] != kNoRow) t.set_stamp(t.batch_rows[i], t.clock);
+  }
+  // Pass 2: admitted ids without a row get one (an id repeated in the batch finds the row its
+  // first occurrence created); the others' gradients are dropped.
+  for (std::size_t i = 0; i < n; ++i) {
+    if (t.batch_rows[i] != kNoRow) continue;
+    std::uint32_t r = t.find(ids[i], t.batch_hash[i]);
+    if (r == kNoRow) {
+      if (t.admitted(ids[i], /*count=*/false)) r = t.create(ids[i], t.batch_hash[i]);
+      else ++t.counters.rejected_updates;
+    }
+    t.batch_rows[i] = r;
+  }
+  // Group duplicates: one update per row with the gradients summed in order of appearance,
+  // starting from the first (a lone -0.0 stays -0.0), as apply_sparse_rows does.
+  std::size_t cap = 16;
+  while (cap < 2 * n) cap <<= 1;
+  t.dedup.assign(cap, 0);
+  t.row_ptrs.clear();
+  t.grad_ptrs.clear();
+  t.sum_at.clear();
+  std::size_t sums_used = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t r = t.batch_rows[i];
+    if (r == kNoRow) continue;
+    const float* g = grads + i * t.dim;
+    std::size_t pos = static_cast<std::size_t>((std::uint64_t{r} * 0x9E3779B97F4A7C15ull) >> 40) & (cap - 1);
+    while (t.dedup[pos] != 0 && (t.dedup[pos] >> 32) != std::uint64_t{r} + 1) pos = (pos + 1) & (cap - 1);
+    if (t.dedup[pos] == 0) {
+      t.dedup[pos] = (std::uint64_t{r} + 1) << 32 | t.row_ptrs.size();
+      t.row_ptrs.push_back(t.values(r));
+      t.grad_ptrs.push_back(g);
+      t.sum_at.push_back(kNoRow);
+      continue;
+    }
+    const auto u = static_cast<std::size_t>(static_cast<std::uint32_t>(t.dedup[pos]));
+    if (t.sum_at[u] == kNoRow) {
+      // At most n / 2 rows repeat: n * dim floats hold every sum. Sized before the first pointer
+      // into it is taken, so it never moves under one.
+      if (sums_used == 0 && t.sums.size() < n * t.dim) t.sums.resize(n * t.dim);
+      t.sum_at[u] = static_cast<std::uint32_t>(sums_used / t.dim);
+      std::memcpy(t.sums.data() + sums_used, t.grad_ptrs[u], t.dim * sizeof(float));
+      t.grad_ptrs[u] = t.sums.data() + sums_used;
+      sums_used += t.dim;
+    }
+    float* acc = t.sums.data() + std::size_t{t.sum_at[u]} * t.dim;
+    for (std::size_t k = 0; k < t.dim; ++k) acc[k] += g[k];
+  }
+  apply_rows(config_.optimizer, step, t.row_ptrs.data(), t.dim, t.dim, t.grad_ptrs.data(), t.row_ptrs.size());
+  t.counters.updates += static_cast<std::int64_t>(t.row_ptrs.size());
+}
+
+std::int64_t DynamicTable::evict_older_than(std::int64_t global_step, std::int64_t ttl) {
+  Impl& t = *impl_;
+  STRATA_CHECK(global_step >= 0, "dynamic table evict_older_than: global_step must be >= 0, got ", global_step);
+  STRATA_CHECK(ttl >= 1, "dynamic table evict_older_than: ttl must be >= 1 step, got ", ttl);
+  t.clock = std::max(t.clock, global_step);
+  const std::int64_t limit = global_step - ttl;  // no overflow: global_step >= 0, ttl >= 1
+  std::int64_t removed = 0;
+  for (std::uint32_t r = 0; r < t.fresh; ++r) {
+    const std::int64_t s = t.stamp_of(r);
+    if (s != kFreeStamp && s <= limit) {
+      t.remove_row(r);
+      ++removed;
+    }
+  }
+  t.counters.evicted_ttl += removed;
+  return removed;
+}
+
+void DynamicTable::decay_admission_counts() {
+  for (std::uint16_t& c : impl_->sketch) c = static_cast<std::uint16_t>(c >> 1);
+}
+
+DynamicTableSnapshot DynamicTable::export_rows() const {
+  const Impl& t = *impl_;
+  std::vector<std::pair<std::int64_t, std::uint32_t>> order;
+  order.reserve(static_cast<std::size_t>(t.live));
+  for (std::uint32_t r = 0; r < t.fresh; ++r)
+    if (t.stamp_of(r) != kFreeStamp) order.emplace_back(t.id_of(r), r);
+  std::sort(order.begin(), order.end());
+  DynamicTableSnapshot s;
+  s.dim = config_.dim;
+  s.sketch_width = t.sketch.empty() ? 0 : config_.sketch_width;
+  const std::size_t n = order.size();
+  s.ids.resize(n);
+  s.stamps.resize(n);
+  s.values.resize(n * t.dim);
+  s.slots.assign(static_cast<std::size_t>(t.num_slot_arrays), std::vector<float>(n * t.dim));
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t r = order[i].second;
+    s.ids[i] = order[i].first;
+    s.stamps[i] = t.stamp_of(r);
+    const float* v = t.values(r);
+    std::memcpy(s.values.data() + i * t.dim, v, t.dim * sizeof(float));
+    for (int k = 0; k < t.num_slot_arrays; ++k)
+      std::memcpy(s.slots[static_cast<std::size_t>(k)].data() + i * t.dim, v + (k + 1) * t.dim, t.dim * sizeof(float));
+  }
+  s.clock = t.clock;
+  s.sketch = t.sketch;
+  s.stats = stats();
+  return s;
+}
+
+void DynamicTable::import_rows(const DynamicTableSnapshot& snap, int shard, int num_shards) {
+  Impl& t = *impl_;
+  auto bad = [](const std::string& why) { throw Error("dynamic table snapshot: " + why); };
+  if (num_shards < 1 || shard < 0 || shard >= num_shards)
+    bad("shard " + std::to_string(shard) + " of " + std::to_string(num_shards) + " does not exist");
+  if (snap.dim != config_.dim)
+    bad("dim " + std::to_string(snap.dim) + " does not match the table's " + std::to_string(config_.dim));
+  const std::size_t n = snap.ids.size();
+  std::size_t floats = 0;
+  if (__builtin_mul_overflow(n, t.dim, &floats)) bad("row count " + std::to_string(n) + " overflows");
+  if (snap.values.size() != floats)
+    bad("values hold " + std::to_string(snap.values.size()) + " floats, expected " + std::to_string(n) + " x " +
+        std::to_string(t.dim));
+  if (snap.slots.size() != static_cast<std::size_t>(t.num_slot_arrays))
+    bad(std::to_string(snap.slots.size()) + " slot arrays, the optimizer " + to_string(config_.optimizer.kind) + " has " +
+        std::to_string(t.num_slot_arrays));
+  for (std::size_t k = 0; k < snap.slots.size(); ++k)
+    if (snap.slots[k].size() != floats)
+      bad("slot " + std::to_string(k) + " holds " + std::to_string(snap.slots[k].size()) + " floats, expected " +
+          std::to_string(floats));
+  if (snap.stamps.size() != n)
+    bad(std::to_string(snap.stamps.size()) + " stamps for " + std::to_string(n) + " ids");
+  if (snap.clock < 0) bad("clock " + std::to_string(snap.clock) + " is negative");
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i > 0 && snap.ids[i] <= snap.ids[i - 1])
+      bad("ids are not strictly increasing at index " + std::to_string(i) + " (" + std::to_string(snap.ids[i - 1]) +
+          ", " + std::to_string(snap.ids[i]) + ")");
+    if (snap.stamps[i] < 0) bad("stamp " + std::to_string(snap.stamps[i]) + " of id " + std::to_string(snap.ids[i]) + " is negative");
+  }
+  const bool sketch_matches = !t.sketch.empty() && snap.sketch_width == config_.sketch_width;
+  if (!snap.sketch.empty()) {
+    if (snap.sketch_width < 1 || snap.sketch_width > (std::int64_t{1} << 26) ||
+        snap.sketch.size() != static_cast<std::size_t>(DynamicTableConfig::kSketchDepth * snap.sketch_width))
+      bad("sketch holds " + std::to_string(snap.sketch.size()) + " counters for width " +
+          std::to_string(snap.sketch_width));
+  }
+  // Room: rows of this shard that are not here yet.
+  std::int64_t added = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    if ((num_shards == 1 || shard_of(snap.ids[i], num_shards) == shard) && t.find(snap.ids[i], t.hash(snap.ids[i])) == kNoRow)
+      ++added;
+  if (t.live + added > config_.capacity)
+    bad(std::to_string(added) + " new rows do not fit: " + std::to_string(t.live) + " rows of capacity " +
+        std::to_string(config_.capacity));
+
+  // Checked: now change the table.
+  std::int64_t taken = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t id = snap.ids[i];
+    if (num_shards > 1 && shard_of(id, num_shards) != shard) continue;
+    const std::uint64_t h = t.hash(id);
+    std::uint32_t r = t.find(id, h);
+    if (r == kNoRow) {
+      r = t.alloc_record();
+      t.set_id(r, id);
+      t.set_stamp(r, snap.stamps[i]);
+      ++t.live;
+      t.index_add(h, r);
+    }
+    t.set_stamp(r, snap.stamps[i]);
+    float* v = t.values(r);
+    std::memcpy(v, snap.values.data() + i * t.dim, t.dim * sizeof(float));
+    for (int k = 0; k < t.num_slot_arrays; ++k)
+      std::memcpy(v + (k + 1) * t.dim, snap.slots[static_cast<std::size_t>(k)].data() + i * t.dim, t.dim * sizeof(float));
+    ++taken;
+  }
+  t.clock = std::max({t.clock, snap.clock, snap.stamps.empty() ? 0 : *std::max_element(snap.stamps.begin(), snap.stamps.end())});
+  if (sketch_matches && !snap.sketch.empty())
+    for (std::size_t c = 0; c < t.sketch.size(); ++c)
+      t.sketch[c] = static_cast<std::uint16_t>(std::min<std::uint32_t>(0xffff, std::uint32_t{t.sketch[c]} + snap.sketch[c]));
+  t.candidates.clear();  // the scan's view is stale
+  t.next_candidate = 0;
+  t.empty_scan_clock = -1;
+  t.counters.imported += taken;
+  if (num_shards == 1) {
+    const DynamicTableStats& s = snap.stats;
+    t.counters.admitted += s.admitted;
+    t.counters.lookups += s.lookups;
+    t.counters.updates += s.updates;
+    t.counters.rejected_lookups += s.rejected_lookups;
+    t.counters.rejected_updates += s.rejected_updates;
+    t.counters.rejected_full += s.rejected_full;
+    t.counters.evicted_ttl += s.evicted_ttl;
+    t.counters.evicted_capacity += s.evicted_capacity;
+    t.counters.imported += s.imported;
+  }
+}
+
+DynamicTableStats DynamicTable::stats() const {
+  DynamicTableStats s = impl_->counters;
+  s.rows = impl_->live;
+  s.bytes = impl_->bytes();
+  s.row_bytes = config_.dim * static_cast<std::int64_t>(sizeof(float)) * (1 + impl_->num_slot_arrays);
+  return s;
+}
+
+}  // namespace strata::ps

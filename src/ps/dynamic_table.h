@@ -1,0 +1,182 @@
+// A parameter server's dynamic embedding table (issue 22, item 2): rows of `dim` floats keyed by
+// arbitrary int64 ids, with no vocabulary, created on first use, admitted by frequency and evicted
+// by age or capacity. Private to the ps layer; the data plane (later) owns one table per shard.
+//
+// Layout (docs/DYNAMIC.md has the figures):
+//   * Row store: fixed-size pages of records, record r = [id int64][stamp int64][values dim f32]
+//     [slot 0 dim f32][slot 1 dim f32] (as many slots as the optimizer has), padded to 8 bytes.
+//     Pages are about 64 KiB. A row keeps its record number for its whole life; freed records form a free list threaded
+//     through their id field, so memory of evicted rows is reused, never returned.
+//   * Index: open addressing with Robin Hood linear probing over a power-of-two array of 6-byte
+//     slots {probe distance + 1 (8 bits), hash tag (8 bits), record number (32 bits)}. A slot
+//     never holds an id, so no id value is reserved as the "empty" marker: empty is distance 0,
+//     and every int64 (INT64_MIN, -1, 0, ...) is an ordinary key. Deletion shifts the following
+//     cluster back (no tombstones). The index doubles when it would pass 7/8 load.
+//   * Hashes: mix64 is splitmix64's finaliser (bijective on 64 bits). The index hash is
+//     mix64(id ^ mix64(seed ^ kIndexSalt)); its top bits pick the home slot, its low 8 bits are
+//     the tag. It decides only where a row sits in memory, never its contents.
+//
+// Determinism: a row's initial values are ps::fill() of the table's Initializer with the seed
+// row_seed(init.seed, id), i.e. a pure function of (initializer, id): the same on every PS, in any
+// insertion order, under any shard count. Optimizer slots start at slot_initial_value(). Updates
+// use the dense PS's optimizer code (apply_rows in strata/ps/optimizer.h), so a row updated here is
+// bit-identical to the same row of a dense variable updated with apply_sparse_rows.
+//
+// Admission: with admit_after = N > 1, an id becomes a row on the lookup that sees it for the N-th
+// time, counted in a count-min sketch with conservative update (depth 4, `sketch_width` 16-bit
+// saturating counters per hash row). Estimates never undercount (until decay_admission_counts()
+// halves them), so an id is never admitted late; a hash collision of all four cells can admit it
+// early. Until then a training lookup returns zeros
+// (DeepRec's default_value_no_permission; TFRA's default is also a constant) and an update is
+// dropped; both are counted. Only training lookups count as "seen"; updates do not.
+//
+// Eviction: rows carry the step of their last update ("stamp"; creation stamps the table's clock).
+// evict_older_than() removes rows not updated for `ttl` steps. When the table is at `capacity`, a
+// new row replaces the least-recently-updated row (exact LRU by stamp, ties by record number),
+// found from a batch of the oldest rows picked by one scan (1/32 of the table per scan). A row
+// stamped at the current clock is never evicted to make room (so a batch never evicts a row it
+// just created or updated); an id that finds no room is treated like a not-admitted id (zeros,
+// update dropped, counted in rejected_full).
+//
+// Thread-safety: none inside. One thread (the shard's service thread) owns a table and makes every
+// call; const member functions may run concurrently with each other only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "strata/ps/optimizer.h"
+#include "strata/ps/variable.h"
+
+namespace strata::ps {
+
+// splitmix64's finaliser, the hash every function below builds on.
+std::uint64_t dynamic_mix64(std::uint64_t x);
+
+// The shard (0 <= shard < num_shards) that owns `id`: Lamping & Veach's jump consistent hash of
+// mix64(id ^ kShardSalt). Depends only on (id, num_shards), never on a table's seed or contents;
+// going from n to n + 1 shards moves only about 1/(n + 1) of the ids, all to the new shard.
+// num_shards must be in [1, 2^31 - 1] (strata::Error otherwise).
+int shard_of(std::int64_t id, int num_shards);
+
+// The seed of row `id`'s initializer stream: mix64(mix64(table_seed ^ kRowSalt) + id). Distinct
+// ids of one table get distinct seeds (mix64 is a bijection).
+std::uint64_t row_seed(std::uint64_t table_seed, std::int64_t id);
+
+struct DynamicTableConfig {
+  std::int64_t dim = 16;  // floats per row, in [1, 65536]
+  // Initial values: any Initializer kind except glorot_uniform (an unbounded table has no fans).
+  Initializer init = Initializer::uniform(-0.05, 0.05, 0);
+  OptimizerConfig optimizer = OptimizerConfig::defaults(OptimizerKind::kAdagrad);
+  std::int64_t capacity = std::int64_t{1} << 24;  // most rows, in [1, kMaxCapacity]
+  std::int64_t admit_after = 0;                   // N: 0 or 1 admit at once; at most 65535
+  std::int64_t sketch_width = std::int64_t{1} << 16;  // counters per sketch row (N > 1): a power of two in [64, 2^26]
+
+  static constexpr std::int64_t kMaxCapacity = (std::int64_t{1} << 31) - 1;
+  static constexpr int kSketchDepth = 4;
+
+  // ConfigError naming the field and value when anything above is out of range (the optimizer
+  // and the initializer are validated too).
+  void validate() const;
+};
+
+// Counters of one table, cumulative since construction (or as restored by import()).
+struct DynamicTableStats {
+  std::int64_t rows = 0;              // live rows now
+  std::int64_t admitted = 0;          // rows created for admitted ids, on lookup or update (an id
+                                      // evicted and seen again is admitted again)
+  std::int64_t lookups = 0;           // ids looked up (training and inference)
+  std::int64_t updates = 0;           // row updates applied (duplicates in one batch: one update)
+  std::int64_t rejected_lookups = 0;  // training lookups answered with zeros: id not admitted yet
+  std::int64_t rejected_updates = 0;  // gradients dropped: id not admitted yet
+  std::int64_t rejected_full = 0;     // ids refused because no row could be evicted (see header)
+  std::int64_t evicted_ttl = 0;       // rows removed by evict_older_than
+  std::int64_t evicted_capacity = 0;  // rows replaced at capacity
+  std::int64_t imported = 0;          // rows taken from snapshots
+  std::int64_t bytes = 0;             // memory the table holds now (row pages, index, sketch, scratch)
+  std::int64_t row_bytes = 0;         // bytes of one row's values and slots: dim * 4 * (1 + slots)
+};
+
+// A table's contents in memory, the format the HDF5 writer (later) stores. Rows are sorted by id,
+// so two tables with the same rows export equal snapshots whatever their history.
+//   ids           n ids, strictly increasing
+//   values        n * dim floats, row i at i * dim
+//   slots         num_slots(optimizer) arrays of n * dim floats, in slot_names() order
+//   stamps        n steps of last update
+//   clock         the table's clock (largest step seen)
+//   sketch        kSketchDepth * sketch_width counters (empty when admit_after <= 1), row-major
+//   stats         the counters at export (bytes and rows describe the exporting table)
+struct DynamicTableSnapshot {
+  std::int64_t dim = 0;
+  std::int64_t sketch_width = 0;
+  std::vector<std::int64_t> ids;
+  std::vector<float> values;
+  std::vector<std::vector<float>> slots;
+  std::vector<std::int64_t> stamps;
+  std::int64_t clock = 0;
+  std::vector<std::uint16_t> sketch;
+  DynamicTableStats stats;
+};
+
+class DynamicTable {
+ public:
+  // Validates `config` (ConfigError). config.init.seed is the table seed: it fixes every row's
+  // initial values and salts the index hash.
+  explicit DynamicTable(const DynamicTableConfig& config);
+  ~DynamicTable();
+  DynamicTable(const DynamicTable&) = delete;
+  DynamicTable& operator=(const DynamicTable&) = delete;
+
+  const DynamicTableConfig& config() const { return config_; }
+  std::int64_t dim() const { return config_.dim; }
+  std::int64_t size() const;
+
+  enum class LookupMode {
+    kTrain,      // counts ids for admission and creates admitted rows
+    kInference,  // reads only: a missing row reads as zeros, nothing is counted or created
+  };
+  // Writes the rows of ids[0..n) to out[i * dim .. (i + 1) * dim). Duplicates are fine. n == 0 is
+  // a no-op; ids and out must be non-null otherwise, and n * dim must fit in size_t (strata::Error).
+  void lookup(const std::int64_t* ids, std::size_t n, float* out, LookupMode mode = LookupMode::kTrain);
+
+  // Applies one optimizer update with gradient rows grads[i * dim ..] to the rows of ids[0..n).
+  // The gradients of an id listed several times are summed in order of appearance, then its row
+  // gets one update (apply_sparse_rows' semantics). A missing id gets a row first if it is
+  // admitted (its count already reached N), else its gradient is dropped (rejected_updates).
+  // `step` >= 1 is Adam's t (1-based count of updates, as for a dense variable); the clock becomes
+  // max(clock, step) and stamps every row of the batch (so out-of-order steps from asynchronous
+  // workers never move a stamp backwards).
+  void apply(const std::int64_t* ids, std::size_t n, const float* grads, std::int64_t step);
+
+  // Removes the rows whose stamp s satisfies s + ttl <= global_step (not updated during the last
+  // `ttl` steps); ttl >= 1. Advances the clock to max(clock, global_step). Returns rows removed.
+  std::int64_t evict_older_than(std::int64_t global_step, std::int64_t ttl);
+
+  // Halves every admission counter (TinyLFU's reset): ids that stopped appearing lose their
+  // progress towards admission. No-op without admission.
+  void decay_admission_counts();
+
+  // Snapshot of every row (see DynamicTableSnapshot).
+  DynamicTableSnapshot export_rows() const;
+  // Adds the rows of `snap` that belong to shard `shard` of `num_shards` (shard_of), replacing a
+  // row already present; clock = max(clock, snap.clock). The admission sketch is added counter by
+  // counter (saturating; exact when one snapshot goes into an empty table of the same geometry,
+  // an over-estimate when several shards merge; ignored when the widths differ). With
+  // num_shards == 1 (a restore of the whole snapshot) the counters other than rows and bytes are
+  // added as well; a reshard (num_shards > 1) leaves them alone, since every new shard reads every
+  // old snapshot and would count them again. Everything is checked first (dims, array sizes, ids
+  // strictly increasing, room under capacity): a bad snapshot throws strata::Error naming the
+  // field and changes nothing.
+  void import_rows(const DynamicTableSnapshot& snap, int shard = 0, int num_shards = 1);
+
+  DynamicTableStats stats() const;
+
+ private:
+  struct Impl;
+  DynamicTableConfig config_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::ps

@@ -1,0 +1,806 @@
+// The PS's dynamic embedding table (src/ps/dynamic_table.h): deterministic rows, the dense
+// optimizers' bits, admission, TTL and capacity eviction with their counters, snapshots (also
+// across shard counts), growth with colliding ids, the ids an index might reserve, memory per row,
+// hostile arguments, and a randomized comparison with a std::unordered_map model.
+#include "ps/dynamic_table.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <random>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "strata/common/error.h"
+#include "strata/ps/optimizer.h"
+#include "strata/ps/variable.h"
+
+namespace strata::ps {
+namespace {
+
+using Mode = DynamicTable::LookupMode;
+
+DynamicTableConfig make_config(OptimizerKind kind = OptimizerKind::kAdagrad, std::int64_t dim = 8) {
+  DynamicTableConfig c;
+  c.dim = dim;
+  c.init = Initializer::uniform(-0.5, 0.5, 42);
+  c.optimizer = OptimizerConfig::defaults(kind);
+  c.optimizer.learning_rate = 0.1;
+  if (kind == OptimizerKind::kFtrl) {
+    c.optimizer.l1 = 0.001;
+    c.optimizer.l2 = 0.01;
+    c.optimizer.l2_shrinkage = 0.001;
+  }
+  c.capacity = 1 << 20;
+  return c;
+}
+
+// The row a fresh table must create for `id`: ps::fill with the row's own seed, computed here
+// without the table.
+std::vector<float> expected_init(const DynamicTableConfig& c, std::int64_t id) {
+  Initializer init = c.init;
+  init.seed = row_seed(c.init.seed, id);
+  std::vector<float> row(static_cast<std::size_t>(c.dim));
+  fill(init, DType::kF32, {1, c.dim}, 0, 1, row.data());
+  return row;
+}
+
+std::vector<float> lookup(DynamicTable& t, const std::vector<std::int64_t>& ids, Mode mode = Mode::kTrain) {
+  std::vector<float> out(ids.size() * static_cast<std::size_t>(t.dim()), -7.0f);
+  t.lookup(ids.data(), ids.size(), out.data(), mode);
+  return out;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+void expect_same_snapshot(const DynamicTableSnapshot& a, const DynamicTableSnapshot& b) {
+  EXPECT_EQ(a.dim, b.dim);
+  EXPECT_EQ(a.ids, b.ids);
+  EXPECT_TRUE(same_bits(a.values, b.values));
+  ASSERT_EQ(a.slots.size(), b.slots.size());
+  for (std::size_t k = 0; k < a.slots.size(); ++k) EXPECT_TRUE(same_bits(a.slots[k], b.slots[k])) << "slot " << k;
+  EXPECT_EQ(a.stamps, b.stamps);
+}
+
+std::vector<float> random_grads(std::mt19937_64& gen, std::size_t n, std::int64_t dim) {
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> out(n * static_cast<std::size_t>(dim));
+  for (float& x : out) x = g(gen);
+  return out;
+}
+
+// ---- hashing and determinism ------------------------------------------------------------------
+
+TEST(DynamicTable, RowsAreAFunctionOfSeedAndIdOnly) {
+  const DynamicTableConfig c = make_config();
+  std::vector<std::int64_t> ids;
+  for (std::int64_t i = 0; i < 500; ++i) ids.push_back(i * 7919 - 1000);
+  std::vector<std::int64_t> reversed(ids.rbegin(), ids.rend());
+
+  DynamicTable a(c), b(c);
+  lookup(a, ids);
+  lookup(b, reversed);
+  // A third table holds only shard 1 of 3, as a PS would.
+  DynamicTable shard(c);
+  std::vector<std::int64_t> mine;
+  for (std::int64_t id : ids)
+    if (shard_of(id, 3) == 1) mine.push_back(id);
+  ASSERT_FALSE(mine.empty());
+  lookup(shard, mine);
+
+  for (std::int64_t id : ids) {
+    const std::vector<float> want = expected_init(c, id);
+    EXPECT_TRUE(same_bits(lookup(a, {id}), want)) << id;
+    EXPECT_TRUE(same_bits(lookup(b, {id}), want)) << id;
+  }
+  for (std::int64_t id : mine) EXPECT_TRUE(same_bits(lookup(shard, {id}), expected_init(c, id))) << id;
+  EXPECT_EQ(a.size(), 500);
+  EXPECT_EQ(a.stats().admitted, 500);
+  // The values are the initializer's: inside [-0.5, 0.5), and not all the same.
+  const std::vector<float> row = lookup(a, {ids[0]});
+  for (float v : row) EXPECT_TRUE(v >= -0.5f && v < 0.5f) << v;
+  EXPECT_FALSE(same_bits(lookup(a, {ids[0]}), lookup(a, {ids[1]})));
+  // Another seed gives other rows.
+  DynamicTableConfig other = c;
+  other.init.seed = 43;
+  DynamicTable d(other);
+  EXPECT_FALSE(same_bits(lookup(d, {ids[0]}), row));
+}
+
+TEST(DynamicTable, ShardOfIsStableAndMovesFewIdsWhenShardsAreAdded) {
+  std::vector<int> counts(4, 0);
+  int moved = 0;
+  for (std::int64_t id = -20000; id < 20000; ++id) {
+    const int s4 = shard_of(id, 4);
+    ASSERT_GE(s4, 0);
+    ASSERT_LT(s4, 4);
+    ++counts[static_cast<std::size_t>(s4)];
+    EXPECT_EQ(shard_of(id, 1), 0);
+    const int s5 = shard_of(id, 5);
+    if (s5 != s4) {
+      EXPECT_EQ(s5, 4) << "an id that moves goes to the new shard";
+      ++moved;
+    }
+  }
+  for (int n : counts) EXPECT_NEAR(n, 10000, 600);
+  EXPECT_NEAR(moved, 40000 / 5, 800);
+  EXPECT_EQ(shard_of(std::numeric_limits<std::int64_t>::min(), 7), shard_of(std::numeric_limits<std::int64_t>::min(), 7));
+  EXPECT_THROW(shard_of(1, 0), Error);
+}
+
+// ---- optimizer bits ---------------------------------------------------------------------------
+
+TEST(DynamicTable, ApplyRowsMatchesApplyDense) {
+  std::mt19937_64 gen(5);
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdagrad, OptimizerKind::kAdam,
+                             OptimizerKind::kRmsProp, OptimizerKind::kFtrl}) {
+    const OptimizerConfig cfg = make_config(kind).optimizer;
+    for (std::size_t dim : {std::size_t{1}, std::size_t{16}, std::size_t{37}, std::size_t{1100}}) {
+      const std::size_t stride = dim;
+      std::vector<float> rec = random_grads(gen, 3, static_cast<std::int64_t>(dim));  // values + 2 slots
+      for (std::size_t i = dim; i < rec.size(); ++i) rec[i] = std::abs(rec[i]);     // accumulators >= 0
+      std::vector<float> dense = rec;
+      const std::vector<float> g = random_grads(gen, 1, static_cast<std::int64_t>(dim));
+      float* rows[] = {rec.data()};
+      const float* grads[] = {g.data()};
+      apply_rows(cfg, 3, rows, stride, dim, grads, 1);
+      float* slots[] = {dense.data() + dim, dense.data() + 2 * dim};
+      apply_dense(cfg, 3, dense.data(), slots, g.data(), dim);
+      EXPECT_TRUE(same_bits(rec, dense)) << to_string(kind) << " dim " << dim;
+    }
+  }
+  const OptimizerConfig sgd = make_config(OptimizerKind::kSgd).optimizer;
+  EXPECT_THROW(apply_rows(sgd, 0, nullptr, 1, 1, nullptr, 0), Error);
+  apply_rows(sgd, 1, nullptr, 1, 1, nullptr, 0);  // nothing to do
+}
+
+// A dense variable holding the table's rows, updated through apply_sparse_rows with the same
+// batches (duplicates included), ends bit-identical to the table.
+TEST(DynamicTable, ApplyMatchesTheDenseOptimizerBitForBit) {
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdagrad, OptimizerKind::kAdam,
+                             OptimizerKind::kRmsProp, OptimizerKind::kFtrl}) {
+    const DynamicTableConfig c = make_config(kind, 16);
+    DynamicTable table(c);
+    std::vector<std::int64_t> ids;
+    for (std::int64_t i = 0; i < 64; ++i) ids.push_back((i * 0x9E3779B97F4A7C15ll) ^ i);
+    lookup(table, ids);
+    // The dense copy: row k holds ids[k].
+    const DynamicTableSnapshot start = table.export_rows();
+    const std::size_t dim = 16, rows = ids.size();
+    std::vector<float> var(rows * dim);
+    std::vector<std::vector<float>> slots(start.slots.size(), std::vector<float>(rows * dim));
+    std::map<std::int64_t, std::int64_t> row_of;
+    for (std::size_t k = 0; k < rows; ++k) {
+      const auto at = static_cast<std::size_t>(std::lower_bound(start.ids.begin(), start.ids.end(), ids[k]) - start.ids.begin());
+      row_of[ids[k]] = static_cast<std::int64_t>(k);
+      std::memcpy(&var[k * dim], &start.values[at * dim], dim * sizeof(float));
+      for (std::size_t s = 0; s < slots.size(); ++s) std::memcpy(&slots[s][k * dim], &start.slots[s][at * dim], dim * sizeof(float));
+    }
+    std::mt19937_64 gen(11);
+    std::uniform_int_distribution<std::size_t> pick(0, rows - 1);
+    for (std::int64_t step = 1; step <= 6; ++step) {
+      std::vector<std::int64_t> batch, dense_rows;
+      for (int i = 0; i < 48; ++i) {  // 48 draws from 64 ids: duplicates certain
+        batch.push_back(ids[pick(gen)]);
+        dense_rows.push_back(row_of[batch.back()]);
+      }
+      const std::vector<float> g = random_grads(gen, batch.size(), 16);
+      table.apply(batch.data(), batch.size(), g.data(), step);
+      std::vector<float*> slot_ptrs;
+      for (auto& s : slots) slot_ptrs.push_back(s.data());
+      apply_sparse_rows(c.optimizer, step, var.data(), slot_ptrs.data(), dim, dense_rows.data(), g.data(), batch.size());
+    }
+    const DynamicTableSnapshot end = table.export_rows();
+    int differing = 0;
+    for (std::size_t k = 0; k < rows; ++k) {
+      const auto at = static_cast<std::size_t>(std::lower_bound(end.ids.begin(), end.ids.end(), ids[k]) - end.ids.begin());
+      differing += std::memcmp(&var[k * dim], &end.values[at * dim], dim * sizeof(float)) != 0;
+      for (std::size_t s = 0; s < slots.size(); ++s)
+        differing += std::memcmp(&slots[s][k * dim], &end.slots[s][at * dim], dim * sizeof(float)) != 0;
+    }
+    EXPECT_EQ(differing, 0) << to_string(kind);
+    EXPECT_FALSE(same_bits(start.values, end.values)) << to_string(kind) << ": nothing was updated";
+    EXPECT_EQ(table.stats().rejected_updates, 0);
+  }
+}
+
+// ---- admission --------------------------------------------------------------------------------
+
+TEST(DynamicTable, AdmissionAfterNSightings) {
+  DynamicTableConfig c = make_config(OptimizerKind::kSgd, 4);
+  c.admit_after = 3;
+  DynamicTable t(c);
+  const std::vector<float> zeros(4, 0.0f), g(4, 1.0f);
+  const std::int64_t id = -123456789;
+  EXPECT_TRUE(same_bits(lookup(t, {id}), zeros));  // seen once
+  t.apply(&id, 1, g.data(), 1);                    // dropped: not admitted
+  EXPECT_TRUE(same_bits(lookup(t, {id}, Mode::kInference), zeros));  // inference does not count
+  EXPECT_EQ(t.size(), 0);
+  EXPECT_TRUE(same_bits(lookup(t, {id}), zeros));  // seen twice
+  EXPECT_EQ(t.size(), 0);
+  EXPECT_TRUE(same_bits(lookup(t, {id}), expected_init(c, id)));  // third time: a row
+  EXPECT_EQ(t.size(), 1);
+  DynamicTableStats s = t.stats();
+  EXPECT_EQ(s.rejected_lookups, 2);
+  EXPECT_EQ(s.rejected_updates, 1);
+  EXPECT_EQ(s.admitted, 1);
+  EXPECT_EQ(s.lookups, 4);
+  EXPECT_EQ(s.updates, 0);
+  t.apply(&id, 1, g.data(), 2);
+  EXPECT_EQ(t.stats().updates, 1);
+
+  // Duplicates in one batch count as sightings each.
+  const std::int64_t other = 77;
+  const std::vector<float> three = lookup(t, {other, other, other});
+  EXPECT_TRUE(same_bits(std::vector<float>(three.begin(), three.begin() + 8), std::vector<float>(8, 0.0f)));
+  EXPECT_TRUE(same_bits(std::vector<float>(three.begin() + 8, three.end()), expected_init(c, other)));
+
+  // An admitted id whose row was evicted comes back on its next update (its count stays >= N).
+  EXPECT_EQ(t.evict_older_than(100, 10), 2);
+  EXPECT_EQ(t.size(), 0);
+  t.apply(&id, 1, g.data(), 101);
+  EXPECT_EQ(t.size(), 1);
+  std::vector<float> want = expected_init(c, id);
+  for (float& v : want) v = v - 1.0f * static_cast<float>(c.optimizer.learning_rate);
+  EXPECT_TRUE(same_bits(lookup(t, {id}), want));
+
+  // Decay halves the counts: an id seen twice (count 2) drops to 1 and needs two more sightings.
+  const std::int64_t late = 5;
+  lookup(t, {late, late});
+  t.decay_admission_counts();
+  EXPECT_TRUE(same_bits(lookup(t, {late}), zeros));
+  EXPECT_TRUE(same_bits(lookup(t, {late}), expected_init(c, late)));
+}
+
+TEST(DynamicTable, AdmitAfterZeroAndOneAdmitAtOnce) {
+  for (std::int64_t n : {0, 1}) {
+    DynamicTableConfig c = make_config(OptimizerKind::kSgd, 4);
+    c.admit_after = n;
+    DynamicTable t(c);
+    const std::vector<float> g(4, 1.0f);
+    const std::int64_t id = 9;
+    t.apply(&id, 1, g.data(), 1);  // an update creates the row too
+    EXPECT_EQ(t.size(), 1);
+    EXPECT_EQ(t.stats().rejected_updates, 0);
+  }
+}
+
+// ---- eviction ---------------------------------------------------------------------------------
+
+TEST(DynamicTable, TtlEvictionRemovesRowsNotUpdatedForTSteps) {
+  const DynamicTableConfig c = make_config(OptimizerKind::kSgd, 4);
+  DynamicTable t(c);
+  const std::vector<float> g(4, 0.5f);
+  // id k updated last at step k (ids 1..10); id 100 only looked up (stamped at the clock then, 0).
+  lookup(t, {100});
+  for (std::int64_t k = 1; k <= 10; ++k) t.apply(&k, 1, g.data(), k);
+  EXPECT_EQ(t.size(), 11);
+  // global step 12, ttl 5: rows with stamp + 5 <= 12, i.e. stamps 0..7, go.
+  EXPECT_EQ(t.evict_older_than(12, 5), 8);
+  EXPECT_EQ(t.size(), 3);
+  const DynamicTableSnapshot s = t.export_rows();
+  EXPECT_EQ(s.ids, (std::vector<std::int64_t>{8, 9, 10}));
+  EXPECT_EQ(s.stamps, (std::vector<std::int64_t>{8, 9, 10}));
+  EXPECT_EQ(t.stats().evicted_ttl, 8);
+  EXPECT_EQ(t.evict_older_than(12, 5), 0);
+  // An evicted id comes back as a fresh row.
+  EXPECT_TRUE(same_bits(lookup(t, {3}), expected_init(c, 3)));
+  EXPECT_EQ(t.stats().admitted, 12);
+  // The clock moved to 12: the re-created row is stamped 12.
+  EXPECT_EQ(t.export_rows().stamps.front(), 12);
+  EXPECT_THROW(t.evict_older_than(12, 0), Error);
+  EXPECT_THROW(t.evict_older_than(-1, 5), Error);
+  EXPECT_EQ(t.evict_older_than(std::numeric_limits<std::int64_t>::max(), std::numeric_limits<std::int64_t>::max()), 0);
+  EXPECT_EQ(t.evict_older_than(std::numeric_limits<std::int64_t>::max(), 1), 4);
+}
+
+TEST(DynamicTable, CapacityEvictsTheLeastRecentlyUpdatedRow) {
+  DynamicTableConfig c = make_config(OptimizerKind::kAdam, 4);
+  c.capacity = 8;
+  DynamicTable t(c);
+  const std::vector<float> g(4, 0.25f);
+  // ids 1..8 updated at steps 1..8, then id 3 again at step 9: least recent are 1, 2, 4, 5...
+  for (std::int64_t k = 1; k <= 8; ++k) t.apply(&k, 1, g.data(), k);
+  const std::int64_t three = 3;
+  t.apply(&three, 1, g.data(), 9);
+  EXPECT_EQ(t.size(), 8);
+  for (std::int64_t id : {101, 102, 103}) {
+    t.apply(&id, 1, g.data(), 10);
+    EXPECT_EQ(t.size(), 8);
+  }
+  EXPECT_EQ(t.export_rows().ids, (std::vector<std::int64_t>{3, 5, 6, 7, 8, 101, 102, 103}));
+  EXPECT_EQ(t.stats().evicted_capacity, 3);
+  // A row evicted and recreated starts over from its initial values and slots.
+  const std::int64_t one = 1;
+  t.apply(&one, 1, g.data(), 11);  // evicts 5
+  DynamicTable fresh(c);
+  fresh.apply(&one, 1, g.data(), 11);
+  const DynamicTableSnapshot a = t.export_rows(), b = fresh.export_rows();
+  EXPECT_TRUE(same_bits(std::vector<float>(a.values.begin(), a.values.begin() + 4), b.values));
+  EXPECT_EQ(a.ids.front(), 1);
+  EXPECT_EQ(std::count(a.ids.begin(), a.ids.end(), 5), 0);
+
+  // Rows of the current step are never evicted to make room: a batch of 12 new ids at one step
+  // keeps the first 8 and refuses 4.
+  DynamicTable small(c);
+  std::vector<std::int64_t> batch;
+  for (std::int64_t i = 0; i < 12; ++i) batch.push_back(1000 + i);
+  const std::vector<float> gg(batch.size() * 4, 1.0f);
+  small.apply(batch.data(), batch.size(), gg.data(), 1);
+  EXPECT_EQ(small.size(), 8);
+  EXPECT_EQ(small.stats().rejected_full, 4);
+  EXPECT_EQ(small.stats().updates, 8);
+  // The next step may replace them: the four refused ids now take the place of the oldest four.
+  small.apply(batch.data() + 8, 4, gg.data(), 2);
+  EXPECT_EQ(small.size(), 8);
+  EXPECT_EQ(small.stats().evicted_capacity, 4);
+  // Same stamp: ties go by record number, the first four created.
+  EXPECT_EQ(small.export_rows().ids, (std::vector<std::int64_t>{1004, 1005, 1006, 1007, 1008, 1009, 1010, 1011}));
+}
+
+TEST(DynamicTable, CapacityEvictionAtScaleKeepsTheNewestRows) {
+  DynamicTableConfig c = make_config(OptimizerKind::kSgd, 2);
+  c.capacity = 5000;
+  DynamicTable t(c);
+  std::vector<float> g(2 * 100, 0.1f);
+  // 200 steps of 100 new ids each: 20000 ids through a 5000-row table.
+  for (std::int64_t step = 1; step <= 200; ++step) {
+    std::vector<std::int64_t> ids;
+    for (std::int64_t i = 0; i < 100; ++i) ids.push_back(step * 1000 + i);
+    t.apply(ids.data(), ids.size(), g.data(), step);
+    ASSERT_LE(t.size(), 5000);
+  }
+  const DynamicTableSnapshot s = t.export_rows();
+  ASSERT_EQ(s.ids.size(), 5000u);
+  // The survivors are exactly the last 50 steps' ids.
+  EXPECT_EQ(s.ids.front(), 151 * 1000);
+  EXPECT_EQ(s.ids.back(), 200 * 1000 + 99);
+  EXPECT_EQ(t.stats().evicted_capacity, 15000);
+  EXPECT_EQ(t.stats().rejected_full, 0);
+}
+
+// ---- snapshots --------------------------------------------------------------------------------
+
+TEST(DynamicTable, ExportImportRoundTripIsBitEqual) {
+  DynamicTableConfig c = make_config(OptimizerKind::kFtrl, 8);
+  c.admit_after = 2;
+  c.sketch_width = 1 << 12;
+  DynamicTable a(c);
+  std::mt19937_64 gen(3);
+  std::uniform_int_distribution<std::int64_t> pick(-3000, 3000);
+  for (std::int64_t step = 1; step <= 30; ++step) {
+    std::vector<std::int64_t> ids(64);
+    for (auto& id : ids) id = pick(gen) * 1000003;
+    lookup(a, ids);
+    const std::vector<float> g = random_grads(gen, ids.size(), 8);
+    a.apply(ids.data(), ids.size(), g.data(), step);
+    if (step % 10 == 0) a.evict_older_than(step, 15);
+  }
+  const DynamicTableSnapshot snap = a.export_rows();
+  ASSERT_GT(snap.ids.size(), 100u);
+  EXPECT_TRUE(std::is_sorted(snap.ids.begin(), snap.ids.end()));
+  EXPECT_EQ(snap.slots.size(), 2u);
+
+  DynamicTable b(c);
+  b.import_rows(snap);
+  const DynamicTableSnapshot again = b.export_rows();
+  expect_same_snapshot(snap, again);
+  EXPECT_EQ(again.clock, snap.clock);
+  EXPECT_EQ(again.sketch, snap.sketch);
+  const DynamicTableStats sa = a.stats(), sb = b.stats();
+  EXPECT_EQ(sb.rows, sa.rows);
+  EXPECT_EQ(sb.admitted, sa.admitted);
+  EXPECT_EQ(sb.lookups, sa.lookups);
+  EXPECT_EQ(sb.updates, sa.updates);
+  EXPECT_EQ(sb.rejected_lookups, sa.rejected_lookups);
+  EXPECT_EQ(sb.rejected_updates, sa.rejected_updates);
+  EXPECT_EQ(sb.evicted_ttl, sa.evicted_ttl);
+  EXPECT_EQ(sb.imported, static_cast<std::int64_t>(snap.ids.size()));
+
+  // The restored table behaves as the original from here on (admission counts included).
+  std::vector<std::int64_t> ids(200);
+  for (auto& id : ids) id = pick(gen) * 1000003;
+  const std::vector<float> g = random_grads(gen, ids.size(), 8);
+  EXPECT_TRUE(same_bits(lookup(a, ids), lookup(b, ids)));
+  a.apply(ids.data(), ids.size(), g.data(), 31);
+  b.apply(ids.data(), ids.size(), g.data(), 31);
+  expect_same_snapshot(a.export_rows(), b.export_rows());
+}
+
+TEST(DynamicTable, ImportIntoADifferentShardCountGivesTheSameRows) {
+  const DynamicTableConfig c = make_config(OptimizerKind::kAdam, 8);
+  // Two "old" shards hold the ids of shard_of(id, 2).
+  DynamicTable old0(c), old1(c), whole(c);
+  std::mt19937_64 gen(8);
+  std::uniform_int_distribution<std::int64_t> pick(std::numeric_limits<std::int64_t>::min(),
+                                                   std::numeric_limits<std::int64_t>::max());
+  std::vector<std::int64_t> universe(2000);
+  for (auto& id : universe) id = pick(gen);
+  std::uniform_int_distribution<std::size_t> draw(0, universe.size() - 1);
+  for (std::int64_t step = 1; step <= 10; ++step) {
+    std::vector<std::int64_t> ids(300), part[2];
+    for (auto& id : ids) id = universe[draw(gen)];
+    const std::vector<float> g = random_grads(gen, ids.size(), 8);
+    std::vector<float> gpart[2];
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const int s = shard_of(ids[i], 2);
+      part[s].push_back(ids[i]);
+      gpart[s].insert(gpart[s].end(), g.begin() + static_cast<std::ptrdiff_t>(i * 8), g.begin() + static_cast<std::ptrdiff_t>(i * 8 + 8));
+    }
+    whole.apply(ids.data(), ids.size(), g.data(), step);
+    old0.apply(part[0].data(), part[0].size(), gpart[0].data(), step);
+    old1.apply(part[1].data(), part[1].size(), gpart[1].data(), step);
+  }
+  const DynamicTableSnapshot s0 = old0.export_rows(), s1 = old1.export_rows();
+  // Three new shards each read both old snapshots and keep their own ids.
+  std::vector<std::int64_t> all_ids;
+  std::size_t total = 0;
+  for (int s = 0; s < 3; ++s) {
+    DynamicTable fresh(c);
+    fresh.import_rows(s0, s, 3);
+    fresh.import_rows(s1, s, 3);
+    const DynamicTableSnapshot mine = fresh.export_rows();
+    total += mine.ids.size();
+    for (std::int64_t id : mine.ids) EXPECT_EQ(shard_of(id, 3), s);
+    // Every row equals the single table's row for that id, values and slots.
+    const DynamicTableSnapshot w = whole.export_rows();
+    for (std::size_t i = 0; i < mine.ids.size(); ++i) {
+      const auto at = static_cast<std::size_t>(std::lower_bound(w.ids.begin(), w.ids.end(), mine.ids[i]) - w.ids.begin());
+      ASSERT_LT(at, w.ids.size());
+      ASSERT_EQ(w.ids[at], mine.ids[i]);
+      EXPECT_EQ(std::memcmp(&w.values[at * 8], &mine.values[i * 8], 8 * sizeof(float)), 0);
+      for (std::size_t k = 0; k < 2; ++k) EXPECT_EQ(std::memcmp(&w.slots[k][at * 8], &mine.slots[k][i * 8], 8 * sizeof(float)), 0);
+      EXPECT_EQ(w.stamps[at], mine.stamps[i]);
+    }
+    EXPECT_EQ(fresh.stats().admitted, 0) << "a reshard does not add the old shards' counters";
+    EXPECT_EQ(fresh.stats().imported, static_cast<std::int64_t>(mine.ids.size()));
+  }
+  EXPECT_EQ(total, whole.export_rows().ids.size());
+}
+
+TEST(DynamicTable, ImportRejectsABadSnapshotAndChangesNothing) {
+  const DynamicTableConfig c = make_config(OptimizerKind::kAdagrad, 4);
+  DynamicTable src(c);
+  lookup(src, {1, 2, 3});
+  const DynamicTableSnapshot good = src.export_rows();
+  DynamicTable t(c);
+  lookup(t, {50});
+  const DynamicTableSnapshot before = t.export_rows();
+  auto rejects = [&](DynamicTableSnapshot s, const char* what) {
+    EXPECT_THROW(t.import_rows(s), Error) << what;
+    expect_same_snapshot(t.export_rows(), before);
+  };
+  DynamicTableSnapshot s = good;
+  s.dim = 5;
+  rejects(s, "dim");
+  s = good;
+  s.values.pop_back();
+  rejects(s, "values size");
+  s = good;
+  s.slots.clear();
+  rejects(s, "slot count");
+  s = good;
+  s.slots[0].push_back(1.0f);
+  rejects(s, "slot size");
+  s = good;
+  s.stamps.pop_back();
+  rejects(s, "stamps");
+  s = good;
+  std::swap(s.ids[0], s.ids[1]);
+  rejects(s, "unsorted ids");
+  s = good;
+  s.ids[1] = s.ids[0];
+  rejects(s, "duplicate ids");
+  s = good;
+  s.stamps[2] = -5;
+  rejects(s, "negative stamp");
+  s = good;
+  s.clock = -1;
+  rejects(s, "negative clock");
+  s = good;
+  s.sketch.assign(7, 1);
+  s.sketch_width = 64;
+  rejects(s, "sketch size");
+  EXPECT_THROW(t.import_rows(good, 3, 3), Error);
+  EXPECT_THROW(t.import_rows(good, 0, 0), Error);
+  DynamicTableConfig tiny = c;
+  tiny.capacity = 2;
+  DynamicTable small(tiny);
+  EXPECT_THROW(small.import_rows(good), Error);
+  EXPECT_EQ(small.size(), 0);
+}
+
+// ---- hostile ids and sizes --------------------------------------------------------------------
+
+TEST(DynamicTable, EveryInt64IsAnOrdinaryId) {
+  const DynamicTableConfig c = make_config(OptimizerKind::kSgd, 4);
+  DynamicTable t(c);
+  const std::vector<std::int64_t> ids = {std::numeric_limits<std::int64_t>::min(),
+                                         std::numeric_limits<std::int64_t>::max(),
+                                         -1,
+                                         0,
+                                         1,
+                                         0xffffffffll,
+                                         -0x100000000ll,
+                                         std::numeric_limits<std::int64_t>::min() + 1};
+  lookup(t, ids);
+  EXPECT_EQ(t.size(), static_cast<std::int64_t>(ids.size()));
+  for (std::int64_t id : ids) EXPECT_TRUE(same_bits(lookup(t, {id}), expected_init(c, id))) << id;
+  // Updates, eviction and re-creation of the extremes.
+  const std::vector<float> g(ids.size() * 4, 1.0f);
+  t.apply(ids.data(), 4, g.data(), 1);
+  EXPECT_EQ(t.evict_older_than(5, 2), 8);
+  EXPECT_EQ(t.size(), 0);
+  lookup(t, ids);
+  EXPECT_EQ(t.size(), 8);
+  EXPECT_EQ(t.export_rows().ids.front(), std::numeric_limits<std::int64_t>::min());
+}
+
+TEST(DynamicTable, GrowthWithIdsCollidingInTheLowBits) {
+  const DynamicTableConfig c = make_config(OptimizerKind::kSgd, 2);
+  DynamicTable t(c);
+  std::vector<std::int64_t> ids;
+  for (std::int64_t k = 1; k <= 100000; ++k) ids.push_back(k << 32);       // equal low 32 bits
+  for (std::int64_t k = 1; k <= 50000; ++k) ids.push_back(-(k << 44));     // equal low 44 bits
+  for (std::int64_t k = 1; k <= 50000; ++k) ids.push_back((k << 20) | 7);  // equal low 20 bits
+  for (std::size_t b = 0; b < ids.size(); b += 4096) {
+    const std::size_t n = std::min<std::size_t>(4096, ids.size() - b);
+    std::vector<float> out(n * 2);
+    t.lookup(ids.data() + b, n, out.data());
+  }
+  ASSERT_EQ(t.size(), 200000);
+  // Every id reads back its own row; a miss creates nothing in inference mode.
+  int wrong = 0;
+  for (std::size_t i = 0; i < ids.size(); i += 7) wrong += !same_bits(lookup(t, {ids[i]}, Mode::kInference), expected_init(c, ids[i]));
+  EXPECT_EQ(wrong, 0);
+  EXPECT_TRUE(same_bits(lookup(t, {3}, Mode::kInference), std::vector<float>(2, 0.0f)));
+  EXPECT_EQ(t.size(), 200000);
+  // Remove half by TTL (update the other half at a later step) and look the rest up again.
+  std::vector<std::int64_t> keep;
+  for (std::size_t i = 0; i < ids.size(); i += 2) keep.push_back(ids[i]);
+  const std::vector<float> g(keep.size() * 2, 0.0f);
+  t.apply(keep.data(), keep.size(), g.data(), 10);
+  EXPECT_EQ(t.evict_older_than(10, 1), 100000);
+  wrong = 0;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const std::vector<float> got = lookup(t, {ids[i]}, Mode::kInference);
+    wrong += i % 2 == 0 ? !same_bits(got, expected_init(c, ids[i])) : !same_bits(got, std::vector<float>(2, 0.0f));
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
+TEST(DynamicTable, MemoryPerRowStaysUnderOneAndAHalfTimesItsValues) {
+  // 16-float SGD rows (64 bytes, no slots) are the tightest case: overhead is id + stamp + index.
+  DynamicTableConfig c = make_config(OptimizerKind::kSgd, 16);
+  DynamicTable t(c);
+  EXPECT_EQ(t.stats().row_bytes, 64);
+  std::vector<std::int64_t> ids(1000);
+  std::vector<float> out(ids.size() * 16);
+  double worst = 0, best = 2;
+  for (std::int64_t b = 0; b < 300; ++b) {
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = b * 1000 + static_cast<std::int64_t>(i);
+    t.lookup(ids.data(), ids.size(), out.data());
+    const DynamicTableStats s = t.stats();
+    if (s.rows < 20000) continue;
+    const double ratio = static_cast<double>(s.bytes) / static_cast<double>(s.rows) / 64.0;
+    worst = std::max(worst, ratio);
+    best = std::min(best, ratio);
+  }
+  EXPECT_GT(worst, 1.0);
+  EXPECT_LE(worst, 1.5);
+  std::printf("16-float sgd rows, 20k-300k rows: %.1f to %.1f bytes per row (%.3fx to %.3fx of 64)\n", best * 64,
+              worst * 64, best, worst);
+  // Adagrad rows carry one slot: 128 bytes, far under.
+  DynamicTable a(make_config(OptimizerKind::kAdagrad, 16));
+  for (std::int64_t b = 0; b < 50; ++b) {
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = b * 1000 + static_cast<std::int64_t>(i);
+    a.lookup(ids.data(), ids.size(), out.data());
+  }
+  EXPECT_LE(static_cast<double>(a.stats().bytes) / 50000.0 / 128.0, 1.3);
+}
+
+TEST(DynamicTable, BadArgumentsGiveOneClearError) {
+  auto config_error = [](DynamicTableConfig c) {
+    try {
+      DynamicTable t(c);
+    } catch (const ConfigError& e) {
+      return std::string(e.message());
+    }
+    return std::string();
+  };
+  DynamicTableConfig c = make_config();
+  c.dim = 0;
+  EXPECT_NE(config_error(c).find("dim = 0"), std::string::npos);
+  c = make_config();
+  c.capacity = 0;
+  EXPECT_NE(config_error(c).find("capacity = 0"), std::string::npos);
+  c = make_config();
+  c.admit_after = 70000;
+  EXPECT_NE(config_error(c).find("admit_after"), std::string::npos);
+  c = make_config();
+  c.admit_after = 2;
+  c.sketch_width = 1000;
+  EXPECT_NE(config_error(c).find("sketch_width"), std::string::npos);
+  c = make_config();
+  c.init = Initializer::glorot_uniform(1);
+  EXPECT_NE(config_error(c).find("glorot"), std::string::npos);
+  c = make_config();
+  c.optimizer.learning_rate = -1;
+  EXPECT_NE(config_error(c).find("learning_rate"), std::string::npos);
+
+  DynamicTable t(make_config(OptimizerKind::kSgd, 4));
+  float out[4];
+  const std::int64_t id = 1;
+  EXPECT_THROW(t.lookup(nullptr, 1, out), Error);
+  EXPECT_THROW(t.lookup(&id, 1, nullptr), Error);
+  t.lookup(nullptr, 0, nullptr);  // nothing to do
+  EXPECT_THROW(t.lookup(&id, std::numeric_limits<std::size_t>::max() / 2, out), Error);  // n * dim wraps
+  EXPECT_THROW(t.apply(&id, 1, out, 0), Error);
+  EXPECT_THROW(t.apply(&id, 1, nullptr, 1), Error);
+  EXPECT_THROW(t.apply(&id, std::numeric_limits<std::size_t>::max() / 8, out, 1), Error);
+  EXPECT_EQ(t.size(), 0);
+}
+
+// ---- randomized model -------------------------------------------------------------------------
+
+// The table's contract written as plainly as possible: a map from id to row, exact sighting
+// counts, stamps, and apply_dense on each distinct row with its gradients summed in order.
+struct Model {
+  struct Row {
+    std::vector<float> v, s0, s1;
+    std::int64_t stamp = 0;
+  };
+  DynamicTableConfig c;
+  std::unordered_map<std::int64_t, Row> rows;
+  std::unordered_map<std::int64_t, std::int64_t> seen;
+  std::int64_t clock = 0;
+  DynamicTableStats stats;
+
+  Row& create(std::int64_t id) {
+    Row& r = rows[id];
+    r.v = expected_init(c, id);
+    const auto dim = static_cast<std::size_t>(c.dim);
+    r.s0.assign(dim, num_slots(c.optimizer.kind) > 0 ? static_cast<float>(slot_initial_value(c.optimizer, 0)) : 0.0f);
+    r.s1.assign(dim, num_slots(c.optimizer.kind) > 1 ? static_cast<float>(slot_initial_value(c.optimizer, 1)) : 0.0f);
+    r.stamp = clock;
+    ++stats.admitted;
+    return r;
+  }
+  std::vector<float> lookup(const std::vector<std::int64_t>& ids) {
+    std::vector<float> out;
+    for (std::int64_t id : ids) {
+      auto it = rows.find(id);
+      if (it == rows.end()) {
+        if (++seen[id] >= c.admit_after) {
+          const Row& r = create(id);
+          out.insert(out.end(), r.v.begin(), r.v.end());
+          continue;
+        }
+        ++stats.rejected_lookups;
+        out.insert(out.end(), static_cast<std::size_t>(c.dim), 0.0f);
+        continue;
+      }
+      out.insert(out.end(), it->second.v.begin(), it->second.v.end());
+    }
+    stats.lookups += static_cast<std::int64_t>(ids.size());
+    return out;
+  }
+  void apply(const std::vector<std::int64_t>& ids, const std::vector<float>& g, std::int64_t step) {
+    clock = std::max(clock, step);
+    const auto dim = static_cast<std::size_t>(c.dim);
+    std::vector<std::int64_t> order;
+    std::unordered_map<std::int64_t, std::vector<float>> sum;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const std::int64_t id = ids[i];
+      if (!rows.count(id)) {
+        if (seen[id] < c.admit_after) {
+          ++stats.rejected_updates;
+          continue;
+        }
+        create(id);
+      }
+      auto [it, fresh] = sum.emplace(id, std::vector<float>(g.begin() + static_cast<std::ptrdiff_t>(i * dim),
+                                                            g.begin() + static_cast<std::ptrdiff_t>((i + 1) * dim)));
+      if (fresh) {
+        order.push_back(id);
+      } else {
+        for (std::size_t k = 0; k < dim; ++k) it->second[k] += g[i * dim + k];
+      }
+    }
+    for (std::int64_t id : order) {
+      Row& r = rows[id];
+      r.stamp = clock;
+      float* slots[] = {r.s0.data(), r.s1.data()};
+      apply_dense(c.optimizer, step, r.v.data(), slots, sum[id].data(), dim);
+    }
+    stats.updates += static_cast<std::int64_t>(order.size());
+  }
+  std::int64_t evict(std::int64_t global_step, std::int64_t ttl) {
+    clock = std::max(clock, global_step);
+    std::int64_t removed = 0;
+    for (auto it = rows.begin(); it != rows.end();) {
+      if (it->second.stamp + ttl <= global_step) {
+        it = rows.erase(it);
+        ++removed;
+      } else {
+        ++it;
+      }
+    }
+    stats.evicted_ttl += removed;
+    return removed;
+  }
+};
+
+TEST(DynamicTable, RandomizedAgainstAnUnorderedMapModel) {
+  DynamicTableConfig c = make_config(OptimizerKind::kAdam, 3);
+  c.admit_after = 2;
+  c.sketch_width = 1 << 20;  // wide: no id's four counters all collide, so counts are exact
+  DynamicTable table(c);
+  Model model{c, {}, {}, 0, {}};
+  std::mt19937_64 gen(2024);
+  // A few thousand distinct ids, some extreme, drawn with a skew so that rows see many updates.
+  std::vector<std::int64_t> universe;
+  for (int i = 0; i < 3000; ++i) universe.push_back(static_cast<std::int64_t>(gen()));
+  universe.push_back(std::numeric_limits<std::int64_t>::min());
+  universe.push_back(-1);
+  universe.push_back(0);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  auto draw = [&] {
+    const double x = u(gen);
+    return universe[static_cast<std::size_t>(x * x * x * static_cast<double>(universe.size()))];
+  };
+  std::int64_t step = 1;
+  int mismatches = 0;
+  for (int op = 0; op < 100000; ++op) {
+    const double kind = u(gen);
+    std::vector<std::int64_t> ids(1 + gen() % 6);
+    for (auto& id : ids) id = draw();
+    if (kind < 0.55) {
+      const std::vector<float> got = lookup(table, ids);
+      const std::vector<float> want = model.lookup(ids);
+      mismatches += !same_bits(got, want);
+    } else if (kind < 0.98) {
+      const std::vector<float> g = random_grads(gen, ids.size(), c.dim);
+      table.apply(ids.data(), ids.size(), g.data(), step);
+      model.apply(ids, g, step);
+      if (gen() % 4 == 0) ++step;
+    } else {
+      const std::int64_t ttl = 1 + static_cast<std::int64_t>(gen() % 200);
+      EXPECT_EQ(table.evict_older_than(step, ttl), model.evict(step, ttl));
+    }
+    if (op % 5000 == 4999) {
+      const DynamicTableSnapshot s = table.export_rows();
+      ASSERT_EQ(s.ids.size(), model.rows.size()) << "op " << op;
+      for (std::size_t i = 0; i < s.ids.size(); ++i) {
+        const Model::Row& r = model.rows.at(s.ids[i]);
+        mismatches += std::memcmp(&s.values[i * 3], r.v.data(), 3 * sizeof(float)) != 0;
+        mismatches += std::memcmp(&s.slots[0][i * 3], r.s0.data(), 3 * sizeof(float)) != 0;
+        mismatches += std::memcmp(&s.slots[1][i * 3], r.s1.data(), 3 * sizeof(float)) != 0;
+        mismatches += s.stamps[i] != r.stamp;
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+  const DynamicTableStats got = table.stats();
+  EXPECT_EQ(got.rows, static_cast<std::int64_t>(model.rows.size()));
+  EXPECT_EQ(got.admitted, model.stats.admitted);
+  EXPECT_EQ(got.lookups, model.stats.lookups);
+  EXPECT_EQ(got.updates, model.stats.updates);
+  EXPECT_EQ(got.rejected_lookups, model.stats.rejected_lookups);
+  EXPECT_EQ(got.rejected_updates, model.stats.rejected_updates);
+  EXPECT_EQ(got.evicted_ttl, model.stats.evicted_ttl);
+  EXPECT_GT(got.evicted_ttl, 0);
+  EXPECT_GT(got.rejected_lookups, 0);
+  EXPECT_GT(got.updates, 10000);
+}
+
+}  // namespace
+}  // namespace strata::ps
