@@ -19,6 +19,9 @@
 #   ckpt_two_nodes       2 PS on cn1 and cn2 + 1 worker on cn3 save a checkpoint (parallel HDF5 from
 #                        two nodes); `ckpt verify` passes; restored onto 1 PS (cn1) + the worker
 #                        (cn3) with --steps 0 (saves it again), `ckpt diff` says identical.
+#   spec_train, spec_resume  the shipped wide-and-deep JSON spec (hash buckets shrunk) on synth-ctr
+#                        CSV: 1 PS + 2 workers + the evaluator over the 3 nodes, checkpoints, best/ by
+#                        AUC; then resumed for a second epoch from the saved global step.
 #   forced_mpi           --transport mpi between nodes: exit 2 and one line naming the cause
 #                        (MPI_Win_allocate) and the fix (--transport auto or tcp).
 # Every assertion prints PASS/FAIL; a failing case dumps its output.
@@ -134,6 +137,44 @@ expect_rc ckpt_diff 0
 if grep -qi 'identical' "$work/ckpt_diff.out"; then pass "ckpt_diff: values identical after 2 PS on 2 nodes -> 1 PS"
 else fail "ckpt_diff: not reported identical"; fi
 dump ckpt_diff
+
+# ---- a user's wide-and-deep JSON spec over CSV, across the nodes ---------------------------------
+# The shipped Criteo spec (its hash buckets shrunk so that checkpoints stay small) on synth-ctr data
+# in the shared file system: 1 PS, 2 workers and the evaluator over the 3 nodes, checkpoints kept
+# by AUC, then a resume for a second epoch.
+spec=$work/wd.json
+sed 's/"hash_bucket_size": 100000/"hash_bucket_size": 1000/g' "$here/../../examples/specs/criteo_wide_deep.json" > "$spec"
+step spec_data "$BIN" data synth-ctr --out "$work/ctr.tsv" --rows 24000 --vocab 50 --seed 3
+expect_rc spec_data 0
+head -n 20000 "$work/ctr.tsv" > "$work/ctr_train.tsv"
+tail -n 4000 "$work/ctr.tsv" > "$work/ctr_eval.tsv"
+spec_args=(train --jobs ps=1,worker=2,evaluator=1 --model-spec "$spec" --data "csv:$work/ctr_train.tsv"
+  --eval-data "csv:$work/ctr_eval.tsv" --checkpoint-dir "$work/ckspec" --save-every-steps 40 --eval-best-metric auc
+  --log-every 0 --log-every-secs 0)
+step spec_train "${M[@]}" --host cn1:2,cn2,cn3 -np 4 "$BIN" "${spec_args[@]}" --epochs 1
+expect_rc spec_train 0
+summary=$(grep -E '^\{.*"global_step"' "$work/spec_train.out" | tail -n 1)
+step1=$(json_field "$summary" global_step 2>/dev/null || echo 0)
+auc=$(json_field "$summary" auc 2>/dev/null || echo 0)
+if /usr/bin/python3 -c "import sys; sys.exit(0 if float('$auc') > 0.6 else 1)"; then pass "spec_train: auc $auc > 0.6"
+else fail "spec_train: auc $auc"; fi
+if /usr/bin/python3 -c "
+import json, sys
+rows = [json.loads(l) for l in open('$work/ckspec/eval.jsonl')]
+best = json.load(open('$work/ckspec/best/best.json'))
+sys.exit(0 if rows and all(r['auc'] > 0.5 for r in rows) and best['metric'] == 'auc' else 1)"; then
+  pass "spec_train: the evaluator wrote eval.jsonl rows with auc and kept best/ by auc"
+else
+  fail "spec_train: eval.jsonl or best/best.json lacks the auc"
+fi
+dump spec_train
+step spec_resume "${M[@]}" --host cn1:2,cn2,cn3 -np 4 "$BIN" "${spec_args[@]}" --epochs 2 --restore latest
+expect_rc spec_resume 0
+if grep -q "checkpoint: restored .*(global step $step1)" "$work/spec_resume.out"; then pass "spec_resume: restored global step $step1"
+else fail "spec_resume: no 'restored ... (global step $step1)' line"; fi
+step2=$(json_field "$(grep -E '^\{.*"global_step"' "$work/spec_resume.out" | tail -n 1)" global_step 2>/dev/null || echo 0)
+if [[ $step2 -gt $step1 ]]; then pass "spec_resume: global step $step1 -> $step2"; else fail "spec_resume: global step $step2 after $step1"; fi
+dump spec_resume
 
 # ---- a forced transport that cannot work -------------------------------------------------------
 STRATA_NUM_PS=1 step forced_mpi "${M[@]}" --host cn1,cn2 -np 2 "$BIN" train --epochs 1 --transport mpi
