@@ -57,8 +57,8 @@ GemmBackend process_default() {
     }
 #endif
     if (b == GemmBackend::kBlis && text == "blis" && !blis_arch_is_fast(blis_arch(), cpu_has_avx2())) {
-      STRATA_LOG(WARN) << "STRATA_GEMM=blis: BLIS chose its '" << blis_arch() << "' kernels on this CPU; Eigen is "
-                       << "faster here (auto would use it)";
+      STRATA_LOG(WARN) << "STRATA_GEMM=blis: BLIS chose its '" << blis_arch() << "' kernels on this CPU, a slow "
+                       << "fallback; Eigen is faster here (auto uses Eigen)";
     }
     return b;
   }();
@@ -159,7 +159,9 @@ std::string describe(const GemmCall& g) {
 #if STRATA_HAVE_OPENBLAS
 // Both BLIS and OpenBLAS export cblas_sgemm; the build links OpenBLAS first so that it provides
 // the symbol. Where that did not hold (another link order, an LD_PRELOAD), the "OpenBLAS" products
-// would silently be another library's: empty when cblas_sgemm is OpenBLAS's, else where it is from.
+// would silently be another library's: empty when cblas_sgemm is OpenBLAS's, else where it is from
+// (fails safe: where the address is a non-PIE executable's PLT stub, dladdr names the executable
+// and OpenBLAS is turned off).
 std::string cblas_sgemm_owner_mismatch() {
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(&cblas_sgemm), &info) == 0 || info.dli_fname == nullptr)
@@ -251,7 +253,7 @@ std::string library_check(const CheckedLibrary& lib, const GemmCall& g) {
   return {};
 }
 
-// This thread's copy of the shapes it has looked up, per library (index: backend).
+// This thread's copy of the shapes it has looked up, one per library (no lock needed to read them).
 thread_local std::vector<ShapeKey> tl_checked_openblas, tl_checked_blis;
 
 // True when `lib` may compute `g`: checked before (here or on another thread) or checked now.
