@@ -197,7 +197,7 @@ int run_step_bench(const StepBenchConfig& cfg) {
      << " (STRATA_GEMM auto|blis|openblas|eigen)";
   for (GemmBackend b : {GemmBackend::kBlis, GemmBackend::kOpenBlas})
     if (model::detail::gemm_backend_disabled(b))
-      os << "; " << model::detail::gemm_backend_id(b) << " failed its check in this process";
+      os << "; " << model::detail::gemm_backend_id(b) << " is off in this process (a failed check or BLIS_ARCH_TYPE)";
   os << "\n";
   os << "# products per step: " << calls.size() << ", " << std::fixed << std::setprecision(1) << flops / 1e6
      << " MFLOP (exactly those the step makes):";

@@ -46,6 +46,11 @@ GemmBackend process_default() {
     if (b == GemmBackend::kBlis && !gemm_backend_built(b))
       throw ConfigError("STRATA_GEMM=blis: this build of strata has no BLIS (install libblis-serial-dev and "
                         "rebuild), use auto or eigen");
+    if (b == GemmBackend::kBlis && !blis_unusable_reason().empty())
+      throw ConfigError("STRATA_GEMM=blis: " + blis_unusable_reason());
+    if (b == GemmBackend::kDefault && blis_built() && !blis_unusable_reason().empty()) {
+      STRATA_LOG(WARN) << "the models' products use Eigen, not BLIS: " << blis_unusable_reason();
+    }
     if (b == GemmBackend::kDefault) b = auto_gemm_backend();
 #if STRATA_HAVE_OPENBLAS
     if (b == GemmBackend::kOpenBlas) {
@@ -195,7 +200,7 @@ CheckedLibrary* checked_library(GemmBackend backend) {
 #if STRATA_HAVE_OPENBLAS
   if (backend == GemmBackend::kOpenBlas) return &g_openblas;
 #endif
-  if (backend == GemmBackend::kBlis && blis_built()) return &g_blis;
+  if (backend == GemmBackend::kBlis && blis_built() && blis_unusable_reason().empty()) return &g_blis;
   return nullptr;
 }
 
@@ -360,7 +365,9 @@ GemmBackend current_gemm_backend() {
 
 GemmBackend auto_gemm_backend() {
   static const GemmBackend resolved =
-      blis_built() && blis_arch_is_fast(blis_arch(), cpu_has_avx2()) ? GemmBackend::kBlis : GemmBackend::kEigen;
+      blis_built() && blis_unusable_reason().empty() && blis_arch_is_fast(blis_arch(), cpu_has_avx2())
+          ? GemmBackend::kBlis
+          : GemmBackend::kEigen;
   return resolved;
 }
 
@@ -376,6 +383,7 @@ bool gemm_backend_built(GemmBackend backend) {
 }
 
 bool gemm_backend_disabled(GemmBackend backend) {
+  if (backend == GemmBackend::kBlis && blis_built() && !blis_unusable_reason().empty()) return true;
   const CheckedLibrary* lib = checked_library(backend);
   return lib != nullptr && lib->disabled.load(std::memory_order_acquire);
 }
@@ -401,7 +409,9 @@ std::string gemm_backend_name(GemmBackend backend) {
 #endif
     }
     case GemmBackend::kBlis:
-      return blis_built() ? "blis " + blis_version() + " (" + blis_arch() + ")" : "blis (not built)";
+      if (!blis_built()) return "blis (not built)";
+      if (!blis_unusable_reason().empty()) return "blis (off: BLIS_ARCH_TYPE is set)";
+      return "blis " + blis_version() + " (" + blis_arch() + ")";
     case GemmBackend::kEigen:
       return "eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) + "." +
              std::to_string(EIGEN_MINOR_VERSION);

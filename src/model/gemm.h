@@ -10,15 +10,17 @@
 //   eigen      Eigen 3's GEMM; always available, and the fallback of both libraries.
 //   reference  every element summed in double in index order and rounded once: the slow oracle
 //              of the checks, tests and `strata bench --op step`'s #wrong column.
-// BLIS and OpenBLAS pick their kernels by cpuid at load time (BLIS_ARCH_TYPE / OPENBLAS_CORETYPE
-// override), so this library never trusts them blindly: the first product of each distinct call
-// shape in a process is checked first (see below), and one wrong result turns that library off
-// for the whole process (logged once), its products then going to Eigen.
+// BLIS and OpenBLAS pick their kernels by cpuid at run time (OPENBLAS_CORETYPE overrides), so
+// this library never trusts them blindly: the first product of each distinct call shape in a
+// process is checked first (see below), and one wrong result turns that library off for the whole
+// process (logged once), its products then going to Eigen.
 // The process default is STRATA_GEMM (auto | blis | openblas | eigen | reference). auto is BLIS
 // when it is built in and the kernel family it chose suits this CPU (blis_arch_is_fast), else
-// Eigen. OpenBLAS is never chosen by auto: Debian's serial build is not thread-safe (no
-// USE_LOCKING), and a sanitizer run saw heap corruption with several short-lived threads even with
-// its calls serialised. ScopedGemmBackend overrides the default on one thread.
+// Eigen. While BLIS_ARCH_TYPE is set, BLIS is never called (BLIS 0.9.0 aborts the process on its
+// first call then): auto warns and uses Eigen, STRATA_GEMM=blis is a ConfigError. OpenBLAS is
+// never chosen by auto: Debian's serial build is not thread-safe (no USE_LOCKING), and a sanitizer
+// run saw heap corruption with several short-lived threads even with its calls serialised.
+// ScopedGemmBackend overrides the default on one thread.
 //
 // The check, per library and distinct (transposes, m, n, k, leading dimensions, alpha, beta == 0):
 // the product is computed twice by the library on seeded random operands of that exact shape, and
@@ -63,7 +65,8 @@ GemmBackend auto_gemm_backend();
 
 // True when this build links the backend's library (always for eigen and reference).
 bool gemm_backend_built(GemmBackend backend);
-// True once the backend's library failed a check in this process (it is then never used again);
+// True once the backend's library failed a check in this process (it is then never used again),
+// and for BLIS while BLIS_ARCH_TYPE is set (BLIS 0.9.0 aborts the process on its first call then);
 // false for eigen and reference.
 bool gemm_backend_disabled(GemmBackend backend);
 

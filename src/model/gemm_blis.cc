@@ -1,6 +1,8 @@
 // BLIS through its native typed API (see gemm_blis.h).
 #include "gemm_blis.h"
 
+#include <cstdlib>
+
 #include "strata/common/error.h"
 
 #if STRATA_HAVE_BLIS
@@ -10,6 +12,16 @@
 namespace strata::model::detail {
 
 bool blis_built() { return STRATA_HAVE_BLIS != 0; }
+
+const std::string& blis_unusable_reason() {
+  static const std::string reason = []() -> std::string {
+    const char* arch_type = std::getenv("BLIS_ARCH_TYPE");
+    if (arch_type == nullptr || std::string(arch_type) == "-1") return {};
+    return std::string("BLIS_ARCH_TYPE is set ('") + arch_type +
+           "'), and BLIS 0.9.0 aborts the process on its first call with it set: unset it";
+  }();
+  return reason;
+}
 
 #if STRATA_HAVE_BLIS
 

@@ -14,6 +14,11 @@ namespace strata::model::detail {
 
 // True when this build links BLIS.
 bool blis_built();
+// Empty when BLIS may be called in this process, else why not: BLIS 0.9.0 aborts the whole process
+// on its first call whenever BLIS_ARCH_TYPE is set to anything but -1 (its kernel registry is not
+// ready when it reads the variable), so with it set strata never calls BLIS. Read once.
+const std::string& blis_unusable_reason();
+// The functions below call BLIS: only where blis_built() and blis_unusable_reason() is empty.
 // "0.9.0"; "" without BLIS.
 std::string blis_version();
 // The kernel configuration BLIS chose for this CPU at run time ("zen3", "skx", "haswell",
