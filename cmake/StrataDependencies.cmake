@@ -37,6 +37,26 @@ if(NOT STRATA_WITH_OPENBLAS STREQUAL "OFF")
   endif()
 endif()
 
+# BLIS, serial flavour (libblis-serial-dev): optional, the default for the models' matrix products
+# when found (src/model/gemm.h). Reentrant by design (its buffer pools are locked), starts no
+# threads, picks its kernels by cpuid at run time, and is called through its native bli_sgemm (no
+# clash with OpenBLAS's BLAS symbols: both libraries export cblas_sgemm, so OpenBLAS is linked
+# first and gemm.cc checks where that symbol resolved). Its kernels are checked at run time too.
+set(STRATA_BLIS_ENABLED 0)
+if(NOT STRATA_WITH_BLIS STREQUAL "OFF")
+  find_library(STRATA_BLIS_LIBRARY NAMES blis
+               PATHS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/blis-serial NO_DEFAULT_PATH)
+  find_path(STRATA_BLIS_INCLUDE_DIR blis.h
+            PATHS /usr/include/${CMAKE_LIBRARY_ARCHITECTURE}/blis-serial NO_DEFAULT_PATH)
+  if(STRATA_BLIS_LIBRARY AND STRATA_BLIS_INCLUDE_DIR)
+    set(STRATA_BLIS_ENABLED 1)
+  elseif(STRATA_WITH_BLIS STREQUAL "ON")
+    message(FATAL_ERROR "STRATA_WITH_BLIS=ON but the serial BLIS was not found (install libblis-serial-dev)")
+  else()
+    message(STATUS "BLIS (serial) not found: the models' products use Eigen by default (install libblis-serial-dev)")
+  endif()
+endif()
+
 # UCX (libucx-dev): optional, one transport among two.
 set(STRATA_UCX_ENABLED 0)
 if(STRATA_WITH_UCX)

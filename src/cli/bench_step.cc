@@ -160,7 +160,8 @@ int run_step_bench(const StepBenchConfig& cfg) {
   for (const GemmCall& g : calls) flops += g.flops();
 
   std::vector<GemmBackend> backends{GemmBackend::kEigen};
-  if (model::detail::openblas_built()) backends.push_back(GemmBackend::kOpenBlas);
+  for (GemmBackend b : {GemmBackend::kBlis, GemmBackend::kOpenBlas})
+    if (model::detail::gemm_backend_built(b)) backends.push_back(b);
   std::vector<Row> rows;
   for (GemmBackend b : backends) {
     model::detail::ScopedGemmBackend scoped(b);
@@ -170,8 +171,8 @@ int run_step_bench(const StepBenchConfig& cfg) {
     std::int64_t correct = 0;
     double loss = 0;
     for (int i = 0; i < cfg.warmup; ++i) loss = net->train_step(params, batch.inputs, &grads, &correct);
-    // After the warm-up (the first product of each shape runs OpenBLAS's check), so the name says
-    // whether it is still in use.
+    // After the warm-up (the first product of each shape runs the library's check), so the name
+    // says whether it is still in use.
     row.library = model::detail::gemm_backend_name(model::detail::current_gemm_backend());
     auto start = Clock::now();
     for (int i = 0; i < cfg.iters; ++i) loss = net->train_step(params, batch.inputs, &grads, &correct);
@@ -192,8 +193,12 @@ int run_step_bench(const StepBenchConfig& cfg) {
   std::ostringstream os;
   os << "# strata bench: op step, " << net->describe() << ", batch " << cfg.batch << ", one thread, warmup "
      << cfg.warmup << ", iters " << cfg.iters << "\n";
-  os << "# training uses: " << model::detail::gemm_backend_name(process_default) << " (STRATA_GEMM auto|openblas|eigen)"
-     << (model::detail::openblas_disabled() ? "; OpenBLAS failed its check in this process" : "") << "\n";
+  os << "# training uses: " << model::detail::gemm_backend_name(process_default)
+     << " (STRATA_GEMM auto|blis|openblas|eigen)";
+  for (GemmBackend b : {GemmBackend::kBlis, GemmBackend::kOpenBlas})
+    if (model::detail::gemm_backend_disabled(b))
+      os << "; " << model::detail::gemm_backend_id(b) << " is off in this process (a failed check or BLIS_ARCH_TYPE)";
+  os << "\n";
   os << "# products per step: " << calls.size() << ", " << std::fixed << std::setprecision(1) << flops / 1e6
      << " MFLOP (exactly those the step makes):";
   for (const GemmCall& g : calls) os << ' ' << shape_text(g);

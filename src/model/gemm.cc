@@ -1,5 +1,7 @@
-// sgemm backends and the OpenBLAS check (see gemm.h for the contract).
+// sgemm backends and the checks of the kernel libraries (see gemm.h for the contract).
 #include "gemm.h"
+
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cctype>
@@ -11,6 +13,7 @@
 #include <random>
 #include <sstream>
 
+#include "gemm_blis.h"
 #include "layers.h"  // Eigen with the models' EIGEN_FAST_MATH setting
 #include "strata/common/env.h"
 #include "strata/common/error.h"
@@ -29,30 +32,39 @@ using StridedMap = Eigen::Map<RowMatrix, 0, Stride>;
 
 thread_local GemmBackend tl_backend = GemmBackend::kDefault;
 thread_local GemmRecorder* tl_recorder = nullptr;
-std::atomic<bool> g_openblas_disabled{false};
+
+bool cpu_has_avx2() { return __builtin_cpu_supports("avx2"); }
 
 // STRATA_GEMM, read once per process.
 GemmBackend process_default() {
   static const GemmBackend resolved = [] {
     const std::string text = Env::from_process().get_string("STRATA_GEMM", "auto");
     GemmBackend b = parse_gemm_backend(text, "STRATA_GEMM");
-    if (b == GemmBackend::kOpenBlas && !openblas_built())
+    if (b == GemmBackend::kOpenBlas && !gemm_backend_built(b))
       throw ConfigError("STRATA_GEMM=openblas: this build of strata has no OpenBLAS (install libopenblas-serial-dev "
                         "and rebuild), use auto or eigen");
-    // auto is Eigen: Debian's serial OpenBLAS is not safe when several threads of a process call it
-    // (a sanitizer run saw heap corruption with threads that come and go, even with every call
-    // serialised), and a worker with CPU replicas multiplies on several threads. STRATA_GEMM=openblas
-    // opts in for processes that multiply on one thread only (one replica per worker).
-    if (b == GemmBackend::kDefault) b = GemmBackend::kEigen;
+    if (b == GemmBackend::kBlis && !gemm_backend_built(b))
+      throw ConfigError("STRATA_GEMM=blis: this build of strata has no BLIS (install libblis-serial-dev and "
+                        "rebuild), use auto or eigen");
+    if (b == GemmBackend::kBlis && !blis_unusable_reason().empty())
+      throw ConfigError("STRATA_GEMM=blis: " + blis_unusable_reason());
+    if (b == GemmBackend::kDefault && blis_built() && !blis_unusable_reason().empty()) {
+      STRATA_LOG(WARN) << "the models' products use Eigen, not BLIS: " << blis_unusable_reason();
+    }
+    if (b == GemmBackend::kDefault) b = auto_gemm_backend();
 #if STRATA_HAVE_OPENBLAS
     if (b == GemmBackend::kOpenBlas) {
       const std::string core = openblas_get_corename();
-      if (!openblas_core_is_fast(core, __builtin_cpu_supports("avx2"))) {
+      if (!openblas_core_is_fast(core, cpu_has_avx2())) {
         STRATA_LOG(WARN) << "STRATA_GEMM=openblas: openblas chose its '" << core << "' kernels on a CPU with AVX2 (it "
                          << "does not know this processor); Eigen is faster here";
       }
     }
 #endif
+    if (b == GemmBackend::kBlis && text == "blis" && !blis_arch_is_fast(blis_arch(), cpu_has_avx2())) {
+      STRATA_LOG(WARN) << "STRATA_GEMM=blis: BLIS chose its '" << blis_arch() << "' kernels on this CPU, a slow "
+                       << "fallback; Eigen is faster here (auto uses Eigen)";
+    }
     return b;
   }();
   return resolved;
@@ -149,9 +161,57 @@ std::string describe(const GemmCall& g) {
   return os.str();
 }
 
-// The check itself (gemm.h): empty string when OpenBLAS passed, else what was wrong.
-std::string openblas_check(const GemmCall& g) {
 #if STRATA_HAVE_OPENBLAS
+// Both BLIS and OpenBLAS export cblas_sgemm; the build links OpenBLAS first so that it provides
+// the symbol. Where that did not hold (another link order, an LD_PRELOAD), the "OpenBLAS" products
+// would silently be another library's: empty when cblas_sgemm is OpenBLAS's, else where it is from
+// (fails safe: where the address is a non-PIE executable's PLT stub, dladdr names the executable
+// and OpenBLAS is turned off).
+std::string cblas_sgemm_owner_mismatch() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&cblas_sgemm), &info) == 0 || info.dli_fname == nullptr)
+    return "cannot tell which library provides cblas_sgemm";
+  const std::string file = info.dli_fname;
+  if (file.find("openblas") != std::string::npos) return {};
+  return "cblas_sgemm resolves to " + file + ", not OpenBLAS";
+}
+#endif
+
+// A kernel library behind the per-shape check (gemm.h).
+struct CheckedLibrary {
+  using RunFn = void (*)(const GemmCall&, const float*, const float*, float*);
+  CheckedLibrary(GemmBackend id, RunFn fn) : backend(id), run(fn) {}
+  const GemmBackend backend;
+  const RunFn run;
+  std::atomic<bool> disabled{false};
+  std::mutex mutex;
+  std::vector<ShapeKey> checked;  // shapes the library passed (guarded by mutex)
+};
+
+void run_blis(const GemmCall& g, const float* a, const float* b, float* c) { blis_sgemm(g, a, b, c); }
+
+#if STRATA_HAVE_OPENBLAS
+CheckedLibrary g_openblas{GemmBackend::kOpenBlas, &run_openblas};
+#endif
+CheckedLibrary g_blis{GemmBackend::kBlis, &run_blis};
+
+// The library behind `backend`, or null when it is not a checked library built into strata.
+CheckedLibrary* checked_library(GemmBackend backend) {
+#if STRATA_HAVE_OPENBLAS
+  if (backend == GemmBackend::kOpenBlas) return &g_openblas;
+#endif
+  if (backend == GemmBackend::kBlis && blis_built() && blis_unusable_reason().empty()) return &g_blis;
+  return nullptr;
+}
+
+// The check itself (gemm.h): empty string when the library passed, else what was wrong.
+std::string library_check(const CheckedLibrary& lib, const GemmCall& g) {
+#if STRATA_HAVE_OPENBLAS
+  if (lib.backend == GemmBackend::kOpenBlas) {
+    const std::string mismatch = cblas_sgemm_owner_mismatch();
+    if (!mismatch.empty()) return mismatch;
+  }
+#endif
   const int a_rows = g.ta == Transpose::kYes ? g.k : g.m, a_cols = g.ta == Transpose::kYes ? g.m : g.k;
   const int b_rows = g.tb == Transpose::kYes ? g.n : g.k, b_cols = g.tb == Transpose::kYes ? g.k : g.n;
   std::mt19937 gen(0x5eed0000u ^ (static_cast<unsigned>(g.m) * 131u + static_cast<unsigned>(g.n) * 31u +
@@ -166,8 +226,8 @@ std::string openblas_check(const GemmCall& g) {
   const std::vector<float> b = random_buffer(stored_elements(b_rows, b_cols, g.ldb));
   const std::vector<float> c0 = random_buffer(stored_elements(g.m, g.n, g.ldc));
   std::vector<float> c1 = c0, c2 = c0;
-  run_openblas(g, a.data(), b.data(), c1.data());
-  run_openblas(g, a.data(), b.data(), c2.data());
+  lib.run(g, a.data(), b.data(), c1.data());
+  lib.run(g, a.data(), b.data(), c2.data());
   if (std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float)) != 0)
     return "two runs on the same operands gave different bits";
   // Every row when affordable, else the first and last 32 rows and an even sample between them.
@@ -196,34 +256,30 @@ std::string openblas_check(const GemmCall& g) {
       }
     }
   return {};
-#else
-  (void)g;
-  return "not built with OpenBLAS";
-#endif
 }
 
-std::mutex g_check_mutex;
-std::vector<ShapeKey> g_checked;             // shapes OpenBLAS passed (guarded by g_check_mutex)
-thread_local std::vector<ShapeKey> tl_checked;  // this thread's copy of what it has looked up
+// This thread's copy of the shapes it has looked up, one per library (no lock needed to read them).
+thread_local std::vector<ShapeKey> tl_checked_openblas, tl_checked_blis;
 
-// True when OpenBLAS may compute `g`: checked before (here or on another thread) or checked now.
-bool openblas_ok_for(const GemmCall& g) {
-  if (g_openblas_disabled.load(std::memory_order_acquire)) return false;
+// True when `lib` may compute `g`: checked before (here or on another thread) or checked now.
+bool library_ok_for(CheckedLibrary& lib, const GemmCall& g) {
+  if (lib.disabled.load(std::memory_order_acquire)) return false;
+  std::vector<ShapeKey>& mine = lib.backend == GemmBackend::kBlis ? tl_checked_blis : tl_checked_openblas;
   const ShapeKey key{g};
-  if (std::find(tl_checked.begin(), tl_checked.end(), key) != tl_checked.end()) return true;
-  std::lock_guard<std::mutex> lock(g_check_mutex);
-  if (g_openblas_disabled.load(std::memory_order_relaxed)) return false;
-  if (std::find(g_checked.begin(), g_checked.end(), key) == g_checked.end()) {
-    const std::string failure = openblas_check(g);
+  if (std::find(mine.begin(), mine.end(), key) != mine.end()) return true;
+  std::lock_guard<std::mutex> lock(lib.mutex);
+  if (lib.disabled.load(std::memory_order_relaxed)) return false;
+  if (std::find(lib.checked.begin(), lib.checked.end(), key) == lib.checked.end()) {
+    const std::string failure = library_check(lib, g);
     if (!failure.empty()) {
-      g_openblas_disabled.store(true, std::memory_order_release);
-      STRATA_LOG(WARN) << gemm_backend_name(GemmBackend::kOpenBlas) << " failed its check on " << describe(g) << ": "
-                       << failure << "; every matrix product of this process uses Eigen instead";
+      lib.disabled.store(true, std::memory_order_release);
+      STRATA_LOG(WARN) << gemm_backend_name(lib.backend) << " failed its check on " << describe(g) << ": " << failure
+                       << "; every product this process would give it uses Eigen instead";
       return false;
     }
-    g_checked.push_back(key);
+    lib.checked.push_back(key);
   }
-  tl_checked.push_back(key);
+  mine.push_back(key);
   return true;
 }
 
@@ -252,6 +308,14 @@ bool openblas_core_is_fast(const std::string& core, bool cpu_has_avx2) {
   return false;
 }
 
+bool blis_arch_is_fast(const std::string& arch, bool cpu_has_avx2) {
+  std::string a = arch;
+  for (char& ch : a) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (!cpu_has_avx2) return !a.empty() && a != "generic";
+  if (a == "haswell" || a == "skx" || a == "knl") return true;
+  return a.rfind("zen", 0) == 0;  // zen, zen2, zen3, zen4, ...: AVX2 or AVX-512 kernels
+}
+
 double gemm_error_bound(int k, double abs_sum) {
   return 8.0 * std::max(1, k) * std::ldexp(1.0, -24) * abs_sum + std::numeric_limits<float>::min();
 }
@@ -272,14 +336,14 @@ void sgemm(Transpose ta, Transpose tb, int m, int n, int k, float alpha, const f
     }
     return;
   }
-  switch (current_gemm_backend()) {
+  const GemmBackend backend = current_gemm_backend();
+  switch (backend) {
     case GemmBackend::kOpenBlas:
-#if STRATA_HAVE_OPENBLAS
-      if (openblas_ok_for(g)) {
-        run_openblas(g, a, b, c);
+    case GemmBackend::kBlis:
+      if (CheckedLibrary* lib = checked_library(backend); lib != nullptr && library_ok_for(*lib, g)) {
+        lib->run(g, a, b, c);
         return;
       }
-#endif
       run_eigen(g, a, b, c);
       return;
     case GemmBackend::kReference:
@@ -294,19 +358,41 @@ void sgemm(Transpose ta, Transpose tb, int m, int n, int k, float alpha, const f
 
 GemmBackend current_gemm_backend() {
   GemmBackend b = tl_backend == GemmBackend::kDefault ? process_default() : tl_backend;
-  if (b == GemmBackend::kOpenBlas && (!openblas_built() || g_openblas_disabled.load(std::memory_order_acquire)))
+  if ((b == GemmBackend::kOpenBlas || b == GemmBackend::kBlis) && (!gemm_backend_built(b) || gemm_backend_disabled(b)))
     b = GemmBackend::kEigen;
   return b;
 }
 
-bool openblas_built() { return STRATA_HAVE_OPENBLAS != 0; }
+GemmBackend auto_gemm_backend() {
+  static const GemmBackend resolved =
+      blis_built() && blis_unusable_reason().empty() && blis_arch_is_fast(blis_arch(), cpu_has_avx2())
+          ? GemmBackend::kBlis
+          : GemmBackend::kEigen;
+  return resolved;
+}
 
-bool openblas_disabled() { return g_openblas_disabled.load(std::memory_order_acquire); }
+bool gemm_backend_built(GemmBackend backend) {
+  switch (backend) {
+    case GemmBackend::kOpenBlas: return STRATA_HAVE_OPENBLAS != 0;
+    case GemmBackend::kBlis: return blis_built();
+    case GemmBackend::kEigen:
+    case GemmBackend::kReference: return true;
+    case GemmBackend::kDefault: break;
+  }
+  return gemm_backend_built(current_gemm_backend());
+}
 
-bool check_openblas_shape(const GemmCall& call) {
-  if (!openblas_built()) return false;
+bool gemm_backend_disabled(GemmBackend backend) {
+  if (backend == GemmBackend::kBlis && blis_built() && !blis_unusable_reason().empty()) return true;
+  const CheckedLibrary* lib = checked_library(backend);
+  return lib != nullptr && lib->disabled.load(std::memory_order_acquire);
+}
+
+bool check_gemm_shape(GemmBackend backend, const GemmCall& call) {
+  CheckedLibrary* lib = checked_library(backend);
+  if (lib == nullptr) return false;
   check_shape(call);
-  return openblas_ok_for(call);
+  return library_ok_for(*lib, call);
 }
 
 std::string gemm_backend_name(GemmBackend backend) {
@@ -322,6 +408,10 @@ std::string gemm_backend_name(GemmBackend backend) {
       return "openblas (not built)";
 #endif
     }
+    case GemmBackend::kBlis:
+      if (!blis_built()) return "blis (not built)";
+      if (!blis_unusable_reason().empty()) return "blis (off: BLIS_ARCH_TYPE is set)";
+      return "blis " + blis_version() + " (" + blis_arch() + ")";
     case GemmBackend::kEigen:
       return "eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) + "." +
              std::to_string(EIGEN_MINOR_VERSION);
@@ -336,6 +426,7 @@ std::string gemm_backend_name(GemmBackend backend) {
 const char* gemm_backend_id(GemmBackend backend) {
   switch (backend) {
     case GemmBackend::kOpenBlas: return "openblas";
+    case GemmBackend::kBlis: return "blis";
     case GemmBackend::kEigen: return "eigen";
     case GemmBackend::kReference: return "reference";
     case GemmBackend::kDefault: break;
@@ -346,9 +437,10 @@ const char* gemm_backend_id(GemmBackend backend) {
 GemmBackend parse_gemm_backend(const std::string& text, const std::string& what) {
   if (text == "auto" || text.empty()) return GemmBackend::kDefault;
   if (text == "openblas") return GemmBackend::kOpenBlas;
+  if (text == "blis") return GemmBackend::kBlis;
   if (text == "eigen") return GemmBackend::kEigen;
   if (text == "reference") return GemmBackend::kReference;
-  throw ConfigError(what + ": '" + text + "' is not one of auto, openblas, eigen, reference");
+  throw ConfigError(what + ": '" + text + "' is not one of auto, blis, openblas, eigen, reference");
 }
 
 ScopedGemmBackend::ScopedGemmBackend(GemmBackend backend) : previous_(tl_backend) { tl_backend = backend; }

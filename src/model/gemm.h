@@ -2,35 +2,43 @@
 // src/nn later): C = alpha * op(A) op(B) + beta * C on row-major buffers, BLAS-style.
 //
 // Backends:
-//   openblas   Debian's OpenBLAS, serial flavour (libopenblas-serial-dev), when the build found it.
-//              It picks its kernels by cpuid at load time (OPENBLAS_CORETYPE overrides), so this
-//              library never trusts them blindly: the first product of each distinct call shape in
-//              a process is checked first (see below), and one wrong result turns it off for the
-//              whole process (logged once), every product then going to Eigen.
-//   eigen      Eigen 3's GEMM (what the models used before); always available.
+//   blis       BLIS, serial flavour (libblis-serial-dev), when the build found it: the default.
+//              Reentrant by design and starts no threads, so any number of threads may multiply
+//              at once. Called through its native bli_sgemm (gemm_blis.h).
+//   openblas   Debian's OpenBLAS, serial flavour (libopenblas-serial-dev), when the build found it;
+//              opt-in, for processes whose products all run on one thread (below).
+//   eigen      Eigen 3's GEMM; always available, and the fallback of both libraries.
 //   reference  every element summed in double in index order and rounded once: the slow oracle
 //              of the checks, tests and `strata bench --op step`'s #wrong column.
-// The process default is STRATA_GEMM (auto | openblas | eigen | reference; auto: eigen). OpenBLAS
-// is opt-in and only for processes whose products all run on one thread (one replica per worker):
-// Debian's serial build is not thread-safe (no USE_LOCKING), and a sanitizer run saw heap
-// corruption with several short-lived threads even with its calls serialised. ScopedGemmBackend overrides it on one thread.
+// BLIS and OpenBLAS pick their kernels by cpuid at run time (OPENBLAS_CORETYPE overrides), so
+// this library never trusts them blindly: the first product of each distinct call shape in a
+// process is checked first (see below), and one wrong result turns that library off for the whole
+// process (logged once), its products then going to Eigen.
+// The process default is STRATA_GEMM (auto | blis | openblas | eigen | reference). auto is BLIS
+// when it is built in and the kernel family it chose suits this CPU (blis_arch_is_fast), else
+// Eigen. While BLIS_ARCH_TYPE is set, BLIS is never called (BLIS 0.9.0 aborts the process on its
+// first call then): auto warns and uses Eigen, STRATA_GEMM=blis is a ConfigError. OpenBLAS is
+// never chosen by auto: Debian's serial build is not thread-safe (no USE_LOCKING), and a sanitizer
+// run saw heap corruption with several short-lived threads even with its calls serialised.
+// ScopedGemmBackend overrides the default on one thread.
 //
-// The check, per distinct (transposes, m, n, k, leading dimensions, alpha, beta == 0): the product
-// is computed twice by OpenBLAS on seeded random operands of that exact shape, and must be bit for
-// bit the same both times (sync training's reproducibility rests on it) and within the standard
-// floating-point error bound of the double reference (k * 2^-24 * sum |terms|, times 8) on every
-// checked element (every row, or for shapes over 2^26 multiply-adds a sample of rows that includes
-// the first and last 32). Shapes already checked are answered from a small table under a mutex.
+// The check, per library and distinct (transposes, m, n, k, leading dimensions, alpha, beta == 0):
+// the product is computed twice by the library on seeded random operands of that exact shape, and
+// must be bit for bit the same both times (sync training's reproducibility rests on it) and within
+// the standard floating-point error bound of the double reference (k * 2^-24 * sum |terms|, times
+// 8) on every checked element (every row, or for shapes over 2^26 multiply-adds a sample of rows
+// that includes the first and last 32). Shapes already checked are answered from a small table
+// under a mutex (a per-thread copy first).
 //
 // Contracts: m, n, k >= 0; row-major storage, lda/ldb/ldc >= the stored row length (and >= 1);
 // C is not read when beta == 0 (garbage and NaN in it are fine); A, B and C must not overlap.
 // Results are deterministic for a given backend, kernel and shape (same inputs -> same bits),
-// independent of the buffers' addresses. Thread-safe: any number of threads may call at once; each
-// product runs entirely on the calling thread (no BLAS threads: replicas give the parallelism).
-// The serial OpenBLAS is not safe to enter from two threads at once (built without locking), so
-// its products take turns on a process-wide mutex: with several CPU replicas in one process
-// (--cpu-replicas > 1) the products are serialised; STRATA_GEMM=eigen runs them in parallel.
-// Errors: ConfigError for a bad STRATA_GEMM; Error for arguments that break the contract above.
+// independent of the buffers' addresses and of the calling thread. Thread-safe: any number of
+// threads may call at once; each product runs entirely on the calling thread (no BLAS threads:
+// replicas give the parallelism). The serial OpenBLAS is not safe to enter from two threads at
+// once (built without locking), so its products take turns on a process-wide mutex.
+// Errors: ConfigError for a bad STRATA_GEMM (or one naming a library this build lacks); Error for
+// arguments that break the contract above.
 #pragma once
 
 #include <cstdint>
@@ -41,26 +49,31 @@ namespace strata::model::detail {
 
 enum class Transpose : bool { kNo = false, kYes = true };
 
-enum class GemmBackend { kDefault, kOpenBlas, kEigen, kReference };
+enum class GemmBackend { kDefault, kOpenBlas, kEigen, kReference, kBlis };
 
 // C[m, n] = alpha * op(A)[m, k] * op(B)[k, n] + beta * C, on this thread's backend.
 void sgemm(Transpose ta, Transpose tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
            int ldb, float beta, float* c, int ldc);
 
-// The backend the next sgemm on this thread uses: never kDefault; kOpenBlas only while OpenBLAS
-// is built in and has failed no check in this process (a shape not checked yet may still turn it
-// off on first use).
+// The backend the next sgemm on this thread uses: never kDefault; kBlis / kOpenBlas only while
+// that library is built in and has failed no check in this process (a shape not checked yet may
+// still turn it off on first use).
 GemmBackend current_gemm_backend();
 
-// True when this build links OpenBLAS.
-bool openblas_built();
-// True once OpenBLAS failed a check in this process (it is then never used again).
-bool openblas_disabled();
+// What STRATA_GEMM=auto resolves to in this process: kBlis or kEigen (see above).
+GemmBackend auto_gemm_backend();
 
-// "openblas 0.3.21 (Cooperlake)", "eigen 3.4.0", "reference (double)".
+// True when this build links the backend's library (always for eigen and reference).
+bool gemm_backend_built(GemmBackend backend);
+// True once the backend's library failed a check in this process (it is then never used again),
+// and for BLIS while BLIS_ARCH_TYPE is set (BLIS 0.9.0 aborts the process on its first call then);
+// false for eigen and reference.
+bool gemm_backend_disabled(GemmBackend backend);
+
+// "blis 0.9.0 (zen3)", "openblas 0.3.21 (Cooperlake)", "eigen 3.4.0", "reference (double)".
 std::string gemm_backend_name(GemmBackend backend);
-// "openblas", "eigen", "reference"; parse_gemm_backend is the inverse (plus "auto" -> kDefault),
-// ConfigError naming `what` otherwise.
+// "blis", "openblas", "eigen", "reference"; parse_gemm_backend is the inverse (plus "auto" ->
+// kDefault), ConfigError naming `what` otherwise.
 const char* gemm_backend_id(GemmBackend backend);
 GemmBackend parse_gemm_backend(const std::string& text, const std::string& what);
 
@@ -110,9 +123,15 @@ class GemmRecorder {
 // there Eigen is faster.
 bool openblas_core_is_fast(const std::string& core, bool cpu_has_avx2);
 
-// Runs the OpenBLAS check for `call` now (as the first product of that shape would), returning
-// whether OpenBLAS is still enabled afterwards. Tests and the bench use it; false without OpenBLAS.
-bool check_openblas_shape(const GemmCall& call);
+// The same for BLIS's kernel configuration (blis_arch()): auto picks BLIS only where this is true.
+// On an AVX2 processor: haswell, skx, knl and the zen family (any case); elsewhere anything but
+// "generic" (BLIS's portable C kernels), since Eigen has no faster path there.
+bool blis_arch_is_fast(const std::string& arch, bool cpu_has_avx2);
+
+// Runs `backend`'s check for `call` now (as the first product of that shape would), returning
+// whether the library is still enabled afterwards. Tests and the bench use it; false for a backend
+// that is not built or not a checked library (eigen, reference).
+bool check_gemm_shape(GemmBackend backend, const GemmCall& call);
 
 // Largest |got - want| allowed for one element of a product by the check: 8 * k * 2^-24 *
 // (|alpha| * sum_p |a_ip b_pj| + |beta c_ij|) + the smallest normal float. `abs_sum` is the

@@ -65,13 +65,15 @@ void run(Index m, Index n, Index k, const float* a, Index lda, const float* b, I
 void gemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
           bool accumulate, float* c, int ldc) {
   if (m <= 0 || n <= 0) return;
-  // The models' products go to the serial OpenBLAS when it is built in and its per-shape checks
-  // pass (src/model/gemm.h; no heap allocation once a shape is checked); otherwise the Eigen kernel
-  // below, which never allocates after the first product of a size. Products with a dimension of 1
-  // stay on Eigen: OpenBLAS 0.3.21 hands them to its GEMV/GER paths, which malloc a buffer on
-  // every call (seen for n = 1, a width-1 logit), and they are cheap either way.
+  // The models' products go to the checked kernel library of src/model/gemm.h (BLIS by default,
+  // OpenBLAS on request) when one is in use and has passed its per-shape checks (no heap
+  // allocation once a shape is checked); otherwise the Eigen kernel below, which never allocates
+  // after the first product of a size. Products with a dimension of 1 stay on Eigen: OpenBLAS
+  // 0.3.21 hands them to its GEMV/GER paths, which malloc a buffer on every call (seen for n = 1,
+  // a width-1 logit), and they are cheap either way.
   namespace md = strata::model::detail;
-  if (m >= 2 && n >= 2 && k >= 2 && md::current_gemm_backend() == md::GemmBackend::kOpenBlas) {
+  const md::GemmBackend backend = md::current_gemm_backend();
+  if (m >= 2 && n >= 2 && k >= 2 && (backend == md::GemmBackend::kBlis || backend == md::GemmBackend::kOpenBlas)) {
     md::sgemm(trans_a ? md::Transpose::kYes : md::Transpose::kNo, trans_b ? md::Transpose::kYes : md::Transpose::kNo,
               m, n, k, 1.0f, a, lda, b, ldb, accumulate ? 1.0f : 0.0f, c, ldc);
     return;

@@ -3,9 +3,12 @@
 // addresses and threads; argument errors.
 #include "model/gemm.h"
 
+#include <dlfcn.h>
+
 #include <cstdlib>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -41,6 +44,12 @@ struct Operands {
 
 void run(const GemmCall& g, const float* a, const float* b, float* c) {
   sgemm(g.ta, g.tb, g.m, g.n, g.k, g.alpha, a, g.lda, b, g.ldb, g.beta, c, g.ldc);
+}
+
+// The backend products requested as `backend` actually use on this thread (auto resolved).
+GemmBackend current_backend_for(GemmBackend backend) {
+  ScopedGemmBackend scoped(backend);
+  return current_gemm_backend();
 }
 
 // Elements of `backend`'s result outside the error bound of the double reference.
@@ -130,7 +139,7 @@ std::vector<GemmCall> edge_calls() {
 class GemmBackends : public ::testing::TestWithParam<GemmBackend> {
  protected:
   void SetUp() override {
-    if (GetParam() == GemmBackend::kOpenBlas && !openblas_built()) GTEST_SKIP() << "built without OpenBLAS";
+    if (!gemm_backend_built(GetParam())) GTEST_SKIP() << "built without " << gemm_backend_id(GetParam());
   }
 };
 
@@ -177,7 +186,7 @@ TEST_P(GemmBackends, SameBitsAtAnyAddressAndFromConcurrentThreads) {
           << "m=" << g.m << " n=" << g.n << " k=" << g.k << " shifted by " << pad;
     }
     // OpenBLAS is used from one thread per process only (gemm.h): no concurrent case for it.
-    if (GetParam() == GemmBackend::kOpenBlas) continue;
+    if (current_backend_for(GetParam()) == GemmBackend::kOpenBlas) continue;
     std::vector<std::vector<float>> got(3, base.c);
     std::vector<std::thread> threads;
     for (auto& out : got)
@@ -210,21 +219,75 @@ TEST_P(GemmBackends, BetaZeroNeverReadsC) {
   for (float x : ops.c) ASSERT_TRUE(std::isfinite(x));
 }
 
+// Threads that come and go (a replica's or the apply team's threads are not one fixed pool): rounds
+// of fresh threads multiplying every product of the MLP's step at once, each result compared bit
+// for bit with the same product made alone on this thread. The sanitizer builds (ASan+UBSan, TSan)
+// of this binary run it too.
+TEST_P(GemmBackends, ThreadsThatComeAndGoGetTheSameBits) {
+  if (current_backend_for(GetParam()) == GemmBackend::kOpenBlas) GTEST_SKIP() << "OpenBLAS: one thread per process";
+  std::vector<GemmCall> calls = model_calls("mlp", 128);
+  for (const GemmCall& g : model_calls("mlp", 37)) calls.push_back(g);
+  std::vector<Operands> operands;
+  std::vector<std::vector<float>> want;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    operands.emplace_back(calls[i], 40 + static_cast<unsigned>(i));
+    want.push_back(operands.back().c);
+    ScopedGemmBackend scoped(GetParam());
+    run(calls[i], operands[i].a.data(), operands[i].b.data(), want.back().data());
+  }
+  constexpr int kRounds = 12, kThreads = 4;
+  std::atomic<int> mismatches{0};
+  for (int round = 0; round < kRounds; ++round) {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t)
+      threads.emplace_back([&, t] {
+        ScopedGemmBackend scoped(GetParam());
+        // Each thread walks the products from a different start, so different shapes overlap.
+        for (std::size_t j = 0; j < calls.size(); ++j) {
+          const std::size_t i = (j + static_cast<std::size_t>(t) * 3) % calls.size();
+          std::vector<float> c = operands[i].c;
+          run(calls[i], operands[i].a.data(), operands[i].b.data(), c.data());
+          if (std::memcmp(c.data(), want[i].data(), c.size() * sizeof(float)) != 0) mismatches.fetch_add(1);
+        }
+      });
+    for (auto& th : threads) th.join();
+  }
+  EXPECT_EQ(mismatches.load(), 0) << gemm_backend_id(GetParam());
+}
+
 INSTANTIATE_TEST_SUITE_P(All, GemmBackends,
-                         ::testing::Values(GemmBackend::kEigen, GemmBackend::kOpenBlas, GemmBackend::kDefault),
+                         ::testing::Values(GemmBackend::kEigen, GemmBackend::kBlis, GemmBackend::kOpenBlas,
+                                           GemmBackend::kDefault),
                          [](const auto& info) { return std::string(gemm_backend_id(info.param)) + "_backend"; });
 
-TEST(Gemm, ChecksOpenBlasOnTheModelsShapesAndNamesTheBackend) {
-  if (!openblas_built()) GTEST_SKIP() << "built without OpenBLAS";
-  for (const GemmCall& g : model_calls("mlp", 128)) {
-    // True unless OpenBLAS computed a wrong product on this processor, in which case it is off
-    // for the rest of the process and every product is Eigen's.
-    const bool ok = check_openblas_shape(g);
-    EXPECT_EQ(ok, !openblas_disabled());
+TEST(Gemm, ChecksEachLibraryOnTheModelsShapesAndNamesTheBackend) {
+  for (GemmBackend lib : {GemmBackend::kBlis, GemmBackend::kOpenBlas}) {
+    if (!gemm_backend_built(lib)) {
+      EXPECT_FALSE(check_gemm_shape(lib, model_calls("mlp", 8).front()));
+      continue;
+    }
+    for (const GemmCall& g : model_calls("mlp", 128)) {
+      // True unless the library computed a wrong product on this processor, in which case it is
+      // off for the rest of the process and every product it would get is Eigen's.
+      const bool ok = check_gemm_shape(lib, g);
+      EXPECT_EQ(ok, !gemm_backend_disabled(lib)) << gemm_backend_id(lib);
+    }
+    ScopedGemmBackend scoped(lib);
+    const std::string name = gemm_backend_name(current_gemm_backend());
+    EXPECT_EQ(name.rfind(gemm_backend_disabled(lib) ? "eigen" : gemm_backend_id(lib), 0), 0u) << name;
   }
-  ScopedGemmBackend scoped(GemmBackend::kOpenBlas);
-  const std::string name = gemm_backend_name(current_gemm_backend());
-  EXPECT_EQ(name.rfind(openblas_disabled() ? "eigen" : "openblas", 0), 0u) << name;
+  EXPECT_FALSE(check_gemm_shape(GemmBackend::kEigen, model_calls("mlp", 8).front()));
+}
+
+// BLIS and OpenBLAS both export cblas_sgemm; strata's OpenBLAS products must be OpenBLAS's.
+TEST(Gemm, CblasSgemmIsOpenBlasWhenBothLibrariesAreLinked) {
+  if (!gemm_backend_built(GemmBackend::kOpenBlas)) GTEST_SKIP() << "built without OpenBLAS";
+  void* symbol = dlsym(RTLD_DEFAULT, "cblas_sgemm");
+  ASSERT_NE(symbol, nullptr);
+  Dl_info info{};
+  ASSERT_NE(dladdr(symbol, &info), 0);
+  ASSERT_NE(info.dli_fname, nullptr);
+  EXPECT_NE(std::string(info.dli_fname).find("openblas"), std::string::npos) << info.dli_fname;
 }
 
 TEST(Gemm, ScopedBackendNestsAndRecorderSeesEveryCall) {
@@ -259,6 +322,8 @@ TEST(Gemm, BadArgumentsAndBackendNamesAreErrors) {
   EXPECT_THROW(sgemm(Transpose::kNo, Transpose::kNo, 2, 2, 2, 1.0f, nullptr, 2, b.data(), 2, 0.0f, c.data(), 2),
                Error);
   EXPECT_THROW(parse_gemm_backend("mkl", "STRATA_GEMM"), ConfigError);
+  EXPECT_EQ(parse_gemm_backend("blis", "x"), GemmBackend::kBlis);
+  EXPECT_STREQ(gemm_backend_id(GemmBackend::kBlis), "blis");
   EXPECT_EQ(parse_gemm_backend("eigen", "x"), GemmBackend::kEigen);
   EXPECT_EQ(parse_gemm_backend("auto", "x"), GemmBackend::kDefault);
 }
@@ -285,7 +350,7 @@ TEST(Gemm, MlpStepGradientsAgreeWithTheDoubleReference) {
     ScopedGemmBackend scoped(GemmBackend::kReference);
     net->train_step(params, in, &ref, &correct);
   }
-  for (GemmBackend b : {GemmBackend::kEigen, GemmBackend::kOpenBlas}) {
+  for (GemmBackend b : {GemmBackend::kEigen, GemmBackend::kBlis, GemmBackend::kOpenBlas}) {
     Grads got, again;
     ScopedGemmBackend scoped(b);
     net->train_step(params, in, &got, &correct);
@@ -317,8 +382,29 @@ TEST(GemmBackendChoice, GenericOpenBlasKernelsAreNotChosenOnAvx2Processors) {
     EXPECT_FALSE(openblas_core_is_fast(slow, true)) << slow;
   // Without AVX2 there is nothing faster to prefer.
   EXPECT_TRUE(openblas_core_is_fast("Prescott", false));
-  // auto is Eigen: OpenBLAS is opt-in (STRATA_GEMM=openblas), for one-thread processes only.
+}
+
+// auto is BLIS where the kernel family it chose suits the CPU (blis_arch_is_fast), else Eigen;
+// never OpenBLAS (opt-in, one multiplying thread per process).
+TEST(GemmBackendChoice, AutoIsBlisWithFastKernelsElseEigen) {
+  using namespace strata::model::detail;
+  for (const char* fast : {"haswell", "skx", "knl", "zen", "zen2", "zen3", "ZEN4"})
+    EXPECT_TRUE(blis_arch_is_fast(fast, true)) << fast;
+  for (const char* slow : {"generic", "sandybridge", "penryn", "bulldozer", "piledriver", "steamroller", "excavator", ""})
+    EXPECT_FALSE(blis_arch_is_fast(slow, true)) << slow;
+  EXPECT_TRUE(blis_arch_is_fast("sandybridge", false));
+  EXPECT_TRUE(blis_arch_is_fast("penryn", false));
+  EXPECT_FALSE(blis_arch_is_fast("generic", false));
+  const GemmBackend chosen = auto_gemm_backend();
+  EXPECT_TRUE(chosen == GemmBackend::kBlis || chosen == GemmBackend::kEigen);
+  if (gemm_backend_built(GemmBackend::kBlis)) {
+    const std::string name = gemm_backend_name(GemmBackend::kBlis);  // "blis 0.9.0 (zen3)"
+    const std::string arch = name.substr(name.find('(') + 1, name.size() - name.find('(') - 2);
+    EXPECT_EQ(chosen == GemmBackend::kBlis, blis_arch_is_fast(arch, __builtin_cpu_supports("avx2"))) << name;
+  } else {
+    EXPECT_EQ(chosen, GemmBackend::kEigen);
+  }
   if (std::getenv("STRATA_GEMM") == nullptr) {
-    EXPECT_EQ(strata::model::detail::current_gemm_backend(), strata::model::detail::GemmBackend::kEigen);
+    EXPECT_EQ(current_gemm_backend(), gemm_backend_disabled(chosen) ? GemmBackend::kEigen : chosen);
   }
 }
