@@ -61,7 +61,7 @@ GemmBackend process_default() {
       }
     }
 #endif
-    if (b == GemmBackend::kBlis && text == "blis" && !blis_arch_is_fast(blis_arch(), cpu_has_avx2())) {
+    if (b == GemmBackend::kBlis && text == "blis" && !blis_arch_is_fast(blis_arch(), cpu_has_avx2(), eigen_uses_avx512())) {
       STRATA_LOG(WARN) << "STRATA_GEMM=blis: BLIS chose its '" << blis_arch() << "' kernels on this CPU, a slow "
                        << "fallback; Eigen is faster here (auto uses Eigen)";
     }
@@ -308,11 +308,20 @@ bool openblas_core_is_fast(const std::string& core, bool cpu_has_avx2) {
   return false;
 }
 
-bool blis_arch_is_fast(const std::string& arch, bool cpu_has_avx2) {
+bool eigen_uses_avx512() {
+#if defined(__AVX512F__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool blis_arch_is_fast(const std::string& arch, bool cpu_has_avx2, bool eigen_avx512) {
   std::string a = arch;
   for (char& ch : a) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   if (!cpu_has_avx2) return !a.empty() && a != "generic";
-  if (a == "haswell" || a == "skx" || a == "knl") return true;
+  if (a == "haswell") return !eigen_avx512;
+  if (a == "skx" || a == "knl") return true;
   return a.rfind("zen", 0) == 0;  // zen, zen2, zen3, zen4, ...: AVX2 or AVX-512 kernels
 }
 
@@ -365,7 +374,7 @@ GemmBackend current_gemm_backend() {
 
 GemmBackend auto_gemm_backend() {
   static const GemmBackend resolved =
-      blis_built() && blis_unusable_reason().empty() && blis_arch_is_fast(blis_arch(), cpu_has_avx2())
+      blis_built() && blis_unusable_reason().empty() && blis_arch_is_fast(blis_arch(), cpu_has_avx2(), eigen_uses_avx512())
           ? GemmBackend::kBlis
           : GemmBackend::kEigen;
   return resolved;

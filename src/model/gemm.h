@@ -15,7 +15,7 @@
 // process is checked first (see below), and one wrong result turns that library off for the whole
 // process (logged once), its products then going to Eigen.
 // The process default is STRATA_GEMM (auto | blis | openblas | eigen | reference). auto is BLIS
-// when it is built in and the kernel family it chose suits this CPU (blis_arch_is_fast), else
+// when it is built in and the kernel family it chose suits this CPU and build (blis_arch_is_fast), else
 // Eigen. While BLIS_ARCH_TYPE is set, BLIS is never called (BLIS 0.9.0 aborts the process on its
 // first call then): auto warns and uses Eigen, STRATA_GEMM=blis is a ConfigError. OpenBLAS is
 // never chosen by auto: Debian's serial build is not thread-safe (no USE_LOCKING), and a sanitizer
@@ -124,9 +124,14 @@ class GemmRecorder {
 bool openblas_core_is_fast(const std::string& core, bool cpu_has_avx2);
 
 // The same for BLIS's kernel configuration (blis_arch()): auto picks BLIS only where this is true.
-// On an AVX2 processor: haswell, skx, knl and the zen family (any case); elsewhere anything but
-// "generic" (BLIS's portable C kernels), since Eigen has no faster path there.
-bool blis_arch_is_fast(const std::string& arch, bool cpu_has_avx2);
+// On an AVX2 processor: haswell, skx, knl and the zen family (any case), except haswell when Eigen
+// runs AVX-512 code here (eigen_avx512: this build compiled for AVX-512, e.g. -march=native on such
+// a CPU): BLIS 0.9.0 serves some AVX-512 Xeons with its AVX2 haswell kernels, which Eigen's AVX-512
+// code outruns there (docs/PERFORMANCE.md). Elsewhere anything but "generic" (BLIS's portable C
+// kernels), since Eigen has no faster path there.
+bool blis_arch_is_fast(const std::string& arch, bool cpu_has_avx2, bool eigen_avx512);
+// Whether this build's Eigen code uses AVX-512 (compiled with __AVX512F__).
+bool eigen_uses_avx512();
 
 // Runs `backend`'s check for `call` now (as the first product of that shape would), returning
 // whether the library is still enabled afterwards. Tests and the bench use it; false for a backend

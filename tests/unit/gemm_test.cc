@@ -388,19 +388,25 @@ TEST(GemmBackendChoice, GenericOpenBlasKernelsAreNotChosenOnAvx2Processors) {
 // never OpenBLAS (opt-in, one multiplying thread per process).
 TEST(GemmBackendChoice, AutoIsBlisWithFastKernelsElseEigen) {
   using namespace strata::model::detail;
-  for (const char* fast : {"haswell", "skx", "knl", "zen", "zen2", "zen3", "ZEN4"})
-    EXPECT_TRUE(blis_arch_is_fast(fast, true)) << fast;
-  for (const char* slow : {"generic", "sandybridge", "penryn", "bulldozer", "piledriver", "steamroller", "excavator", ""})
-    EXPECT_FALSE(blis_arch_is_fast(slow, true)) << slow;
-  EXPECT_TRUE(blis_arch_is_fast("sandybridge", false));
-  EXPECT_TRUE(blis_arch_is_fast("penryn", false));
-  EXPECT_FALSE(blis_arch_is_fast("generic", false));
+  for (const bool avx512 : {false, true}) {
+    for (const char* fast : {"skx", "knl", "zen", "zen2", "zen3", "ZEN4"})
+      EXPECT_TRUE(blis_arch_is_fast(fast, true, avx512)) << fast;
+    for (const char* slow : {"generic", "sandybridge", "penryn", "bulldozer", "piledriver", "steamroller", "excavator", ""})
+      EXPECT_FALSE(blis_arch_is_fast(slow, true, avx512)) << slow;
+    EXPECT_TRUE(blis_arch_is_fast("sandybridge", false, avx512));
+    EXPECT_TRUE(blis_arch_is_fast("penryn", false, avx512));
+    EXPECT_FALSE(blis_arch_is_fast("generic", false, avx512));
+  }
+  // BLIS's AVX2 haswell kernels lose to Eigen's AVX-512 code (measured on an AVX-512 Xeon).
+  EXPECT_TRUE(blis_arch_is_fast("haswell", true, false));
+  EXPECT_FALSE(blis_arch_is_fast("haswell", true, true));
   const GemmBackend chosen = auto_gemm_backend();
   EXPECT_TRUE(chosen == GemmBackend::kBlis || chosen == GemmBackend::kEigen);
   if (gemm_backend_built(GemmBackend::kBlis)) {
     const std::string name = gemm_backend_name(GemmBackend::kBlis);  // "blis 0.9.0 (zen3)"
     const std::string arch = name.substr(name.find('(') + 1, name.size() - name.find('(') - 2);
-    EXPECT_EQ(chosen == GemmBackend::kBlis, blis_arch_is_fast(arch, __builtin_cpu_supports("avx2"))) << name;
+    EXPECT_EQ(chosen == GemmBackend::kBlis, blis_arch_is_fast(arch, __builtin_cpu_supports("avx2"), eigen_uses_avx512()))
+        << name;
   } else {
     EXPECT_EQ(chosen, GemmBackend::kEigen);
   }
