@@ -9,15 +9,14 @@ namespace strata::cli {
 
 // Poll for at most 50 us, then sleep in growing steps (50 us up to 1 ms) between polls.
 //
-// Why: between two emulated nodes on a 2-core machine, a rank that spins (even calling
-// sched_yield, as Open MPI's mpi_yield_when_idle does) keeps the second core from the kernel work
-// that moves the packets. Measured with raw sockets (tests/cluster, 3 rounds): a 16 MiB
-// request/response took 3.0-3.9 ms with both nodes otherwise idle and 7.3-8.0 ms with one
-// sched_yield loop on the serving node. The PS main thread of a bench waits in a barrier while
-// the workers measure, so a spinning wait there measured the spinner, not the data plane (the
-// PS service loop of a real job sleeps when idle). 50 us of polling first keeps a barrier that
-// is about to complete as prompt as before; the rule of issue 11: no strata wait loop spins
-// longer than about 50 us without yielding its core.
+// Why: on a machine with few cores, a rank that spins (even calling sched_yield, as Open MPI's
+// mpi_yield_when_idle does) keeps a core from the kernel work that moves the packets: a raw
+// 16 MiB request/response between two emulated nodes takes about twice as long beside one
+// sched_yield loop (docs/PERFORMANCE.md). The PS main thread of a bench waits in a barrier while
+// the workers measure, so a spinning wait there would measure the spinner, not the data plane
+// (the PS service loop of a real job sleeps when idle). 50 us of polling first keeps a barrier
+// that is about to complete prompt; no strata wait loop spins longer than about 50 us without
+// yielding its core.
 class PollThenSleep {
  public:
   void pause() {

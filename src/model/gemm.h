@@ -118,9 +118,9 @@ class GemmRecorder {
 // given the family it chose (openblas_get_corename()) and
 // whether this CPU runs AVX2: on an AVX2 processor only the families with AVX2/AVX-512 SGEMM
 // kernels (haswell, zen, skylakex, cooperlake, sapphirerapids; any case) qualify. OpenBLAS 0.3.21
-// falls back to its SSE3 "Prescott" kernels on x86-64 processors it does not know (seen on a
-// virtualised Intel Xeon with AVX-512: 2.6x slower than Eigen), which are correct but slow, so
-// there Eigen is faster.
+// falls back to its SSE3 "Prescott" kernels on x86-64 processors it does not know (a virtualised
+// AVX-512 Xeon among them; docs/PERFORMANCE.md), which are correct but slow, so there Eigen is
+// faster.
 bool openblas_core_is_fast(const std::string& core, bool cpu_has_avx2);
 
 // The same for BLIS's kernel configuration (blis_arch()): auto picks BLIS only where this is true.

@@ -208,7 +208,7 @@ Coefficients<T> make_coefficients(const OptimizerConfig& cfg, std::int64_t step)
 // IEEE instruction. Eigen 3.4 marks packet sqrt as unavailable for AVX-512 when EIGEN_FAST_MATH is
 // 0 (HasSqrt = EIGEN_FAST_MATH), although its psqrt is then plain vsqrtps/vsqrtpd, exactly as
 // for SSE and AVX: with -march=native on an AVX-512 machine, `.sqrt()` made the whole Adam,
-// Adagrad and RMSprop statement scalar (measured: Adam 570 M elements/s against 2,500 with AVX2).
+// Adagrad and RMSprop statement scalar (several times slower than with AVX2; docs/PERFORMANCE.md).
 // On x86 every psqrt Eigen has without EIGEN_FAST_MATH is that instruction, so this functor allows
 // packets there; elsewhere it follows Eigen's own HasSqrt (as `.sqrt()` does).
 template <typename T>

@@ -32,12 +32,11 @@ std::string ip_str(std::uint32_t ip) {
 
 std::string sys_error(const std::string& what) { return what + ": " + std::strerror(errno); }
 
-// Large messages are handed to the kernel in pieces of this size, one sendmsg each. Measured
-// between two emulated nodes (veth + bridge, 2 cores; raw request/response, 4 rounds, medians):
-// a 16 MiB reply sent with one sendmsg took 7.0 ms, in pieces of 128 KiB-1 MiB 3.4-4.3 ms
-// (512 KiB: 3.4 ms pull, 3.2 ms push, the least spread); 1 and 4 MiB were unchanged, and 64 KiB
-// pieces made a 1 MiB pull 2.5x slower. ZeroMQ (ps-lite) also writes big messages in pieces and
-// beat the one-call baseline at 16 MiB. The likely cause: one huge sendmsg keeps the socket
+// Large messages are handed to the kernel in pieces of this size, one sendmsg each: between
+// nodes, pieces of 128 KiB-1 MiB send a 16 MiB reply about twice as fast as one sendmsg, 512 KiB
+// with the least spread, and much smaller pieces slow mid-size messages (the figures are in
+// docs/PERFORMANCE.md). ZeroMQ (ps-lite) also writes big messages in pieces. The likely cause of
+// the difference: one huge sendmsg keeps the socket
 // locked while it copies, so the ACKs that open the window wait in the socket's backlog and
 // the window opens in bursts; returning to user space between pieces lets them be processed.
 constexpr std::size_t kSendPieceBytes = std::size_t{512} << 10;

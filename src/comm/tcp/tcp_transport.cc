@@ -603,8 +603,8 @@ bool TcpTransport::handle(int fd, int from) {
       // Pieces with a consumer are received into a buffer that fits in cache and handed over
       // from there: the consumer reads them while they are hot, and a receive into cache holds
       // the socket's lock for less time than one into cold memory (arriving packets wait in the
-      // backlog meanwhile). Between the emulated nodes 16 MiB arrived in 4.1-4.7 ms this way
-      // against 6.2-7.5 ms straight into the inbox, with nothing applied in either case.
+      // backlog meanwhile), which docs/PERFORMANCE.md shows is the faster way to receive 16 MiB
+      // between nodes.
       if (r->has_handler(req.b)) {
         staging.resize(std::min(piece, req.a));
         for (std::uint64_t done = 0; done < req.a; done += piece) {
