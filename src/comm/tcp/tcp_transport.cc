@@ -146,17 +146,24 @@ class TcpRegion final : public Region {
   ~TcpRegion() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (finalized || std::uncaught_exceptions() > 0) return;  // peers are not freeing with us
-    try {
-      // Everything sent to the peers is applied before anyone frees: then no request for this
-      // region is in flight when the server thread forgets it.
-      for (int p = 0; p < t_.size_; ++p)
-        if (t_.peers_[p].sock.valid()) t_.flush_remote(p);
-      MPI_Barrier(t_.comm_);
-    } catch (const std::exception& e) {
-      STRATA_LOG(ERROR) << "tcp transport: freeing a region: " << e.what();
+    // Unwinding (an error) or after MPI_Finalize, the peers are not freeing with us: no flush, no
+    // barrier, and a peer's request for this region may still arrive.
+    const bool with_peers = !finalized && std::uncaught_exceptions() == 0;
+    if (with_peers) {
+      try {
+        // Everything sent to the peers is applied before anyone frees: then no request for this
+        // region is in flight when the server thread forgets it.
+        for (int p = 0; p < t_.size_; ++p)
+          if (t_.peers_[p].sock.valid()) t_.flush_remote(p);
+        MPI_Barrier(t_.comm_);
+      } catch (const std::exception& e) {
+        STRATA_LOG(ERROR) << "tcp transport: freeing a region: " << e.what();
+      }
     }
     {
+      // Waits for a request the server thread is serving (it may be for this region); later ones
+      // find no region and are refused. Never frees a region the server thread is using.
+      std::lock_guard<std::mutex> serving(t_.serving_mu_);
       std::lock_guard<std::mutex> lock(t_.regions_mu_);
       t_.regions_[id_] = nullptr;
     }
@@ -554,6 +561,8 @@ bool TcpTransport::handle(int fd, int from) {
     send_all(fd, &ok, sizeof ok, deadline, from, "flush reply");
     return true;
   }
+  // Held while the request is served: a region is never freed under it (~TcpRegion).
+  std::lock_guard<std::mutex> serving(serving_mu_);
   TcpRegion* r = region_by_id(req.region);
   if (!r) throw Error("request " + std::to_string(req.op) + " from " + rank_str(from) + " for region " +
                       std::to_string(req.region) + ", which does not exist here");

@@ -172,6 +172,9 @@ class TcpTransport final : public Transport {
   std::thread server_;
   std::atomic<bool> stop_{false};
   std::mutex regions_mu_;  // guards regions_ (allocation/destruction vs the server thread)
+  // Held by the server thread while it serves a request that names a region, and by a region's
+  // destruction while it unregisters: a region is never freed while a request uses it.
+  std::mutex serving_mu_;
   std::vector<TcpRegion*> regions_;  // by region id; nullptr once destroyed
   std::uint32_t next_region_ = 0;
 };
