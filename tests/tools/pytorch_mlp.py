@@ -9,7 +9,7 @@ throughputs can be put side by side on the same cores:
     Keras to sqrt(v), a difference far below what test accuracy can show);
   * batch 128 per process, a fresh shuffle every epoch, the last partial batch dropped;
   * pixels / 255 as float32, read from the Debian package dataset-fashion-mnist's IDX files;
-  * one thread per process (OMP_NUM_THREADS=1 and torch.set_num_threads(1)).
+  * one thread per process unless --threads says otherwise.
 
 Variants:
   single  one process over the whole training set (the peer of strata's async job, whose
@@ -21,10 +21,25 @@ examples/s is counted as strata counts it: each process's examples over its own 
 (data loading and the final evaluation excluded), summed over processes. Test accuracy is on
 the 10,000 test images after the last epoch.
 
+Tuning (torch_tuning.py), to compare with PyTorch at its best rather than at its defaults:
+  --threads N            intra-op threads per process (default 1);
+  --blas-threads N       OpenBLAS threads per process (default 1; Debian's openblas-serial ignores it,
+                         its openblas-pthread uses it: pick one with LD_LIBRARY_PATH=
+                         /usr/lib/x86_64-linux-gnu/openblas-pthread);
+  --foreach              Adam(foreach=True);
+  --malloc-thresholds B  glibc's mmap and trim thresholds raised to B bytes (e.g. 33554432), so the
+                         step's temporaries stop being unmapped and faulted in again.
+OpenBLAS picks its kernels from the CPU unless OPENBLAS_CORETYPE names a set: run the command under
+`env -u OPENBLAS_CORETYPE` to let it choose (and check the accuracy). Each result reports the
+OpenBLAS kernel set in use, the CPU time over the training loop (user+sys, all threads, summed over
+processes), busy cores (that CPU time over the training time) and minor page faults per step.
+
 This is a benchmark helper, not a test and not a dependency of strata: it needs PyTorch
 (Debian: apt-get install python3-torch) and says so if it is missing.
 
   /usr/bin/python3 tests/tools/pytorch_mlp.py --variant both --epochs 20
+  env -u OPENBLAS_CORETYPE /usr/bin/python3 tests/tools/pytorch_mlp.py --variant single \
+      --threads 2 --foreach --malloc-thresholds 33554432 --json
 """
 import argparse
 import gzip
@@ -35,20 +50,25 @@ import struct
 import sys
 import time
 
-# Must be set before torch starts its thread pools (the DDP children inherit it).
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("MKL_NUM_THREADS", "1")
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_tuning  # noqa: E402  (this directory's helper)
 
-try:
-    import numpy as np
-    import torch
-    import torch.distributed as dist
-    import torch.multiprocessing as mp
-    import torch.nn.functional as F
-except ImportError as e:  # dependencies strata's own tests never need
-    sys.exit(f"pytorch_mlp.py: {sys.executable} cannot import {e.name or e} (this benchmark needs PyTorch "
-             "and NumPy); on Debian: apt-get install python3-torch, then run it with /usr/bin/python3")
+PROG = "pytorch_mlp.py"
+np = torch = dist = mp = F = None  # imported by load_torch(), after the thread settings
+
+
+def load_torch():
+    global np, torch, dist, mp, F
+    try:
+        import numpy as np
+        import torch
+        import torch.distributed as dist
+        import torch.multiprocessing as mp
+        import torch.nn.functional as F
+    except ImportError as e:  # dependencies strata's own tests never need
+        sys.exit(f"{PROG}: {sys.executable} cannot import {e.name or e} (this benchmark needs PyTorch "
+                 "and NumPy); on Debian: apt-get install python3-torch, then run it with /usr/bin/python3")
+
 
 DATA_DIR = "/usr/share/datasets/fashion-mnist"
 
@@ -60,7 +80,7 @@ def read_idx(path):
         raw = f.read()
     zero, dtype, ndim = struct.unpack(">HBB", raw[:4])
     if zero != 0 or dtype != 0x08:
-        raise SystemExit(f"pytorch_mlp.py: {path}: not an unsigned-byte IDX file")
+        raise SystemExit(f"{PROG}: {path}: not an unsigned-byte IDX file")
     dims = struct.unpack(">" + "I" * ndim, raw[4:4 + 4 * ndim])
     return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
@@ -70,7 +90,7 @@ def find(data_dir, stem):
         path = os.path.join(data_dir, name)
         if os.path.exists(path):
             return path
-    raise SystemExit(f"pytorch_mlp.py: {stem}(.gz) not found in {data_dir} "
+    raise SystemExit(f"{PROG}: {stem}(.gz) not found in {data_dir} "
                      "(Debian package dataset-fashion-mnist, or --data DIR)")
 
 
@@ -82,18 +102,15 @@ def load(data_dir, split):
     return x, torch.from_numpy(y.astype(np.int64))
 
 
-class Mlp(torch.nn.Module):
-    def __init__(self, dims):
-        super().__init__()
-        self.layers = torch.nn.ModuleList(torch.nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
-        for layer in self.layers:  # Keras' defaults, as strata's variables are initialised
-            torch.nn.init.xavier_uniform_(layer.weight)
-            torch.nn.init.zeros_(layer.bias)
-
-    def forward(self, x):
-        for layer in self.layers[:-1]:
-            x = F.relu(layer(x))
-        return self.layers[-1](x)
+def make_mlp(dims):
+    """Linear layers with ReLU between them; Keras' initialisers, as strata's variables get."""
+    layers = []
+    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+        linear = torch.nn.Linear(a, b)
+        torch.nn.init.xavier_uniform_(linear.weight)
+        torch.nn.init.zeros_(linear.bias)
+        layers += [linear, torch.nn.ReLU()] if i + 2 < len(dims) else [linear]
+    return torch.nn.Sequential(*layers)
 
 
 def accuracy(model, x, y):
@@ -105,17 +122,20 @@ def accuracy(model, x, y):
 
 
 def train(args, rank, world):
-    """Trains on this process's part of every epoch; returns (examples, seconds, model)."""
-    torch.set_num_threads(1)
+    """Trains on this process's part of every epoch; returns (examples, seconds, cpu seconds,
+    minor faults, steps, model)."""
+    torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP also broadcasts them)
     x, y = load(args.data, "train")
-    model = Mlp([784] + args.hidden + [10])
+    model = make_mlp([784] + args.hidden + [10])
     net = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
-    opt = torch.optim.Adam(net.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=1e-7)
+    opt = torch.optim.Adam(net.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=1e-7,
+                           foreach=True if args.foreach else None)
     # Like strata, every rank runs the same number of steps per epoch (the smallest part's).
     steps = (len(x) // world) // args.batch
     examples = 0
     gen = torch.Generator().manual_seed(args.seed)
+    cpu0, faults0 = torch_tuning.usage()
     t0 = time.perf_counter()
     for _ in range(args.epochs):
         order = torch.randperm(len(x), generator=gen)[rank::world]  # same shuffle on every rank
@@ -126,20 +146,24 @@ def train(args, rank, world):
             loss.backward()
             opt.step()
             examples += len(idx)
-    return examples, time.perf_counter() - t0, model
+    seconds = time.perf_counter() - t0
+    cpu1, faults1 = torch_tuning.usage()
+    return examples, seconds, cpu1 - cpu0, faults1 - faults0, steps * args.epochs, model
 
 
 def ddp_child(rank, args, port, results):
+    torch_tuning.apply(args, PROG)  # the malloc thresholds are per process
+    load_torch()
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=args.workers)
-    examples, seconds, model = train(args, rank, args.workers)
+    examples, seconds, cpu, faults, steps, model = train(args, rank, args.workers)
     dist.barrier()
     acc = None
     if rank == 0:
         xt, yt = load(args.data, "test")
         acc = accuracy(model, xt, yt)
-    results.put((rank, examples, seconds, acc))
+    results.put((rank, examples, seconds, acc, cpu, faults, steps, torch_tuning.blas_info()))
     dist.destroy_process_group()
 
 
@@ -150,10 +174,12 @@ def free_port():
 
 
 def run_single(args):
-    examples, seconds, model = train(args, 0, 1)
+    examples, seconds, cpu, faults, steps, model = train(args, 0, 1)
     xt, yt = load(args.data, "test")
     return {"variant": "single", "processes": 1, "examples": examples, "train_s": seconds,
-            "examples_per_sec": examples / seconds, "test_accuracy": accuracy(model, xt, yt)}
+            "examples_per_sec": examples / seconds, "test_accuracy": accuracy(model, xt, yt),
+            "cpu_s": cpu, "busy_cores": cpu / seconds, "examples_per_cpu_s": examples / cpu,
+            "minor_faults_per_step": faults / steps, **torch_tuning.blas_info()}
 
 
 def run_ddp(args):
@@ -161,10 +187,15 @@ def run_ddp(args):
     results = ctx.SimpleQueue()
     mp.start_processes(ddp_child, args=(args, free_port(), results), nprocs=args.workers, join=True,
                        start_method="spawn")
-    rows = sorted(results.get() for _ in range(args.workers))
-    return {"variant": "ddp-gloo", "processes": args.workers, "examples": sum(r[1] for r in rows),
-            "train_s": max(r[2] for r in rows), "examples_per_sec": sum(r[1] / r[2] for r in rows),
-            "test_accuracy": rows[0][3]}
+    rows = sorted((results.get() for _ in range(args.workers)), key=lambda r: r[0])
+    cpu = sum(r[4] for r in rows)
+    train_s = max(r[2] for r in rows)
+    examples = sum(r[1] for r in rows)
+    return {"variant": "ddp-gloo", "processes": args.workers, "examples": examples,
+            "train_s": train_s, "examples_per_sec": sum(r[1] / r[2] for r in rows),
+            "test_accuracy": rows[0][3], "cpu_s": cpu, "busy_cores": cpu / train_s,
+            "examples_per_cpu_s": examples / cpu,
+            "minor_faults_per_step": sum(r[5] for r in rows) / sum(r[6] for r in rows), **rows[0][7]}
 
 
 def main():
@@ -178,15 +209,22 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--data", default=DATA_DIR)
     p.add_argument("--json", action="store_true", help="one JSON object per variant instead of text")
+    torch_tuning.add_arguments(p)
     args = p.parse_args()
+    torch_tuning.check(args, PROG)
+    torch_tuning.apply(args, PROG)
+    load_torch()
     for variant in (["single", "ddp"] if args.variant == "both" else [args.variant]):
         r = run_single(args) if variant == "single" else run_ddp(args)
-        r.update(torch=torch.__version__, epochs=args.epochs, batch=args.batch, threads=torch.get_num_threads())
+        r.update(torch=torch.__version__, epochs=args.epochs, batch=args.batch, threads=args.threads,
+                 blas_threads=args.blas_threads, foreach=args.foreach, malloc_thresholds=args.malloc_thresholds)
         if args.json:
             print(json.dumps(r), flush=True)
         else:
-            print(f"pytorch {r['variant']} ({r['processes']} process(es), {args.epochs} epochs, batch {args.batch}): "
+            print(f"pytorch {r['variant']} ({r['processes']} process(es) x {args.threads} thread(s), "
+                  f"OpenBLAS {r.get('openblas_core', '?')}, {args.epochs} epochs, batch {args.batch}): "
                   f"{r['examples']} examples in {r['train_s']:.1f} s, {r['examples_per_sec']:.0f} examples/s, "
+                  f"{r['busy_cores']:.2f} busy cores, {r['minor_faults_per_step']:.1f} page faults/step, "
                   f"test accuracy {r['test_accuracy']:.4f}", flush=True)
 
 
