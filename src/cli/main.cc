@@ -1,9 +1,11 @@
 // strata: the command-line tool. Usage and configuration errors print one line on stderr and exit
 // with status 2; runtime failures exit 1 with a rank-tagged message (DESIGN.md section 7).
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include <mpi.h>
 
@@ -45,7 +47,13 @@ bool speaks_for_the_job() {
 void usage_error(const std::string& text, bool from_argv) {
   int initialized = 0;
   MPI_Initialized(&initialized);
-  if (from_argv && !initialized && !speaks_for_the_job()) return;
+  if (from_argv && !initialized && !speaks_for_the_job()) {
+    // Let the speaking rank say it first: a launcher ends the whole job at the first non-zero
+    // exit, and a silent rank that exits first could take rank 0 down before its line is out.
+    // The launcher ends this wait as soon as rank 0 exits; it is bounded either way.
+    std::this_thread::sleep_for(std::chrono::seconds(5));
+    return;
+  }
   std::fprintf(stderr, "%s\n", text.c_str());
   std::fflush(stderr);
 }
