@@ -19,43 +19,38 @@ find_package(ZLIB REQUIRED)                            # zlib1g-dev: gzip'd IDX 
 find_package(OpenSSL 1.1 REQUIRED COMPONENTS Crypto)   # libssl-dev: HMAC-SHA256 of the data plane's handshake
 find_package(Eigen3 3.3 REQUIRED CONFIG)               # libeigen3-dev
 
+# A serial BLAS flavour from Debian's per-flavour directories (/usr/lib/<arch>/<dir>,
+# /usr/include/<arch>/<dir>): sets <prefix>_LIBRARY and <prefix>_INCLUDE_DIR (cache) and
+# <prefix>_ENABLED; with the option OFF it is not looked for, with ON a missing one is fatal.
+function(strata_find_serial_blas prefix option library header dir package what fallback)
+  set(${prefix}_ENABLED 0 PARENT_SCOPE)
+  if(${option} STREQUAL "OFF")
+    return()
+  endif()
+  find_library(${prefix}_LIBRARY NAMES ${library} PATHS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/${dir} NO_DEFAULT_PATH)
+  find_path(${prefix}_INCLUDE_DIR ${header} PATHS /usr/include/${CMAKE_LIBRARY_ARCHITECTURE}/${dir} NO_DEFAULT_PATH)
+  if(${prefix}_LIBRARY AND ${prefix}_INCLUDE_DIR)
+    set(${prefix}_ENABLED 1 PARENT_SCOPE)
+  elseif(${option} STREQUAL "ON")
+    message(FATAL_ERROR "${option}=ON but ${what} was not found (install ${package})")
+  else()
+    message(STATUS "${what} not found: ${fallback} (install ${package})")
+  endif()
+endfunction()
+
 # OpenBLAS, serial flavour (libopenblas-serial-dev): optional, the models' matrix products
 # (src/model/gemm.h; Eigen otherwise). The serial build never starts threads of its own: a step runs
 # on its replica's thread. Its cpuid-chosen kernels are checked at run time before use.
-set(STRATA_OPENBLAS_ENABLED 0)
-if(NOT STRATA_WITH_OPENBLAS STREQUAL "OFF")
-  find_library(STRATA_OPENBLAS_LIBRARY NAMES openblas
-               PATHS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-serial NO_DEFAULT_PATH)
-  find_path(STRATA_OPENBLAS_INCLUDE_DIR cblas.h
-            PATHS /usr/include/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-serial NO_DEFAULT_PATH)
-  if(STRATA_OPENBLAS_LIBRARY AND STRATA_OPENBLAS_INCLUDE_DIR)
-    set(STRATA_OPENBLAS_ENABLED 1)
-  elseif(STRATA_WITH_OPENBLAS STREQUAL "ON")
-    message(FATAL_ERROR "STRATA_WITH_OPENBLAS=ON but the serial OpenBLAS was not found (install libopenblas-serial-dev)")
-  else()
-    message(STATUS "OpenBLAS (serial) not found: the models' products use Eigen (install libopenblas-serial-dev)")
-  endif()
-endif()
+strata_find_serial_blas(STRATA_OPENBLAS STRATA_WITH_OPENBLAS openblas cblas.h openblas-serial libopenblas-serial-dev
+                        "the serial OpenBLAS" "the models' products use Eigen")
 
 # BLIS, serial flavour (libblis-serial-dev): optional, the default for the models' matrix products
 # when found (src/model/gemm.h). Reentrant by design (its buffer pools are locked), starts no
 # threads, picks its kernels by cpuid at run time, and is called through its native bli_sgemm (no
 # clash with OpenBLAS's BLAS symbols: both libraries export cblas_sgemm, so OpenBLAS is linked
 # first and gemm.cc checks where that symbol resolved). Its kernels are checked at run time too.
-set(STRATA_BLIS_ENABLED 0)
-if(NOT STRATA_WITH_BLIS STREQUAL "OFF")
-  find_library(STRATA_BLIS_LIBRARY NAMES blis
-               PATHS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/blis-serial NO_DEFAULT_PATH)
-  find_path(STRATA_BLIS_INCLUDE_DIR blis.h
-            PATHS /usr/include/${CMAKE_LIBRARY_ARCHITECTURE}/blis-serial NO_DEFAULT_PATH)
-  if(STRATA_BLIS_LIBRARY AND STRATA_BLIS_INCLUDE_DIR)
-    set(STRATA_BLIS_ENABLED 1)
-  elseif(STRATA_WITH_BLIS STREQUAL "ON")
-    message(FATAL_ERROR "STRATA_WITH_BLIS=ON but the serial BLIS was not found (install libblis-serial-dev)")
-  else()
-    message(STATUS "BLIS (serial) not found: the models' products use Eigen by default (install libblis-serial-dev)")
-  endif()
-endif()
+strata_find_serial_blas(STRATA_BLIS STRATA_WITH_BLIS blis blis.h blis-serial libblis-serial-dev
+                        "the serial BLIS" "the models' products use Eigen by default")
 
 # UCX (libucx-dev): optional, one transport among two.
 set(STRATA_UCX_ENABLED 0)
