@@ -60,11 +60,12 @@ status=0
 cd "$build" || exit 1
 read -r -a extra <<< "${STRATA_SANITIZE_CTEST_ARGS:-}"
 echo "== sanitize tier: unit tests, leaks checked ($((SECONDS - start)) s)"
+# As in tests/run: a failed test runs once more, and tests/run lists those that needed it.
 ASAN_OPTIONS="${ASAN_OPTIONS/detect_leaks=0/detect_leaks=1}" \
-  ctest --output-on-failure --timeout 600 -L unit "${extra[@]}" || status=1
+  ctest --output-on-failure --timeout 600 --repeat until-pass:2 -L unit "${extra[@]}" 2>&1 | tee "$logs/ctest-unit.log" || status=1
 cp Testing/Temporary/LastTest.log "$logs/unit.log"
 echo "== sanitize tier: mpi tests ($((SECONDS - start)) s)"
-ctest --output-on-failure --timeout 600 -L mpi -LE unit "${extra[@]}" || status=1
+ctest --output-on-failure --timeout 600 --repeat until-pass:2 -L mpi -LE unit "${extra[@]}" 2>&1 | tee "$logs/ctest-mpi.log" || status=1
 cp Testing/Temporary/LastTest.log "$logs/mpi.log"
 
 shopt -s nullglob
