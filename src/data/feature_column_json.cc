@@ -297,6 +297,28 @@ std::vector<FeatureColumn> feature_columns_from_json(const Json& columns, const 
   for (std::size_t i = 0; i < columns.size(); ++i) {
     const std::string at = path + "[" + std::to_string(i) + "]";
     const Json& element = columns[i];
+    if (element.is_object() && element.contains("for_pairs")) {
+      // Every unordered pair of the listed keys, in list order: (k0,k1), (k0,k2), ..., (k1,k2), ...
+      const std::vector<std::string> keys = for_keys(element["for_pairs"], origin, at + ".for_pairs");
+      if (keys.size() < 2) throw ConfigError(origin + ": " + at + ".for_pairs: needs at least 2 keys to pair");
+      if (element.contains("keys") || element.contains("for_keys"))
+        throw ConfigError(origin + ": " + at + ": a column with \"for_pairs\" takes its keys from there; remove its \"keys\"");
+      const std::string type = element.contains("type") && element["type"].is_string() ? element["type"].get<std::string>() : "";
+      if (type != "crossed" && type != "crossed_column")
+        throw ConfigError(origin + ": " + at + ": \"for_pairs\" needs a crossed column, got " + excerpt(element));
+      const std::size_t pairs = keys.size() * (keys.size() - 1) / 2;
+      if (out.size() + pairs > kMaxForKeys * 4)
+        throw ConfigError(origin + ": " + path + ": more than " + std::to_string(kMaxForKeys * 4) + " columns (" +
+                          std::to_string(pairs) + " pairs of " + std::to_string(keys.size()) + " keys)");
+      for (std::size_t a = 0; a < keys.size(); ++a)
+        for (std::size_t b = a + 1; b < keys.size(); ++b) {
+          Json one = element;
+          one.erase("for_pairs");
+          one["keys"] = Json::array({keys[a], keys[b]});
+          out.push_back(reader.column(one, at + " (keys " + printable(keys[a], kMaxExcerpt) + ", " + printable(keys[b], kMaxExcerpt) + ")"));
+        }
+      continue;
+    }
     if (!element.is_object() || !element.contains("for_keys")) {
       out.push_back(reader.column(element, at));
       continue;

@@ -695,6 +695,52 @@ TEST(FeatureColumnJson, ForKeysRepeatsAnElementPerKey) {
   EXPECT_EQ(c[4].categorical->num_buckets, 100);
 }
 
+// "for_pairs" makes one crossed column per unordered pair, in list order, each the same column as
+// the one written out by hand.
+TEST(FeatureColumnJson, ForPairsCrossesEveryPairOnce) {
+  const std::vector<FeatureColumn> c = parse_feature_columns_json(R"([
+    {"type": "crossed", "for_pairs": "C1..C4", "hash_bucket_size": 1000, "hash_key": 7},
+    {"type": "crossed", "for_pairs": ["a", "b"], "hash_bucket_size": 10}
+  ])", "spec.json");
+  ASSERT_EQ(c.size(), 7u);
+  const std::vector<FeatureColumn> by_hand = parse_feature_columns_json(R"([
+    {"type": "crossed", "keys": ["C1", "C2"], "hash_bucket_size": 1000, "hash_key": 7},
+    {"type": "crossed", "keys": ["C1", "C3"], "hash_bucket_size": 1000, "hash_key": 7},
+    {"type": "crossed", "keys": ["C1", "C4"], "hash_bucket_size": 1000, "hash_key": 7},
+    {"type": "crossed", "keys": ["C2", "C3"], "hash_bucket_size": 1000, "hash_key": 7},
+    {"type": "crossed", "keys": ["C2", "C4"], "hash_bucket_size": 1000, "hash_key": 7},
+    {"type": "crossed", "keys": ["C3", "C4"], "hash_bucket_size": 1000, "hash_key": 7},
+    {"type": "crossed", "keys": ["a", "b"], "hash_bucket_size": 10}
+  ])", "spec.json");
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    EXPECT_EQ(c[i].name(), by_hand[i].name()) << i;
+    EXPECT_EQ(c[i].kind, ColumnKind::kCrossed) << i;
+    EXPECT_EQ(c[i].num_buckets, by_hand[i].num_buckets) << i;
+    EXPECT_EQ(c[i].hash_key, by_hand[i].hash_key) << i;
+  }
+  EXPECT_EQ(c[0].name(), "C1_X_C2");
+  EXPECT_EQ(c[0].hash_key, 7u);
+  EXPECT_NE(c[0].name(), c[1].name());
+}
+
+TEST(FeatureColumnSecurity, ForPairsErrorsNameTheElement) {
+  struct Case {
+    std::string text, expect;
+  } cases[] = {
+      {R"([{"type": "crossed", "for_pairs": ["a"], "hash_bucket_size": 5}])", "feature_columns[0].for_pairs: needs at least 2 keys"},
+      {R"([{"type": "crossed", "for_pairs": "C1..C3", "keys": ["x", "y"], "hash_bucket_size": 5}])",
+       "a column with \"for_pairs\" takes its keys from there"},
+      {R"([{"type": "numeric", "for_pairs": "C1..C3"}])", "\"for_pairs\" needs a crossed column"},
+      {R"([{"type": "crossed", "for_pairs": "C1..C200", "hash_bucket_size": 5}])", "more than 16384 columns (19900 pairs of 200 keys)"},
+      {R"([{"type": "crossed", "for_pairs": "C3..C1", "hash_bucket_size": 5}])", "feature_columns[0].for_pairs: expected an array"},
+      {R"([{"type": "crossed", "for_pairs": "C1..C3", "hash_bucket_size": 0}])", "feature_columns[0] (keys C1, C2).hash_bucket_size"},
+  };
+  for (const Case& k : cases) {
+    const std::string message = config_error([&] { parse_feature_columns_json(k.text, "spec.json"); });
+    EXPECT_TRUE(Contains(message, k.expect)) << k.text << "\n" << message;
+  }
+}
+
 TEST(FeatureColumnSecurity, ForKeysErrorsNameTheElement) {
   struct Case {
     std::string text, expect;

@@ -277,6 +277,9 @@ std::int64_t csv_shard_rows(std::vector<std::string> paths, CsvOptions options, 
 // zeros, at most 4096 keys): it is repeated once per key, with the "key" of the column (of its categorical, of a
 // bucketized source) set to that key; the element itself has no "key" then, and a crossed column
 // cannot be repeated so. Errors in a repetition name it: "feature_columns[2] (key C7).dimension".
+// A crossed column with "for_pairs" (same forms as "for_keys", at least 2 keys) and no "keys" stands
+// for one crossed column per unordered pair of those keys, in list order ((C1,C2), (C1,C3), ...,
+// (C2,C3), ...): the wide part's second-order crosses without naming the pairs that matter.
 // TensorFlow's function names are accepted as types too ("numeric_column",
 // "categorical_column_with_hash_bucket", ...). Errors are ConfigErrors naming `origin` and the
 // member's path: "spec.json: feature_columns[3].categorical.hash_bucket_size: expected a positive
