@@ -76,6 +76,9 @@ class RefusalLog {
   std::uint64_t hidden_ = 0;
 };
 
+// handle(): the request names a region this rank destroyed while an exception unwound.
+struct AbandonedRegion {};
+
 }  // namespace
 
 std::string TcpTransport::check_request(const Request& req, std::uint64_t region_bytes) {
@@ -166,6 +169,10 @@ class TcpRegion final : public Region {
       std::lock_guard<std::mutex> serving(t_.serving_mu_);
       std::lock_guard<std::mutex> lock(t_.regions_mu_);
       t_.regions_[id_] = nullptr;
+      if (!with_peers) {
+        if (t_.abandoned_.size() <= id_) t_.abandoned_.resize(id_ + 1, false);
+        t_.abandoned_[id_] = true;
+      }
     }
     inner_.reset();  // collective over the node
   }
@@ -552,6 +559,11 @@ TcpRegion* TcpTransport::region_by_id(std::uint32_t id) {
   return id < regions_.size() ? regions_[id] : nullptr;
 }
 
+bool TcpTransport::region_abandoned(std::uint32_t id) {
+  std::lock_guard<std::mutex> lock(regions_mu_);
+  return id < abandoned_.size() && abandoned_[id];
+}
+
 bool TcpTransport::handle(int fd, int from) {
   Request req;
   if (!recv_all_or_eof(fd, &req, sizeof req, Deadline::in(timeout_s_), from, "request")) return false;
@@ -564,6 +576,7 @@ bool TcpTransport::handle(int fd, int from) {
   // Held while the request is served: a region is never freed under it (~TcpRegion).
   std::lock_guard<std::mutex> serving(serving_mu_);
   TcpRegion* r = region_by_id(req.region);
+  if (!r && region_abandoned(req.region)) throw AbandonedRegion();
   if (!r) throw Error("request " + std::to_string(req.op) + " from " + rank_str(from) + " for region " +
                       std::to_string(req.region) + ", which does not exist here");
   // Everything in the header is checked before it is used or allocated for; row indices are
@@ -725,6 +738,7 @@ void TcpTransport::serve() {
     std::string buf;  // the part of the next message received so far
   };
   std::vector<Conn> conns;
+  std::vector<Conn> parked;  // open, never read again (AbandonedRegion)
   std::vector<std::unique_ptr<Pending>> pending;  // oldest first
   std::vector<pollfd> fds;
   RefusalLog refusals(rank_);
@@ -813,6 +827,13 @@ void TcpTransport::serve() {
           open = handle(c.sock.fd(), c.from);
         } catch (const PeerFailure&) {
           open = false;  // the client died mid-request: its own job failure reports it
+        } catch (const AbandonedRegion&) {
+          // A request for a region this rank dropped while failing: this rank's own error ends
+          // the job and names the cause. Neither served nor refused (a closed connection or an
+          // abort here would have the peer or this thread report first, hiding that cause): the
+          // connection stays open and unread, and the peer waits within its deadline.
+          parked.push_back(std::move(c));
+          open = false;
         }
         if (!open) gone.push_back(i);
       }

@@ -155,6 +155,7 @@ class TcpTransport final : public Transport {
   // A handshake slower than this is dropped (the client retries until its own deadline).
   double handshake_timeout_s() const;
   TcpRegion* region_by_id(std::uint32_t id);
+  bool region_abandoned(std::uint32_t id);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm node_comm_ = MPI_COMM_NULL;
@@ -176,6 +177,9 @@ class TcpTransport final : public Transport {
   // destruction while it unregisters: a region is never freed while a request uses it.
   std::mutex serving_mu_;
   std::vector<TcpRegion*> regions_;  // by region id; nullptr once destroyed
+  // Region ids destroyed while an exception unwound (their peers did not free with us): a request
+  // for one is expected, not a peer's bug (guarded by regions_mu_).
+  std::vector<bool> abandoned_;
   std::uint32_t next_region_ = 0;
 };
 
