@@ -204,6 +204,7 @@ TEST(DynamicCheckpoint, FullAndDeltaRoundTripBitForBit) {
   const DynamicCheckpointFile h = read_dynamic_checkpoint(dir.file(9), false);
   EXPECT_TRUE(h.tables[0].ids.empty());
   EXPECT_EQ(h.tables[0].content_checksum, g.tables[0].content_checksum);
+  EXPECT_EQ(h.tables[0].stored_rows, static_cast<std::int64_t>(delta.ids.size()));
   EXPECT_EQ(list_dynamic_checkpoints(dir.path()), (std::vector<std::int64_t>{7, 9}));
 }
 
@@ -267,6 +268,11 @@ TEST(DynamicCheckpoint, ADamagedNewestDeltaFallsBackToTheStepBefore) {
   EXPECT_NE(r.warning.find("restored step 200"), std::string::npos) << r.warning;
   EXPECT_NE(r.warning.find("step 300"), std::string::npos) << r.warning;
   EXPECT_EQ(r.warning.find('\n'), std::string::npos);
+  // The plan from the headers alone says the same.
+  const DynamicRestorePlan plan = plan_dynamic_restore(dir.path(), "emb");
+  EXPECT_EQ(plan.step, r.step);
+  EXPECT_EQ(plan.chain, r.chain);
+  EXPECT_EQ(plan.warning, r.warning);
 }
 
 TEST(DynamicCheckpoint, AMissingParentFallsBackToTheBase) {
@@ -278,6 +284,7 @@ TEST(DynamicCheckpoint, AMissingParentFallsBackToTheBase) {
   EXPECT_EQ(r.step, 100);
   expect_same_state(r.state, states[0]);
   EXPECT_NE(r.warning.find("dynamic-200.h5, which is missing"), std::string::npos) << r.warning;
+  EXPECT_EQ(plan_dynamic_restore(dir.path(), "emb").chain, (std::vector<std::string>{dir.file(100)}));
 }
 
 TEST(DynamicCheckpoint, AParentWithOtherContentBreaksTheLink) {

@@ -71,6 +71,7 @@ struct DynamicTableState {
   std::int64_t parent_step = -1;
   std::uint32_t parent_checksum = 0;
   std::uint32_t content_checksum = 0;
+  std::int64_t stored_rows = 0;  // rows the file holds (ids' length), set by reads, with or without data
 };
 
 // "dynamic-<step>.h5".
@@ -123,6 +124,17 @@ struct DynamicRestore {
   std::vector<std::string> chain;         // files used, base first
   std::string warning;                    // one line when newer states were skipped (why), else ""
 };
+// Which files a restore of table `name` at the newest step <= `at_step` would use, from the files'
+// verified headers only (no values read): the chain, base first, and the warning restore would
+// give. Error when no step has an intact chain (as restore_dynamic_table).
+struct DynamicRestorePlan {
+  std::int64_t step = -1;
+  std::vector<std::string> chain;
+  std::string warning;
+};
+DynamicRestorePlan plan_dynamic_restore(const std::string& dir, const std::string& name,
+                                        std::optional<std::int64_t> at_step = std::nullopt);
+
 // Restores table `name` at the newest step <= `at_step` (every step when nullopt) whose chain is
 // intact: every file verifies, every link names an existing parent whose content checksum
 // matches. Newer candidates that fail are skipped and named in `warning`. `keep` (when given)

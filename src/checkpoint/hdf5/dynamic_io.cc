@@ -365,6 +365,8 @@ DynamicTableState read_table(hid_t file, std::int64_t global_step, const std::st
     if (e == std::string::npos) break;
     b = e + 1;
   }
+  if (std::set<std::string>(t.slot_names.begin(), t.slot_names.end()).size() != t.slot_names.size())
+    throw Error(what + ": slot_names '" + slots + "' repeats a slot");
   t.clock = nonneg_attr(g, "clock", what);
   t.sketch_width = nonneg_attr(g, "sketch_width", what);
   if (t.sketch_width > kMaxSketchWidth) throw Error(what + ": sketch_width " + std::to_string(t.sketch_width) + " is above 2^26");
@@ -422,6 +424,7 @@ DynamicTableState read_table(hid_t file, std::int64_t global_step, const std::st
     if (d.rel == "sketch" && (d.dims[0] != kSketchDepth || d.dims[1] != static_cast<std::uint64_t>(t.sketch_width)))
       throw Error(what + ": sketch is " + dims_text(d.dims) + ", expected [4," + std::to_string(t.sketch_width) + "]");
   }
+  t.stored_rows = static_cast<std::int64_t>(n);
   if (t.kind == DynamicKind::kFull && static_cast<std::uint64_t>(t.total_rows) != n)
     throw Error(what + ": total_rows " + std::to_string(t.total_rows) + " but ids hold " + std::to_string(n) + " rows");
   datasets_seen += ds.size();
@@ -780,68 +783,124 @@ std::vector<std::int64_t> list_dynamic_checkpoints(const std::string& dir) {
   return steps;
 }
 
-DynamicRestore restore_dynamic_table(const std::string& dir, const std::string& name, std::optional<std::int64_t> at_step,
-                                     const std::function<bool(std::int64_t)>& keep) {
-  const std::vector<std::int64_t> steps = list_dynamic_checkpoints(dir);
-  const std::set<std::int64_t> present(steps.begin(), steps.end());
-  // Verified headers (or why not), each file read once.
-  std::map<std::int64_t, std::pair<std::optional<DynamicCheckpointFile>, std::string>> headers;
-  auto header = [&](std::int64_t step) -> const std::pair<std::optional<DynamicCheckpointFile>, std::string>& {
-    auto it = headers.find(step);
-    if (it != headers.end()) return it->second;
-    auto& slot = headers[step];
-    try {
-      slot.first = read_dynamic_checkpoint(dir + "/" + dynamic_file_name(step), false);
-    } catch (const Error& e) {
-      slot.second = e.message();
-    }
-    return slot;
-  };
-  std::vector<std::string> skipped;
-  for (auto c = steps.rbegin(); c != steps.rend(); ++c) {
-    if (at_step && *c > *at_step) continue;
-    // The chain of `name` from candidate *c down to a full base, every link checked.
-    std::vector<std::int64_t> chain;
-    std::string failure;
-    std::int64_t step = *c;
-    std::optional<std::uint32_t> want_checksum;
-    std::int64_t child = -1;
-    while (failure.empty()) {
-      if (!present.count(step)) {
+namespace {
+
+// Verified headers of the files of one directory, each read at most once, and the chains built
+// from them (the rules of FORMAT.md 10.5).
+class ChainWalker {
+ public:
+  ChainWalker(std::string dir, std::string name) : dir_(std::move(dir)), name_(std::move(name)) {
+    steps_ = list_dynamic_checkpoints(dir_);
+  }
+  const std::vector<std::int64_t>& steps() const { return steps_; }
+
+  // The chain of the table from `candidate` down to a full base (newest first), or why not.
+  std::vector<std::int64_t> chain(std::int64_t candidate, std::string& failure) {
+    std::vector<std::int64_t> out;
+    std::int64_t step = candidate, child = -1;
+    std::optional<std::uint32_t> want;
+    for (;;) {
+      if (!std::binary_search(steps_.begin(), steps_.end(), step)) {
         failure = dynamic_file_name(child) + " links to " + dynamic_file_name(step) + ", which is missing";
-        break;
+        return {};
       }
       const auto& h = header(step);
       if (!h.first) {
         failure = h.second;
-        break;
+        return {};
       }
-      const DynamicTableState* t = h.first->find(name);
+      const DynamicTableState* t = h.first->find(name_);
       if (t == nullptr) {
-        failure = dynamic_file_name(step) + " has no table '" + name + "'";
-        break;
+        failure = dynamic_file_name(step) + " has no table '" + name_ + "'";
+        return {};
       }
-      if (want_checksum && t->content_checksum != *want_checksum) {
-        failure = dynamic_file_name(child) + " links to a parent with content checksum " + std::to_string(*want_checksum) +
-                  ", " + dynamic_file_name(step) + " holds " + std::to_string(t->content_checksum);
-        break;
+      if (want && t->content_checksum != *want) {
+        failure = dynamic_file_name(child) + " links to a parent with content checksum " + std::to_string(*want) + ", " +
+                  dynamic_file_name(step) + " holds " + std::to_string(t->content_checksum);
+        return {};
       }
-      chain.push_back(step);
-      if (t->kind == DynamicKind::kFull) break;
-      want_checksum = t->parent_checksum;
+      out.push_back(step);
+      if (t->kind == DynamicKind::kFull) return out;
+      want = t->parent_checksum;
       child = step;
       step = t->parent_step;
     }
-    if (!failure.empty()) {
+  }
+
+  std::string path(std::int64_t step) const { return dir_ + "/" + dynamic_file_name(step); }
+
+  std::string warning(std::int64_t step, std::size_t files, const std::vector<std::string>& skipped) const {
+    if (skipped.empty()) return "";
+    return "dynamic table '" + name_ + "': restored step " + std::to_string(step) + " (" + std::to_string(files) +
+           " file(s)), the newest complete state; skipped: " + join(skipped, ';');
+  }
+
+  [[noreturn]] void none(std::optional<std::int64_t> at_step, const std::vector<std::string>& skipped) const {
+    if (skipped.empty())
+      throw ConfigError("dynamic table '" + name_ + "': no dynamic checkpoint in '" + dir_ + "'" +
+                        (at_step ? " at or before step " + std::to_string(*at_step) : std::string()));
+    throw Error("dynamic table '" + name_ + "': no complete state in '" + dir_ + "': " + join(skipped, ';'));
+  }
+
+ private:
+  const std::pair<std::optional<DynamicCheckpointFile>, std::string>& header(std::int64_t step) {
+    auto it = headers_.find(step);
+    if (it != headers_.end()) return it->second;
+    auto& slot = headers_[step];
+    try {
+      slot.first = read_dynamic_checkpoint(path(step), false);
+    } catch (const Error& e) {
+      slot.second = e.message();
+    }
+    return slot;
+  }
+
+  std::string dir_, name_;
+  std::vector<std::int64_t> steps_;
+  std::map<std::int64_t, std::pair<std::optional<DynamicCheckpointFile>, std::string>> headers_;
+};
+
+}  // namespace
+
+DynamicRestorePlan plan_dynamic_restore(const std::string& dir, const std::string& name,
+                                        std::optional<std::int64_t> at_step) {
+  ChainWalker walker(dir, name);
+  std::vector<std::string> skipped;
+  for (auto c = walker.steps().rbegin(); c != walker.steps().rend(); ++c) {
+    if (at_step && *c > *at_step) continue;
+    std::string failure;
+    const std::vector<std::int64_t> chain = walker.chain(*c, failure);
+    if (chain.empty()) {
       skipped.push_back("step " + std::to_string(*c) + ": " + failure);
       continue;
     }
-    // Intact: read the data, base first, and merge forward.
+    DynamicRestorePlan plan;
+    plan.step = *c;
+    for (auto s = chain.rbegin(); s != chain.rend(); ++s) plan.chain.push_back(walker.path(*s));
+    plan.warning = walker.warning(*c, chain.size(), skipped);
+    return plan;
+  }
+  walker.none(at_step, skipped);
+}
+
+DynamicRestore restore_dynamic_table(const std::string& dir, const std::string& name, std::optional<std::int64_t> at_step,
+                                     const std::function<bool(std::int64_t)>& keep) {
+  ChainWalker walker(dir, name);
+  std::vector<std::string> skipped;
+  for (auto c = walker.steps().rbegin(); c != walker.steps().rend(); ++c) {
+    if (at_step && *c > *at_step) continue;
+    std::string failure;
+    const std::vector<std::int64_t> chain = walker.chain(*c, failure);
+    if (chain.empty()) {
+      skipped.push_back("step " + std::to_string(*c) + ": " + failure);
+      continue;
+    }
+    // Intact: read the data, base first, and merge forward (the data's own checks may still fail).
     DynamicRestore r;
     try {
       DynamicTableState state;
       for (auto s = chain.rbegin(); s != chain.rend(); ++s) {
-        const DynamicCheckpointFile f = read_dynamic_checkpoint(dir + "/" + dynamic_file_name(*s), true);
+        const DynamicCheckpointFile f = read_dynamic_checkpoint(walker.path(*s), true);
         const DynamicTableState* t = f.find(name);
         if (t == nullptr) throw Error(dynamic_file_name(*s) + " has no table '" + name + "'");
         state = s == chain.rbegin() ? filtered(*t, keep) : merge(state, filtered(*t, keep), !keep);
@@ -850,22 +909,18 @@ DynamicRestore restore_dynamic_table(const std::string& dir, const std::string& 
       state.parent_step = -1;
       state.parent_checksum = 0;
       state.evicted_ids.clear();
+      state.kind = DynamicKind::kFull;
+      state.stored_rows = static_cast<std::int64_t>(state.ids.size());
       r.state = std::move(state);
     } catch (const Error& e) {
       skipped.push_back("step " + std::to_string(*c) + ": " + e.message());
       continue;
     }
     r.step = *c;
-    if (!skipped.empty()) {
-      r.warning = "dynamic table '" + name + "': restored step " + std::to_string(r.step) + " (" +
-                  std::to_string(chain.size()) + " file(s)), the newest complete state; skipped: " + join(skipped, ';');
-    }
+    r.warning = walker.warning(*c, chain.size(), skipped);
     return r;
   }
-  if (skipped.empty())
-    throw ConfigError("dynamic table '" + name + "': no dynamic checkpoint in '" + dir + "'" +
-                      (at_step ? " at or before step " + std::to_string(*at_step) : std::string()));
-  throw Error("dynamic table '" + name + "': no complete state in '" + dir + "': " + join(skipped, ';'));
+  walker.none(at_step, skipped);
 }
 
 DynamicSaveResult compact_dynamic_checkpoints(const std::string& dir, std::optional<std::int64_t> at_step,
