@@ -847,6 +847,97 @@ std::string max_diff_string(const DiffStats& s) {
   return buf;
 }
 
+bool is_dynamic_file(const std::string& path) { return fs::path(path).filename().string().rfind("dynamic-", 0) == 0; }
+
+// The state every table of dynamic file `path` restores to, merged along its chain from the
+// file's directory. Failure when a table's chain is broken there (the restore would fall back).
+std::vector<ck::DynamicTableState> restored_tables(const std::string& path, std::int64_t& step) {
+  const ck::DynamicCheckpointFile head = ck::read_dynamic_checkpoint(path, false);
+  step = head.global_step;
+  std::string dir = fs::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  if (fs::path(path).filename().string() != ck::dynamic_file_name(step))
+    throw Failure("'" + path + "' holds step " + std::to_string(step) + "; chains are followed only from files named " +
+                  ck::dynamic_file_name(step));
+  std::vector<ck::DynamicTableState> out;
+  for (const auto& t : head.tables) {
+    ck::DynamicRestore r = ck::restore_dynamic_table(dir, t.name, step);
+    if (r.step != step) throw Failure(r.warning);
+    out.push_back(std::move(r.state));
+  }
+  return out;
+}
+
+// `diff` of two dynamic files: the states their chains restore, table by table, row by row (by id).
+int run_dynamic_diff(const CkptFlags& f, std::optional<double> atol) {
+  std::int64_t step_a = 0, step_b = 0;
+  const std::vector<ck::DynamicTableState> ta = restored_tables(f.path, step_a);
+  const std::vector<ck::DynamicTableState> tb = restored_tables(f.path_b, step_b);
+  std::cout << "A: " << f.path << " (step " << step_a << ", dynamic)\n"
+            << "B: " << f.path_b << " (step " << step_b << ", dynamic)\n";
+  std::ostringstream out;
+  std::size_t differences = 0;
+  auto report = [&](const std::string& line) {
+    out << line << "\n";
+    ++differences;
+  };
+  if (step_a != step_b) report("global_step: A " + std::to_string(step_a) + ", B " + std::to_string(step_b));
+  auto same = [&](float x, float y) {
+    return std::memcmp(&x, &y, sizeof x) == 0 || (std::isnan(x) && std::isnan(y)) ||
+           (atol && std::fabs(static_cast<double>(x) - static_cast<double>(y)) <= *atol);
+  };
+  for (const auto& x : ta) {
+    auto it = std::find_if(tb.begin(), tb.end(), [&](const auto& t) { return t.name == x.name; });
+    if (it == tb.end()) {
+      report("only in A: dynamic table " + x.name);
+      continue;
+    }
+    const ck::DynamicTableState& y = *it;
+    const std::string name = "dynamic/" + x.name;
+    if (x.dim != y.dim || x.optimizer != y.optimizer || x.slot_names != y.slot_names) {
+      report(name + ": A dim " + std::to_string(x.dim) + " " + x.optimizer + ", B dim " + std::to_string(y.dim) + " " +
+             y.optimizer + " (rows not compared)");
+      continue;
+    }
+    if (x.clock != y.clock) report(name + " clock: A " + std::to_string(x.clock) + ", B " + std::to_string(y.clock));
+    if (x.sketch != y.sketch) report(name + " sketch differs");
+    if (!(x.counters == y.counters)) report(name + " counters differ");
+    const auto dim = static_cast<std::size_t>(x.dim);
+    std::int64_t only_a = 0, only_b = 0, rows_differ = 0;
+    std::string first;
+    std::size_t i = 0, j = 0;
+    while (i < x.ids.size() || j < y.ids.size()) {
+      if (j == y.ids.size() || (i < x.ids.size() && x.ids[i] < y.ids[j])) {
+        ++only_a, ++i;
+        continue;
+      }
+      if (i == x.ids.size() || y.ids[j] < x.ids[i]) {
+        ++only_b, ++j;
+        continue;
+      }
+      bool equal = x.stamps[i] == y.stamps[j];
+      for (std::size_t k = 0; k < dim && equal; ++k) equal = same(x.values[i * dim + k], y.values[j * dim + k]);
+      for (std::size_t s = 0; s < x.slots.size() && equal; ++s)
+        for (std::size_t k = 0; k < dim && equal; ++k) equal = same(x.slots[s][i * dim + k], y.slots[s][j * dim + k]);
+      if (!equal && rows_differ++ == 0) first = std::to_string(x.ids[i]);
+      ++i, ++j;
+    }
+    if (only_a > 0) report(name + ": " + std::to_string(only_a) + " id(s) only in A");
+    if (only_b > 0) report(name + ": " + std::to_string(only_b) + " id(s) only in B");
+    if (rows_differ > 0)
+      report(name + ": " + std::to_string(rows_differ) + " row(s) differ (values, slots or stamp), first id " + first);
+  }
+  for (const auto& y : tb)
+    if (std::none_of(ta.begin(), ta.end(), [&](const auto& t) { return t.name == y.name; }))
+      report("only in B: dynamic table " + y.name);
+  if (differences == 0)
+    out << "identical\n";
+  else
+    out << differences << (differences == 1 ? " difference\n" : " differences\n");
+  std::cout << out.str() << std::flush;
+  return differences == 0 ? kExitOk : kExitFailure;
+}
+
 int run_diff(const CkptFlags& f) {
   std::optional<double> atol;
   if (!f.atol.empty()) {
@@ -861,8 +952,16 @@ int run_diff(const CkptFlags& f) {
   }
   // Both PATHs are checked for existence before anything is read, so a typo is a usage error even
   // when the other side is a large directory.
-  is_directory_arg(f.path);
-  is_directory_arg(f.path_b);
+  const bool dir_a = is_directory_arg(f.path), dir_b = is_directory_arg(f.path_b);
+  if (!dir_a && !dir_b && is_dynamic_file(f.path) && is_dynamic_file(f.path_b)) {
+    try {
+      return run_dynamic_diff(f, atol);
+    } catch (const Failure&) {
+      throw;
+    } catch (const Error& e) {
+      throw Failure(e.message());
+    }
+  }
   ck::CheckpointReader a = open_reader(resolve_checkpoint(f.path, verify_options(f)));
   ck::CheckpointReader b = open_reader(resolve_checkpoint(f.path_b, verify_options(f)));
 
@@ -989,7 +1088,9 @@ CLI::App* add_ckpt_command(CLI::App& app, CkptFlags& f) {
   verify->add_flag("--allow-unverified", f.allow_unverified, kAllowUnverifiedHelp);
   verify->callback([&f] { f.action = "verify"; });
 
-  CLI::App* diff = ckpt->add_subcommand("diff", "Compare two checkpoints value by value (exit 0 when identical)");
+  CLI::App* diff = ckpt->add_subcommand(
+      "diff", "Compare two checkpoints value by value (exit 0 when identical); two dynamic-<step>.h5 files: the "
+              "states their chains restore, row by row");
   diff->add_option("A", f.path, "checkpoint file, or a directory meaning its latest valid checkpoint")->required();
   diff->add_option("B", f.path_b, "checkpoint file, or a directory meaning its latest valid checkpoint")->required();
   diff->add_option("--atol", f.atol, "elements with |a - b| <= X count as equal (default: bitwise, NaN == NaN)");

@@ -4,14 +4,16 @@
 //
 //   strata_test_dynamic_ckpt_size DIR [ROWS] [DIM] [TOUCHED_FRACTION] [EVICTED_FRACTION] [admission]
 //
-// Builds one table of ROWS rows of DIM floats (Adagrad), saves it full (step 1), then updates a
+// Builds one table of ROWS rows of DIM floats (Adagrad), saves it full (step 2), then updates a
 // random TOUCHED_FRACTION of its rows, lets EVICTED_FRACTION of the others age out, saves the
-// delta (step 2) and prints both files' sizes, their ratio and the write times, then restores the
-// chain and checks it against the live table (exit 1 on any difference).
+// delta (step 3) and prints both files' sizes, their ratio and the write times, then restores the
+// chain and checks it against the live table (exit 1 on any difference). The live table is also
+// saved full as DIR/live/dynamic-3.h5.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
@@ -73,6 +75,9 @@ int main(int argc, char** argv) {
     const bool same = r.step == 3 && r.state.ids == live.ids && r.state.values.size() == live.values.size() &&
                       std::memcmp(r.state.values.data(), live.values.data(), live.values.size() * sizeof(float)) == 0 &&
                       r.state.slots.at(0) == live.slots.at(0) && r.state.stamps == live.stamps;
+    // The live table saved full beside the chain, for `strata ckpt diff DIR/dynamic-3.h5 DIR/live/dynamic-3.h5`.
+    std::filesystem::create_directories(dir + "/live");
+    checkpoint::write_dynamic_checkpoint(dir + "/live", 3, {test::full_state("emb", c, table.export_rows())});
     std::printf("rows %lld dim %lld optimizer adagrad admission %s\n", static_cast<long long>(rows),
                 static_cast<long long>(dim), admission ? "on" : "off");
     std::printf("full  %s: %llu bytes, %.3f s\n", full.path.c_str(), static_cast<unsigned long long>(full.file_bytes), full_s);

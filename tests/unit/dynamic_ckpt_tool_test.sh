@@ -27,6 +27,12 @@ expect 0 "emb delta of step 2: 200 rows changed, 40 evicted, 1960 rows after" "$
 expect 0 "restore emb: step 3 from dynamic-2.h5 <- dynamic-3.h5" "$tmp/out" "ls"
 "$strata" ckpt verify "$tmp" > "$tmp/out" 2>&1; rc=$?
 expect 0 "2 dynamic file(s): 2 OK" "$tmp/out" "verify"
+# The chain restores bit for bit to the live table (saved full by the tool under live/).
+"$strata" ckpt diff "$tmp/dynamic-3.h5" "$tmp/live/dynamic-3.h5" > "$tmp/out" 2>&1; rc=$?
+expect 0 "identical" "$tmp/out" "diff chain vs live"
+"$strata" ckpt diff "$tmp/dynamic-2.h5" "$tmp/dynamic-3.h5" > "$tmp/out" 2>&1; rc=$?
+expect 1 "row(s) differ" "$tmp/out" "diff step 2 vs step 3"
+expect 1 "id(s) only in A" "$tmp/out" "diff step 2 vs step 3"
 "$strata" ckpt verify "$tmp/dynamic-3.h5" > "$tmp/out" 2>&1; rc=$?
 expect 0 "dynamic-3.h5: OK (step 3, dynamic: emb delta of step 2" "$tmp/out" "verify FILE"
 
@@ -50,9 +56,11 @@ expect 0 '"restore":[{"chain":["dynamic-2.h5"],"step":2,"table":"emb"' "$tmp/out
 expect 1 "dynamic-3.h5: FAILED: dynamic checkpoint" "$tmp/out" "verify, damaged delta"
 "$strata" ckpt verify "$tmp/dynamic-3.h5" > "$tmp/out" 2>&1; rc=$?
 expect 1 "file checksum mismatch" "$tmp/out" "verify FILE, damaged delta"
+"$strata" ckpt diff "$tmp/dynamic-3.h5" "$tmp/live/dynamic-3.h5" > "$tmp/out" 2>&1; rc=$?
+expect 1 "file checksum mismatch" "$tmp/out" "diff of a damaged file"
 
 # An intact delta without its base: nothing restores.
-rm -f "$tmp"/dynamic-*.h5
+rm -rf "$tmp"/dynamic-*.h5 "$tmp/live"
 "$make_files" "$tmp" 2000 4 0.10 0.02 > "$tmp/make.txt" 2>&1 || { cat "$tmp/make.txt"; fail "the tool failed"; }
 rm "$tmp/dynamic-2.h5"
 "$strata" ckpt verify "$tmp" > "$tmp/out" 2>&1; rc=$?
