@@ -513,7 +513,10 @@ DynamicSaveResult detail::write_dynamic_file(const std::string& final_path, std:
       for (auto& d : ds[i]) {
         std::uint64_t floats = 0;
         if (d.rel == "values") floats = t.values.size();
-        else if (d.rel.rfind("slots/", 0) == 0) floats = t.slots[static_cast<std::size_t>(&d - &ds[i][3])].size();
+        else if (d.rel.rfind("slots/", 0) == 0) {
+          const auto k = static_cast<std::size_t>(&d - &ds[i][3]);
+          floats = k < t.slots.size() ? t.slots[k].size() : 0;
+        }
         else if (d.rel == "stamps") d.dims = {t.stamps.size()};
         if (d.rel == "values" || d.rel.rfind("slots/", 0) == 0) d.dims = {floats / static_cast<std::uint64_t>(t.dim), static_cast<std::uint64_t>(t.dim)};
         if (d.rel == "sketch") d.dims = {kSketchDepth, t.sketch.size() / kSketchDepth};
