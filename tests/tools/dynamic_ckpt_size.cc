@@ -80,7 +80,8 @@ int main(int argc, char** argv) {
     checkpoint::write_dynamic_checkpoint(dir + "/live", 3, {test::full_state("emb", c, table.export_rows())});
     std::printf("rows %lld dim %lld optimizer adagrad admission %s\n", static_cast<long long>(rows),
                 static_cast<long long>(dim), admission ? "on" : "off");
-    std::printf("full  %s: %llu bytes, %.3f s\n", full.path.c_str(), static_cast<unsigned long long>(full.file_bytes), full_s);
+    std::printf("full  %s: %llu bytes, %.3f s\n", full.path.c_str(), static_cast<unsigned long long>(full.file_bytes),
+                full_s);
     std::printf("delta %s: %llu bytes, %.3f s (%zu rows changed = %.1f%%, %zu ids evicted)\n", delta.path.c_str(),
                 static_cast<unsigned long long>(delta.file_bytes), delta_s, delta_rows,
                 100.0 * static_cast<double>(delta_rows) / static_cast<double>(rows), delta_evicted);

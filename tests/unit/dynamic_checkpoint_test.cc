@@ -236,8 +236,8 @@ TEST(DynamicCheckpoint, ChainFromTwoShardsRestoresOntoThreeBitForBit) {
   const std::vector<DynamicTableState> states = save_chain(job, dir);
   std::vector<DynamicTableState> restored_shards;
   for (int s = 0; s < 3; ++s) {
-    const DynamicRestore r =
-        restore_dynamic_table(dir.path(), "emb", std::nullopt, [s](std::int64_t id) { return ps::shard_of(id, 3) == s; });
+    const DynamicRestore r = restore_dynamic_table(dir.path(), "emb", std::nullopt,
+                                                   [s](std::int64_t id) { return ps::shard_of(id, 3) == s; });
     EXPECT_EQ(r.step, 300);
     EXPECT_EQ(r.warning, "");
     EXPECT_EQ(r.chain.size(), 3u);

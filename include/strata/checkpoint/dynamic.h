@@ -33,8 +33,8 @@ inline constexpr int kDynamicFormatVersion = 1;
 
 // Cumulative counters of a table (ps::DynamicTableStats without rows, bytes and row_bytes).
 struct DynamicTableCounters {
-  std::int64_t admitted = 0, lookups = 0, updates = 0, rejected_lookups = 0, rejected_updates = 0,
-               rejected_full = 0, evicted_ttl = 0, evicted_capacity = 0, imported = 0;
+  std::int64_t admitted = 0, lookups = 0, updates = 0, rejected_lookups = 0, rejected_updates = 0, rejected_full = 0,
+               evicted_ttl = 0, evicted_capacity = 0, imported = 0;
   bool operator==(const DynamicTableCounters& o) const;
 };
 
@@ -119,10 +119,10 @@ std::vector<std::int64_t> list_dynamic_checkpoints(const std::string& dir);
 
 // A table restored from a chain.
 struct DynamicRestore {
-  DynamicTableState state;                // full, merged (rows filtered by `keep` when given)
-  std::int64_t step = -1;                 // the global step of the state restored
-  std::vector<std::string> chain;         // files used, base first
-  std::string warning;                    // one line when newer states were skipped (why), else ""
+  DynamicTableState state;         // full, merged (rows filtered by `keep` when given)
+  std::int64_t step = -1;          // the global step of the state restored
+  std::vector<std::string> chain;  // files used, base first
+  std::string warning;             // one line when newer states were skipped (why), else ""
 };
 // Which files a restore of table `name` at the newest step <= `at_step` would use, from the files'
 // verified headers only (no values read): the chain, base first, and the warning restore would
@@ -150,7 +150,8 @@ DynamicRestore restore_dynamic_table(const std::string& dir, const std::string& 
 // which every table is full, replacing dynamic-<step>.h5 atomically. With `remove_ancestors`,
 // the files that were links of the compacted chains and are older than it are then deleted.
 // Returns the new file's save result.
-DynamicSaveResult compact_dynamic_checkpoints(const std::string& dir, std::optional<std::int64_t> at_step = std::nullopt,
+DynamicSaveResult compact_dynamic_checkpoints(const std::string& dir,
+                                              std::optional<std::int64_t> at_step = std::nullopt,
                                               bool remove_ancestors = false);
 
 }  // namespace strata::checkpoint

@@ -59,7 +59,9 @@ constexpr int kSketchDepth = 4;
 enum class Elem { kI64, kF32, kU16 };
 std::size_t elem_size(Elem e) { return e == Elem::kU16 ? 2 : e == Elem::kF32 ? 4 : 8; }
 const char* elem_name(Elem e) { return e == Elem::kU16 ? "u16" : e == Elem::kF32 ? "f32" : "i64"; }
-hid_t elem_file_type(Elem e) { return e == Elem::kU16 ? H5T_STD_U16LE : e == Elem::kF32 ? H5T_IEEE_F32LE : H5T_STD_I64LE; }
+hid_t elem_file_type(Elem e) {
+  return e == Elem::kU16 ? H5T_STD_U16LE : e == Elem::kF32 ? H5T_IEEE_F32LE : H5T_STD_I64LE;
+}
 hid_t elem_memory_type(Elem e) {
   return e == Elem::kU16 ? H5T_NATIVE_UINT16 : e == Elem::kF32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT64;
 }
@@ -129,9 +131,11 @@ std::vector<Dataset> expected_datasets(const DynamicTableState& t, std::uint64_t
   out.push_back({"values", Elem::kF32, {n, dim}, t.values.data(), 0, 0});
   out.push_back({"stamps", Elem::kI64, {n}, t.stamps.data(), 0, 0});
   for (std::size_t k = 0; k < t.slot_names.size(); ++k)
-    out.push_back({"slots/" + t.slot_names[k], Elem::kF32, {n, dim}, k < t.slots.size() ? t.slots[k].data() : nullptr, 0, 0});
+    out.push_back(
+        {"slots/" + t.slot_names[k], Elem::kF32, {n, dim}, k < t.slots.size() ? t.slots[k].data() : nullptr, 0, 0});
   if (t.sketch_width > 0)
-    out.push_back({"sketch", Elem::kU16, {kSketchDepth, static_cast<std::uint64_t>(t.sketch_width)}, t.sketch.data(), 0, 0});
+    out.push_back(
+        {"sketch", Elem::kU16, {kSketchDepth, static_cast<std::uint64_t>(t.sketch_width)}, t.sketch.data(), 0, 0});
   if (t.kind == DynamicKind::kDelta) out.push_back({"evicted_ids", Elem::kI64, {e}, t.evicted_ids.data(), 0, 0});
   for (auto& d : out) {
     d.bytes = elem_size(d.elem);
@@ -154,33 +158,45 @@ void validate_table(const DynamicTableState& t) {
     bad_table(t, "slot names repeat");
   const std::size_t n = t.ids.size();
   const auto dim = static_cast<std::size_t>(t.dim);
-  if (t.values.size() != n * dim) bad_table(t, "values hold " + std::to_string(t.values.size()) + " floats for " + std::to_string(n) + " rows of " + std::to_string(dim));
-  if (t.slots.size() != t.slot_names.size()) bad_table(t, std::to_string(t.slots.size()) + " slot arrays for " + std::to_string(t.slot_names.size()) + " slot names");
+  if (t.values.size() != n * dim)
+    bad_table(t, "values hold " + std::to_string(t.values.size()) + " floats for " + std::to_string(n) + " rows of " +
+                     std::to_string(dim));
+  if (t.slots.size() != t.slot_names.size())
+    bad_table(
+        t, std::to_string(t.slots.size()) + " slot arrays for " + std::to_string(t.slot_names.size()) + " slot names");
   for (std::size_t k = 0; k < t.slots.size(); ++k)
-    if (t.slots[k].size() != n * dim) bad_table(t, "slot " + t.slot_names[k] + " holds " + std::to_string(t.slots[k].size()) + " floats");
+    if (t.slots[k].size() != n * dim)
+      bad_table(t, "slot " + t.slot_names[k] + " holds " + std::to_string(t.slots[k].size()) + " floats");
   if (t.stamps.size() != n) bad_table(t, std::to_string(t.stamps.size()) + " stamps for " + std::to_string(n) + " ids");
   for (std::size_t i = 0; i < n; ++i) {
     if (i > 0 && t.ids[i] <= t.ids[i - 1]) bad_table(t, "ids are not strictly increasing at row " + std::to_string(i));
     if (t.stamps[i] < 0) bad_table(t, "stamp of row " + std::to_string(i) + " is negative");
   }
   if (t.clock < 0) bad_table(t, "clock " + std::to_string(t.clock) + " is negative");
-  if (t.sketch_width < 0 || t.sketch_width > kMaxSketchWidth) bad_table(t, "sketch_width " + std::to_string(t.sketch_width) + " is outside [0, 2^26]");
+  if (t.sketch_width < 0 || t.sketch_width > kMaxSketchWidth)
+    bad_table(t, "sketch_width " + std::to_string(t.sketch_width) + " is outside [0, 2^26]");
   if (t.sketch.size() != static_cast<std::size_t>(kSketchDepth * t.sketch_width))
-    bad_table(t, "sketch holds " + std::to_string(t.sketch.size()) + " counters for width " + std::to_string(t.sketch_width));
+    bad_table(
+        t, "sketch holds " + std::to_string(t.sketch.size()) + " counters for width " + std::to_string(t.sketch_width));
   if (t.total_rows < 0) bad_table(t, "total_rows is negative");
   for (const auto& c : kCounters)
     if (t.counters.*c.member < 0) bad_table(t, std::string("counter ") + c.name + " is negative");
   if (t.kind == DynamicKind::kFull) {
-    if (t.total_rows != static_cast<std::int64_t>(n)) bad_table(t, "a full table has total_rows " + std::to_string(t.total_rows) + " but " + std::to_string(n) + " rows");
+    if (t.total_rows != static_cast<std::int64_t>(n))
+      bad_table(t,
+                "a full table has total_rows " + std::to_string(t.total_rows) + " but " + std::to_string(n) + " rows");
     if (!t.evicted_ids.empty()) bad_table(t, "a full table has evicted ids");
     if (t.parent_step != -1) bad_table(t, "a full table has a parent");
     return;
   }
-  if (t.parent_step < 0) bad_table(t, "a delta needs its parent's step (parent_step " + std::to_string(t.parent_step) + ")");
+  if (t.parent_step < 0)
+    bad_table(t, "a delta needs its parent's step (parent_step " + std::to_string(t.parent_step) + ")");
   for (std::size_t i = 0, j = 0; i < t.evicted_ids.size(); ++i) {
-    if (i > 0 && t.evicted_ids[i] <= t.evicted_ids[i - 1]) bad_table(t, "evicted ids are not strictly increasing at " + std::to_string(i));
+    if (i > 0 && t.evicted_ids[i] <= t.evicted_ids[i - 1])
+      bad_table(t, "evicted ids are not strictly increasing at " + std::to_string(i));
     while (j < n && t.ids[j] < t.evicted_ids[i]) ++j;
-    if (j < n && t.ids[j] == t.evicted_ids[i]) bad_table(t, "id " + std::to_string(t.evicted_ids[i]) + " is both evicted and a row");
+    if (j < n && t.ids[j] == t.evicted_ids[i])
+      bad_table(t, "id " + std::to_string(t.evicted_ids[i]) + " is both evicted and a row");
   }
 }
 
@@ -208,7 +224,9 @@ void pread_all(int fd, void* out, std::uint64_t bytes, std::uint64_t at, const c
   while (got < bytes) {
     const ssize_t r = ::pread(fd, p + got, static_cast<std::size_t>(bytes - got), static_cast<off_t>(at + got));
     if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) throw Error(std::string("cannot read ") + what + ": " + (r < 0 ? std::strerror(errno) : "unexpected end of file"));
+    if (r <= 0)
+      throw Error(std::string("cannot read ") + what + ": " +
+                  (r < 0 ? std::strerror(errno) : "unexpected end of file"));
     got += static_cast<std::uint64_t>(r);
   }
 }
@@ -230,8 +248,9 @@ detail::IntegrityBlock verify_raw(const std::string& path) {
   }
   if (!head) throw ConfigError("not a strata dynamic checkpoint (no integrity block)");
   if (size != head->file_bytes)
-    throw Error("the file has " + std::to_string(size) + " bytes, its integrity block says " + std::to_string(head->file_bytes) +
-                " (" + (size < head->file_bytes ? "truncated" : "extended") + " after it was written)");
+    throw Error("the file has " + std::to_string(size) + " bytes, its integrity block says " +
+                std::to_string(head->file_bytes) + " (" + (size < head->file_bytes ? "truncated" : "extended") +
+                " after it was written)");
   std::string raw(static_cast<std::size_t>(head->block_bytes), '\0');
   pread_all(fd.fd, raw.data(), head->block_bytes, 0, "the integrity block");
   detail::IntegrityBlock block;
@@ -254,8 +273,8 @@ detail::IntegrityBlock verify_raw(const std::string& path) {
     if (segments[s].region >= 0 && crcs[s] != block.regions[static_cast<std::size_t>(segments[s].region)].crc)
       changed = block.regions[static_cast<std::size_t>(segments[s].region)].path;
   if (detail::whole_file_crc(raw, segments, crcs) != head->file_crc)
-    throw Error("file checksum mismatch: " +
-                (changed.empty() ? std::string("damage outside the datasets' data") : "the data of " + changed + " changed"));
+    throw Error("file checksum mismatch: " + (changed.empty() ? std::string("damage outside the datasets' data")
+                                                              : "the data of " + changed + " changed"));
   if (!table_error.empty()) throw Error("damaged integrity block: " + table_error);
   if (!changed.empty()) throw Error("checksum mismatch in " + changed);
   return block;
@@ -273,7 +292,9 @@ herr_t collect_links(hid_t, const char* name, const H5L_info_t* info, void* data
 std::vector<std::pair<std::string, bool>> links_of(hid_t group, std::size_t limit, const std::string& what) {
   H5G_info_t info;
   STRATA_CHECK_H5(H5Gget_info(group, &info));
-  if (info.nlinks > limit) throw Error(what + " holds " + std::to_string(info.nlinks) + " links, the file has data for at most " + std::to_string(limit));
+  if (info.nlinks > limit)
+    throw Error(what + " holds " + std::to_string(info.nlinks) + " links, the file has data for at most " +
+                std::to_string(limit));
   std::vector<std::pair<std::string, bool>> out;
   STRATA_CHECK_H5(H5Literate(group, H5_INDEX_NAME, H5_ITER_INC, nullptr, collect_links, &out));
   return out;
@@ -300,23 +321,26 @@ H5Id open_dataset(hid_t group, const std::string& group_path, Dataset& d, std::s
   const H5T_class_t cls = H5Tget_class(type.get());
   const std::size_t size = H5Tget_size(type.get());
   const bool want_float = d.elem == Elem::kF32;
-  const bool sign_ok = cls != H5T_INTEGER || H5Tget_sign(type.get()) == (d.elem == Elem::kU16 ? H5T_SGN_NONE : H5T_SGN_2);
+  const bool sign_ok =
+      cls != H5T_INTEGER || H5Tget_sign(type.get()) == (d.elem == Elem::kU16 ? H5T_SGN_NONE : H5T_SGN_2);
   if (cls != (want_float ? H5T_FLOAT : H5T_INTEGER) || size != elem_size(d.elem) || !sign_ok)
     throw Error(what + " is not " + elem_name(d.elem));
   H5Id space(STRATA_CHECK_H5(H5Dget_space(dset.get())), H5Sclose);
   const int r = STRATA_CHECK_H5(H5Sget_simple_extent_ndims(space.get()));
-  if (r != static_cast<int>(rank)) throw Error(what + " has rank " + std::to_string(r) + ", expected " + std::to_string(rank));
+  if (r != static_cast<int>(rank))
+    throw Error(what + " has rank " + std::to_string(r) + ", expected " + std::to_string(rank));
   std::vector<hsize_t> dims(rank);
   STRATA_CHECK_H5(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr));
   d.dims.assign(dims.begin(), dims.end());
   std::uint64_t bytes = elem_size(d.elem);
   for (auto x : d.dims)
-    if (__builtin_mul_overflow(bytes, x, &bytes)) throw Error(what + " " + dims_text(d.dims) + " declares more than 2^64 bytes");
+    if (__builtin_mul_overflow(bytes, x, &bytes))
+      throw Error(what + " " + dims_text(d.dims) + " declares more than 2^64 bytes");
   d.bytes = bytes;
   const detail::DataRegion& reg = *region->second;
   if (bytes != reg.bytes)
-    throw Error(what + " " + dims_text(d.dims) + " declares " + std::to_string(bytes) + " bytes, the integrity block lists " +
-                std::to_string(reg.bytes));
+    throw Error(what + " " + dims_text(d.dims) + " declares " + std::to_string(bytes) +
+                " bytes, the integrity block lists " + std::to_string(reg.bytes));
   H5Id dcpl(STRATA_CHECK_H5(H5Dget_create_plist(dset.get())), H5Pclose);
   if (STRATA_CHECK_H5(H5Pget_nfilters(dcpl.get())) > 0 || H5Pget_layout(dcpl.get()) != H5D_CONTIGUOUS)
     throw Error(what + " is not contiguous and unfiltered");
@@ -343,7 +367,8 @@ std::int64_t nonneg_attr(hid_t obj, const char* name, const std::string& what) {
 }
 
 DynamicTableState read_table(hid_t file, std::int64_t global_step, const std::string& name, bool with_data,
-                             const std::map<std::string, const detail::DataRegion*>& regions, std::size_t& datasets_seen) {
+                             const std::map<std::string, const detail::DataRegion*>& regions,
+                             std::size_t& datasets_seen) {
   DynamicTableState t;
   t.name = name;
   const std::string gpath = "dynamic/" + name;
@@ -351,9 +376,12 @@ DynamicTableState read_table(hid_t file, std::int64_t global_step, const std::st
   H5Id group(STRATA_CHECK_H5(H5Gopen2(file, ("/" + gpath).c_str(), H5P_DEFAULT)), H5Gclose);
   const hid_t g = group.get();
   const std::string kind = detail::read_attr_string(g, "kind");
-  if (kind == "full") t.kind = DynamicKind::kFull;
-  else if (kind == "delta") t.kind = DynamicKind::kDelta;
-  else throw Error(what + ": kind '" + kind + "' is neither full nor delta");
+  if (kind == "full")
+    t.kind = DynamicKind::kFull;
+  else if (kind == "delta")
+    t.kind = DynamicKind::kDelta;
+  else
+    throw Error(what + ": kind '" + kind + "' is neither full nor delta");
   t.dim = detail::read_attr_i64(g, "dim");
   if (t.dim < 1 || t.dim > kMaxDim) throw Error(what + ": dim " + std::to_string(t.dim) + " is outside [1, 65536]");
   t.optimizer = detail::read_attr_string(g, "optimizer");
@@ -361,7 +389,8 @@ DynamicTableState read_table(hid_t file, std::int64_t global_step, const std::st
   for (std::size_t b = 0; !slots.empty();) {
     const std::size_t e = slots.find(',', b);
     t.slot_names.push_back(slots.substr(b, e == std::string::npos ? std::string::npos : e - b));
-    if (!valid_name(t.slot_names.back(), true)) throw Error(what + ": slot_names '" + slots + "' is not a list of slot names");
+    if (!valid_name(t.slot_names.back(), true))
+      throw Error(what + ": slot_names '" + slots + "' is not a list of slot names");
     if (e == std::string::npos) break;
     b = e + 1;
   }
@@ -369,13 +398,16 @@ DynamicTableState read_table(hid_t file, std::int64_t global_step, const std::st
     throw Error(what + ": slot_names '" + slots + "' repeats a slot");
   t.clock = nonneg_attr(g, "clock", what);
   t.sketch_width = nonneg_attr(g, "sketch_width", what);
-  if (t.sketch_width > kMaxSketchWidth) throw Error(what + ": sketch_width " + std::to_string(t.sketch_width) + " is above 2^26");
+  if (t.sketch_width > kMaxSketchWidth)
+    throw Error(what + ": sketch_width " + std::to_string(t.sketch_width) + " is above 2^26");
   t.total_rows = nonneg_attr(g, "total_rows", what);
-  for (const auto& c : kCounters) t.counters.*c.member = nonneg_attr(g, (std::string("counter_") + c.name).c_str(), what);
+  for (const auto& c : kCounters)
+    t.counters.*c.member = nonneg_attr(g, (std::string("counter_") + c.name).c_str(), what);
   if (t.kind == DynamicKind::kDelta) {
     t.parent_step = nonneg_attr(g, "parent_step", what);
     if (t.parent_step >= global_step)
-      throw Error(what + ": parent_step " + std::to_string(t.parent_step) + " is not before this file's step " + std::to_string(global_step));
+      throw Error(what + ": parent_step " + std::to_string(t.parent_step) + " is not before this file's step " +
+                  std::to_string(global_step));
     const std::uint64_t pc = detail::read_attr_u64(g, "parent_checksum");
     if (pc > 0xffffffffu) throw Error(what + ": parent_checksum " + std::to_string(pc) + " is not a CRC-32");
     t.parent_checksum = static_cast<std::uint32_t>(pc);
@@ -413,12 +445,15 @@ DynamicTableState read_table(hid_t file, std::int64_t global_step, const std::st
   // The datasets, checked against the integrity block and each other before any is read.
   std::vector<H5Id> handles;
   for (auto& d : ds)
-    handles.push_back(open_dataset(g, gpath, d, d.rel == "values" || d.rel == "sketch" || d.rel.rfind("slots/", 0) == 0 ? 2 : 1, regions));
+    handles.push_back(open_dataset(
+        g, gpath, d, d.rel == "values" || d.rel == "sketch" || d.rel.rfind("slots/", 0) == 0 ? 2 : 1, regions));
   const std::uint64_t n = ds[0].dims[0];
   for (const auto& d : ds) {
     const bool rowwise = d.rel == "values" || d.rel.rfind("slots/", 0) == 0;
     if (rowwise && (d.dims[0] != n || d.dims[1] != static_cast<std::uint64_t>(t.dim)))
-      throw Error(what + ": " + d.rel + " is " + dims_text(d.dims) + ", expected [" + std::to_string(n) + "," + std::to_string(t.dim) + "] (ids hold " + std::to_string(n) + " rows, dim is " + std::to_string(t.dim) + ")");
+      throw Error(what + ": " + d.rel + " is " + dims_text(d.dims) + ", expected [" + std::to_string(n) + "," +
+                  std::to_string(t.dim) + "] (ids hold " + std::to_string(n) + " rows, dim is " +
+                  std::to_string(t.dim) + ")");
     if (d.rel == "stamps" && d.dims[0] != n)
       throw Error(what + ": stamps hold " + std::to_string(d.dims[0]) + " entries for " + std::to_string(n) + " ids");
     if (d.rel == "sketch" && (d.dims[0] != kSketchDepth || d.dims[1] != static_cast<std::uint64_t>(t.sketch_width)))
@@ -442,7 +477,8 @@ DynamicTableState read_table(hid_t file, std::int64_t global_step, const std::st
   if (t.kind == DynamicKind::kDelta) {
     read_into(handles.back().get(), ds.back(), t.evicted_ids);
     for (std::size_t i = 1; i < t.evicted_ids.size(); ++i)
-      if (t.evicted_ids[i] <= t.evicted_ids[i - 1]) throw Error(what + ": evicted_ids are not strictly increasing at " + std::to_string(i));
+      if (t.evicted_ids[i] <= t.evicted_ids[i - 1])
+        throw Error(what + ": evicted_ids are not strictly increasing at " + std::to_string(i));
   }
   if (!with_data) return t;
   read_into(handles[0].get(), ds[0], t.ids);
@@ -453,8 +489,8 @@ DynamicTableState read_table(hid_t file, std::int64_t global_step, const std::st
   if (t.sketch_width > 0) read_into(handles[3 + t.slot_names.size()].get(), ds[3 + t.slot_names.size()], t.sketch);
   for (std::size_t i = 0; i < t.ids.size(); ++i) {
     if (i > 0 && t.ids[i] <= t.ids[i - 1])
-      throw Error(what + ": ids are not strictly increasing at row " + std::to_string(i) + " (" + std::to_string(t.ids[i - 1]) +
-                  ", " + std::to_string(t.ids[i]) + ")");
+      throw Error(what + ": ids are not strictly increasing at row " + std::to_string(i) + " (" +
+                  std::to_string(t.ids[i - 1]) + ", " + std::to_string(t.ids[i]) + ")");
     if (t.stamps[i] < 0) throw Error(what + ": stamp of row " + std::to_string(i) + " is negative");
   }
   for (std::size_t i = 0, j = 0; i < t.evicted_ids.size(); ++i) {
@@ -495,11 +531,14 @@ std::string detail::dynamic_table_text(const DynamicTableState& t, std::vector<s
 
 DynamicSaveResult detail::write_dynamic_file(const std::string& final_path, std::int64_t global_step,
                                              const std::vector<DynamicTableState>& tables, bool validate) {
-  if (global_step < 0) throw ConfigError("dynamic checkpoint: global step " + std::to_string(global_step) + " is negative");
+  if (global_step < 0)
+    throw ConfigError("dynamic checkpoint: global step " + std::to_string(global_step) + " is negative");
   std::set<std::string> names;
   for (const auto& t : tables) {
-    if (validate) validate_table(t);
-    else if (!valid_name(t.name, false)) throw ConfigError("dynamic table name '" + t.name + "' is not [A-Za-z0-9_.-]{1,255}");
+    if (validate)
+      validate_table(t);
+    else if (!valid_name(t.name, false))
+      throw ConfigError("dynamic table name '" + t.name + "' is not [A-Za-z0-9_.-]{1,255}");
     if (!names.insert(t.name).second) throw ConfigError("dynamic checkpoint: table '" + t.name + "' is given twice");
   }
   // Datasets, their CRC-32s from memory, and each table's content checksum.
@@ -512,13 +551,15 @@ DynamicSaveResult detail::write_dynamic_file(const std::string& final_path, std:
     if (!validate) {  // crafted: shapes from what the vectors hold
       for (auto& d : ds[i]) {
         std::uint64_t floats = 0;
-        if (d.rel == "values") floats = t.values.size();
+        if (d.rel == "values")
+          floats = t.values.size();
         else if (d.rel.rfind("slots/", 0) == 0) {
           const auto k = static_cast<std::size_t>(&d - &ds[i][3]);
           floats = k < t.slots.size() ? t.slots[k].size() : 0;
-        }
-        else if (d.rel == "stamps") d.dims = {t.stamps.size()};
-        if (d.rel == "values" || d.rel.rfind("slots/", 0) == 0) d.dims = {floats / static_cast<std::uint64_t>(t.dim), static_cast<std::uint64_t>(t.dim)};
+        } else if (d.rel == "stamps")
+          d.dims = {t.stamps.size()};
+        if (d.rel == "values" || d.rel.rfind("slots/", 0) == 0)
+          d.dims = {floats / static_cast<std::uint64_t>(t.dim), static_cast<std::uint64_t>(t.dim)};
         if (d.rel == "sketch") d.dims = {kSketchDepth, t.sketch.size() / kSketchDepth};
         d.bytes = elem_size(d.elem);
         for (auto x : d.dims) d.bytes *= x;
@@ -555,7 +596,8 @@ DynamicSaveResult detail::write_dynamic_file(const std::string& final_path, std:
       detail::write_attr_i32(file.get(), "dynamic_format_version", kDynamicFormatVersion);
       detail::write_attr_i64(file.get(), "global_step", global_step);
       detail::write_attr_string(file.get(), "checksum_algorithm", "crc32");
-      detail::write_attr_u64(file.get(), "metadata_checksum", detail::crc32_update(0, manifest.data(), manifest.size()));
+      detail::write_attr_u64(file.get(), "metadata_checksum",
+                             detail::crc32_update(0, manifest.data(), manifest.size()));
       H5Id(STRATA_CHECK_H5(H5Gcreate2(file.get(), "/dynamic", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
       H5Id dcpl(STRATA_CHECK_H5(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
       STRATA_CHECK_H5(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS));
@@ -563,7 +605,9 @@ DynamicSaveResult detail::write_dynamic_file(const std::string& final_path, std:
       STRATA_CHECK_H5(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY));
       for (std::size_t i = 0; i < tables.size(); ++i) {
         const DynamicTableState& t = tables[i];
-        H5Id g(STRATA_CHECK_H5(H5Gcreate2(file.get(), ("/dynamic/" + t.name).c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+        H5Id g(STRATA_CHECK_H5(
+                   H5Gcreate2(file.get(), ("/dynamic/" + t.name).c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
+               H5Gclose);
         detail::write_attr_string(g.get(), "kind", to_string(t.kind));
         detail::write_attr_i64(g.get(), "dim", t.dim);
         detail::write_attr_string(g.get(), "optimizer", t.optimizer);
@@ -571,13 +615,15 @@ DynamicSaveResult detail::write_dynamic_file(const std::string& final_path, std:
         detail::write_attr_i64(g.get(), "clock", t.clock);
         detail::write_attr_i64(g.get(), "sketch_width", t.sketch_width);
         detail::write_attr_i64(g.get(), "total_rows", t.total_rows);
-        for (const auto& c : kCounters) detail::write_attr_i64(g.get(), (std::string("counter_") + c.name).c_str(), t.counters.*c.member);
+        for (const auto& c : kCounters)
+          detail::write_attr_i64(g.get(), (std::string("counter_") + c.name).c_str(), t.counters.*c.member);
         if (t.kind == DynamicKind::kDelta) {
           detail::write_attr_i64(g.get(), "parent_step", t.parent_step);
           detail::write_attr_u64(g.get(), "parent_checksum", t.parent_checksum);
         }
         detail::write_attr_u64(g.get(), "content_checksum", heads[i].content_checksum);
-        if (!t.slot_names.empty()) H5Id(STRATA_CHECK_H5(H5Gcreate2(g.get(), "slots", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+        if (!t.slot_names.empty())
+          H5Id(STRATA_CHECK_H5(H5Gcreate2(g.get(), "slots", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
         for (const Dataset& d : ds[i]) {
           std::vector<hsize_t> dims(d.dims.begin(), d.dims.end());
           H5Id space(STRATA_CHECK_H5(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
@@ -700,9 +746,11 @@ DynamicTableState filtered(DynamicTableState t, const std::function<bool(std::in
     if (w != i) {
       t.ids[w] = t.ids[i];
       t.stamps[w] = t.stamps[i];
-      std::copy_n(t.values.begin() + static_cast<std::ptrdiff_t>(i * dim), dim, t.values.begin() + static_cast<std::ptrdiff_t>(w * dim));
+      std::copy_n(t.values.begin() + static_cast<std::ptrdiff_t>(i * dim), dim,
+                  t.values.begin() + static_cast<std::ptrdiff_t>(w * dim));
       for (auto& s : t.slots)
-        std::copy_n(s.begin() + static_cast<std::ptrdiff_t>(i * dim), dim, s.begin() + static_cast<std::ptrdiff_t>(w * dim));
+        std::copy_n(s.begin() + static_cast<std::ptrdiff_t>(i * dim), dim,
+                    s.begin() + static_cast<std::ptrdiff_t>(w * dim));
     }
     ++w;
   }
@@ -715,8 +763,10 @@ DynamicTableState filtered(DynamicTableState t, const std::function<bool(std::in
 
 DynamicTableState merge(const DynamicTableState& base, const DynamicTableState& delta, bool check_rows) {
   const std::string what = "dynamic table '" + delta.name + "': ";
-  if (base.kind != DynamicKind::kFull || delta.kind != DynamicKind::kDelta) throw Error(what + "merge needs a full base and a delta");
-  if (base.name != delta.name || base.dim != delta.dim || base.optimizer != delta.optimizer || base.slot_names != delta.slot_names)
+  if (base.kind != DynamicKind::kFull || delta.kind != DynamicKind::kDelta)
+    throw Error(what + "merge needs a full base and a delta");
+  if (base.name != delta.name || base.dim != delta.dim || base.optimizer != delta.optimizer ||
+      base.slot_names != delta.slot_names)
     throw Error(what + "the delta's name, dim, optimizer or slots differ from its base's");
   const auto dim = static_cast<std::size_t>(base.dim);
   DynamicTableState out;
@@ -773,7 +823,8 @@ std::vector<std::int64_t> list_dynamic_checkpoints(const std::string& dir) {
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.size() < 12 || name.compare(0, 8, "dynamic-") != 0 || name.compare(name.size() - 3, 3, ".h5") != 0) continue;
+    if (name.size() < 12 || name.compare(0, 8, "dynamic-") != 0 || name.compare(name.size() - 3, 3, ".h5") != 0)
+      continue;
     const std::string digits = name.substr(8, name.size() - 11);
     if (digits.empty() || digits.size() > 18 || (digits.size() > 1 && digits[0] == '0') ||
         !std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
@@ -818,8 +869,8 @@ class ChainWalker {
         return {};
       }
       if (want && t->content_checksum != *want) {
-        failure = dynamic_file_name(child) + " links to a parent with content checksum " + std::to_string(*want) + ", " +
-                  dynamic_file_name(step) + " holds " + std::to_string(t->content_checksum);
+        failure = dynamic_file_name(child) + " links to a parent with content checksum " + std::to_string(*want) +
+                  ", " + dynamic_file_name(step) + " holds " + std::to_string(t->content_checksum);
         return {};
       }
       out.push_back(step);
@@ -886,7 +937,8 @@ DynamicRestorePlan plan_dynamic_restore(const std::string& dir, const std::strin
   walker.none(at_step, skipped);
 }
 
-DynamicRestore restore_dynamic_table(const std::string& dir, const std::string& name, std::optional<std::int64_t> at_step,
+DynamicRestore restore_dynamic_table(const std::string& dir, const std::string& name,
+                                     std::optional<std::int64_t> at_step,
                                      const std::function<bool(std::int64_t)>& keep) {
   ChainWalker walker(dir, name);
   std::vector<std::string> skipped;
@@ -932,8 +984,9 @@ DynamicSaveResult compact_dynamic_checkpoints(const std::string& dir, std::optio
   if (steps.empty()) throw ConfigError("dynamic checkpoints: nothing to compact in '" + dir + "'");
   const std::int64_t step = at_step.value_or(steps.back());
   if (step != steps.back())
-    throw ConfigError("dynamic checkpoints: compaction rewrites only the newest file (" + dynamic_file_name(steps.back()) +
-                      "); newer deltas link to the content of " + dynamic_file_name(step));
+    throw ConfigError("dynamic checkpoints: compaction rewrites only the newest file (" +
+                      dynamic_file_name(steps.back()) + "); newer deltas link to the content of " +
+                      dynamic_file_name(step));
   const DynamicCheckpointFile head = read_dynamic_checkpoint(dir + "/" + dynamic_file_name(step), false);
   std::vector<DynamicTableState> full;
   std::set<std::string> ancestors;
