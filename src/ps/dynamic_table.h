@@ -99,7 +99,8 @@ struct DynamicTableStats {
   std::int64_t row_bytes = 0;         // bytes of one row's values and slots: dim * 4 * (1 + slots)
 };
 
-// A table's contents in memory, the format the HDF5 writer (later) stores. Rows are sorted by id,
+// A table's contents in memory, what a dynamic checkpoint stores (strata/checkpoint/dynamic.h
+// mirrors it as DynamicTableState; checkpoint/FORMAT.md section 10). Rows are sorted by id,
 // so two tables with the same rows export equal snapshots whatever their history.
 //   ids           n ids, strictly increasing
 //   values        n * dim floats, row i at i * dim
