@@ -31,6 +31,7 @@
 
 #include "cli/commands.h"
 #include "strata/checkpoint/checkpoint.h"
+#include "strata/checkpoint/dynamic.h"
 #include "strata/common/error.h"
 #include "strata/common/logging.h"
 #include "strata/common/parse.h"
@@ -245,6 +246,162 @@ FileVerdict verify_entry(const std::string& dir, const ck::CheckpointEntry& entr
   return ck::verify_entry(dir, entry, verify_options(f));
 }
 
+// ---- dynamic tables (FORMAT.md section 10) ------------------------------------------------------
+// A directory's dynamic-<step>.h5 files are listed and verified beside its dense checkpoints. A
+// dynamic file is read only after it verifies (its whole-file CRC-32 first), so listing one reads
+// it whole.
+
+struct DynamicRow {
+  std::int64_t step = 0;
+  std::string file, path;
+  std::uint64_t bytes = 0;
+  std::optional<ck::DynamicCheckpointFile> contents;  // set when the file verified
+  std::string problem;
+};
+
+// Every committed dynamic file of `dir`, oldest first. `with_data` also reads and checks the rows
+// (FORMAT.md 10.4 step 5), as verify does.
+std::vector<DynamicRow> dynamic_rows(const std::string& dir, bool with_data) {
+  std::vector<std::int64_t> steps;
+  try {
+    steps = ck::list_dynamic_checkpoints(dir);
+  } catch (const Error& e) {
+    throw Failure(e.message());
+  }
+  std::vector<DynamicRow> rows;
+  for (std::int64_t step : steps) {
+    DynamicRow r;
+    r.step = step;
+    r.file = ck::dynamic_file_name(step);
+    r.path = (fs::path(dir) / r.file).string();
+    std::error_code ec;
+    r.bytes = fs::file_size(r.path, ec);
+    try {
+      r.contents = ck::read_dynamic_checkpoint(r.path, with_data);
+      // Rows are not kept: only the summary is printed.
+      for (auto& t : r.contents->tables) {
+        std::vector<std::int64_t>().swap(t.ids);
+        std::vector<float>().swap(t.values);
+        std::vector<std::vector<float>>().swap(t.slots);
+        std::vector<std::int64_t>().swap(t.stamps);
+        std::vector<std::uint16_t>().swap(t.sketch);
+      }
+    } catch (const Error& e) {
+      r.problem = e.message();
+    }
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+std::string dynamic_table_summary(const ck::DynamicTableState& t) {
+  if (t.kind == ck::DynamicKind::kFull) return t.name + " full " + std::to_string(t.stored_rows) + " rows";
+  return t.name + " delta of step " + std::to_string(t.parent_step) + ": " + std::to_string(t.stored_rows) +
+         " rows changed, " + std::to_string(t.evicted_ids.size()) + " evicted, " + std::to_string(t.total_rows) +
+         " rows after";
+}
+
+// Per table named in any verified file: the chain a restore would use, or why there is none.
+struct DynamicPlanRow {
+  std::string table;
+  std::optional<ck::DynamicRestorePlan> plan;
+  std::string problem;
+};
+std::vector<DynamicPlanRow> dynamic_plans(const std::string& dir, const std::vector<DynamicRow>& rows) {
+  std::vector<std::string> names;
+  for (const auto& r : rows)
+    if (r.contents)
+      for (const auto& t : r.contents->tables)
+        if (std::find(names.begin(), names.end(), t.name) == names.end()) names.push_back(t.name);
+  std::sort(names.begin(), names.end());
+  std::vector<DynamicPlanRow> out;
+  for (const auto& name : names) {
+    DynamicPlanRow p;
+    p.table = name;
+    try {
+      p.plan = ck::plan_dynamic_restore(dir, name);
+    } catch (const Error& e) {
+      p.problem = e.message();
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+std::string chain_text(const ck::DynamicRestorePlan& plan) {
+  std::vector<std::string> files;
+  for (const auto& p : plan.chain) files.push_back(fs::path(p).filename().string());
+  return join(files, " <- ");
+}
+
+// Lines for `ls` and `verify DIR`: the files (with `verified` per file when `verify_word`) and
+// the restore plans. Returns the number of problems (failed files, tables without a state).
+std::size_t print_dynamic(std::ostream& out, const std::string& dir, const std::vector<DynamicRow>& rows,
+                          const std::vector<DynamicPlanRow>& plans) {
+  std::size_t bad = 0;
+  out << "dynamic tables in " << dir << " (dynamic-<step>.h5, oldest first)\n";
+  std::vector<std::vector<std::string>> table{{"step", "file", "bytes", "size", "tables"}};
+  for (const auto& r : rows) {
+    std::vector<std::string> summaries;
+    if (r.contents)
+      for (const auto& t : r.contents->tables) summaries.push_back(dynamic_table_summary(t));
+    table.push_back({std::to_string(r.step), r.file, std::to_string(r.bytes), human_bytes(r.bytes),
+                     r.contents ? join(summaries, "; ") : "CORRUPT"});
+    bad += r.contents ? 0 : 1;
+  }
+  print_table(out, table);
+  for (const auto& r : rows)
+    if (!r.contents) out << "  " << r.file << ": " << r.problem << "\n";
+  for (const auto& p : plans) {
+    if (!p.plan) {
+      out << "restore " << p.table << ": nothing: " << p.problem << "\n";
+      ++bad;
+      continue;
+    }
+    out << "restore " << p.table << ": step " << p.plan->step << " from " << chain_text(*p.plan) << "\n";
+    if (!p.plan->warning.empty()) out << "  " << p.plan->warning << "\n";
+  }
+  return bad;
+}
+
+nlohmann::json dynamic_json(const std::vector<DynamicRow>& rows, const std::vector<DynamicPlanRow>& plans) {
+  nlohmann::json files = nlohmann::json::array(), restore = nlohmann::json::array();
+  for (const auto& r : rows) {
+    nlohmann::json j = {{"file", r.file}, {"global_step", r.step}, {"bytes", r.bytes}, {"verified", r.contents.has_value()}};
+    if (!r.contents) j["problem"] = r.problem;
+    nlohmann::json tables = nlohmann::json::array();
+    if (r.contents)
+      for (const auto& t : r.contents->tables) {
+        nlohmann::json tj = {{"name", t.name}, {"kind", ck::to_string(t.kind)}, {"rows", t.stored_rows},
+                             {"total_rows", t.total_rows}, {"dim", t.dim}, {"optimizer", t.optimizer},
+                             {"content_checksum", t.content_checksum}};
+        if (t.kind == ck::DynamicKind::kDelta) {
+          tj["parent_step"] = t.parent_step;
+          tj["parent_checksum"] = t.parent_checksum;
+          tj["evicted"] = t.evicted_ids.size();
+        }
+        tables.push_back(tj);
+      }
+    j["tables"] = tables;
+    files.push_back(j);
+  }
+  for (const auto& p : plans) {
+    nlohmann::json j = {{"table", p.table}};
+    if (p.plan) {
+      j["step"] = p.plan->step;
+      nlohmann::json chain = nlohmann::json::array();
+      for (const auto& c : p.plan->chain) chain.push_back(fs::path(c).filename().string());
+      j["chain"] = chain;
+      if (!p.plan->warning.empty()) j["warning"] = p.plan->warning;
+    } else {
+      j["step"] = nullptr;
+      j["problem"] = p.problem;
+    }
+    restore.push_back(j);
+  }
+  return {{"files", files}, {"restore", restore}};
+}
+
 // ---- ls ----------------------------------------------------------------------------------------
 
 int run_ls(const CkptFlags& f) {
@@ -288,6 +445,10 @@ int run_ls(const CkptFlags& f) {
     throw Failure(e.message());
   }
 
+  // Dynamic-table files (FORMAT.md section 10), when the directory has any.
+  const std::vector<DynamicRow> dyn_rows = dynamic_rows(f.path, false);
+  const std::vector<DynamicPlanRow> dyn_plans = dynamic_plans(f.path, dyn_rows);
+
   // With --verify, the entry `--restore latest` would use: the newest one that verified, the same
   // rule as latest_checkpoint() (FORMAT.md section 6), from results already computed.
   const Row* restore = nullptr;
@@ -323,6 +484,11 @@ int run_ls(const CkptFlags& f) {
     for (const auto& u : stray)
       doc["uncommitted"].push_back({{"file", u.file}, {"bytes", u.bytes}, {"complete", u.complete}});
     if (f.verify) doc["restore"] = restore ? nlohmann::json(restore->entry.file) : nlohmann::json(nullptr);
+    if (!dyn_rows.empty()) {
+      doc["dynamic"] = dynamic_json(dyn_rows, dyn_plans);
+      for (const auto& r : dyn_rows) any_bad = any_bad || (f.verify && !r.contents);
+      for (const auto& p : dyn_plans) any_bad = any_bad || (f.verify && !p.plan);
+    }
     std::cout << doc.dump() << std::endl;
     return f.verify && any_bad ? kExitFailure : kExitOk;
   }
@@ -365,6 +531,10 @@ int run_ls(const CkptFlags& f) {
         << (restore ? restore->entry.file + " (step " + std::to_string(restore->entry.global_step) + ")"
                     : std::string("nothing (no valid checkpoint)"))
         << "\n";
+  if (!dyn_rows.empty()) {
+    const std::size_t bad = print_dynamic(out, f.path, dyn_rows, dyn_plans);
+    any_bad = any_bad || (f.verify && bad > 0);
+  }
   std::cout << out.str() << std::flush;
   return f.verify && any_bad ? kExitFailure : kExitOk;
 }
@@ -462,12 +632,43 @@ void print_verdict(std::ostream& out, const FileVerdict& v) {
   for (const auto& b : v.bad) out << "  " << b.path << ": " << b.reason << "\n";
 }
 
+// A directory's dynamic files, read whole and checked, and each table's restore chain. Returns the
+// number of problems.
+std::size_t verify_dynamic(const std::string& dir, const std::vector<DynamicRow>& rows) {
+  std::size_t bad = 0;
+  for (const auto& r : rows) {
+    if (r.contents) {
+      std::vector<std::string> summaries;
+      for (const auto& t : r.contents->tables) summaries.push_back(dynamic_table_summary(t));
+      std::cout << r.path << ": OK (step " << r.step << ", dynamic: " << join(summaries, "; ") << ")\n";
+    } else {
+      std::cout << r.path << ": FAILED: " << r.problem << "\n";
+      ++bad;
+    }
+  }
+  for (const auto& p : dynamic_plans(dir, rows)) {
+    if (!p.plan) {
+      std::cout << "dynamic table " << p.table << ": no complete state: " << p.problem << "\n";
+      ++bad;
+      continue;
+    }
+    std::cout << "dynamic table " << p.table << ": restores step " << p.plan->step << " from " << chain_text(*p.plan) << "\n";
+    if (!p.plan->warning.empty()) std::cout << "  " << p.plan->warning << "\n";
+  }
+  std::cout << rows.size() << " dynamic file(s): " << rows.size() - std::min(bad, rows.size()) << " OK\n" << std::flush;
+  return bad;
+}
+
 // One directory: every committed entry, a count, and what --restore latest would use when the
 // latest fails. Returns the number of entries that failed.
 std::size_t verify_directory(const std::string& dir, const CkptFlags& f) {
   const ck::CheckpointList list = list_entries(dir);
   const auto& entries = list.entries;
-  if (entries.empty() && list.refused.empty()) throw Failure(no_checkpoints(dir) + ", nothing to verify");
+  const std::vector<DynamicRow> dyn = dynamic_rows(dir, /*with_data=*/true);
+  if (entries.empty() && list.refused.empty()) {
+    if (dyn.empty()) throw Failure(no_checkpoints(dir) + ", nothing to verify");
+    return verify_dynamic(dir, dyn);
+  }
   // Entries that name no checkpoint of this directory are failures, never opened.
   for (const auto& r : list.refused) std::cout << refused_line(dir, r) << "\n";
   std::size_t failed = list.refused.size();
@@ -491,6 +692,7 @@ std::size_t verify_directory(const std::string& dir, const CkptFlags& f) {
               << "\n";
   }
   std::cout << std::flush;
+  if (!dyn.empty()) failed += verify_dynamic(dir, dyn);
   return failed;
 }
 
@@ -509,6 +711,18 @@ int run_verify(const CkptFlags& f) {
         std::cout << f.paths[i] << ": FAILED: " << e.message() << "\n";
         ++failed;
       }
+    } else if (fs::path(f.paths[i]).filename().string().rfind("dynamic-", 0) == 0) {
+      ++files;
+      try {
+        const ck::DynamicCheckpointFile d = ck::read_dynamic_checkpoint(f.paths[i], true);
+        std::vector<std::string> summaries;
+        for (const auto& t : d.tables) summaries.push_back(dynamic_table_summary(t));
+        std::cout << f.paths[i] << ": OK (step " << d.global_step << ", dynamic: " << join(summaries, "; ") << ")\n";
+      } catch (const Error& e) {
+        std::cout << f.paths[i] << ": FAILED: " << e.message() << "\n";
+        ++failed;
+      }
+      std::cout << std::flush;
     } else {
       FileVerdict v = verify_file(f.paths[i], f);
       print_verdict(std::cout, v);
@@ -633,6 +847,97 @@ std::string max_diff_string(const DiffStats& s) {
   return buf;
 }
 
+bool is_dynamic_file(const std::string& path) { return fs::path(path).filename().string().rfind("dynamic-", 0) == 0; }
+
+// The state every table of dynamic file `path` restores to, merged along its chain from the
+// file's directory. Failure when a table's chain is broken there (the restore would fall back).
+std::vector<ck::DynamicTableState> restored_tables(const std::string& path, std::int64_t& step) {
+  const ck::DynamicCheckpointFile head = ck::read_dynamic_checkpoint(path, false);
+  step = head.global_step;
+  std::string dir = fs::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  if (fs::path(path).filename().string() != ck::dynamic_file_name(step))
+    throw Failure("'" + path + "' holds step " + std::to_string(step) + "; chains are followed only from files named " +
+                  ck::dynamic_file_name(step));
+  std::vector<ck::DynamicTableState> out;
+  for (const auto& t : head.tables) {
+    ck::DynamicRestore r = ck::restore_dynamic_table(dir, t.name, step);
+    if (r.step != step) throw Failure(r.warning);
+    out.push_back(std::move(r.state));
+  }
+  return out;
+}
+
+// `diff` of two dynamic files: the states their chains restore, table by table, row by row (by id).
+int run_dynamic_diff(const CkptFlags& f, std::optional<double> atol) {
+  std::int64_t step_a = 0, step_b = 0;
+  const std::vector<ck::DynamicTableState> ta = restored_tables(f.path, step_a);
+  const std::vector<ck::DynamicTableState> tb = restored_tables(f.path_b, step_b);
+  std::cout << "A: " << f.path << " (step " << step_a << ", dynamic)\n"
+            << "B: " << f.path_b << " (step " << step_b << ", dynamic)\n";
+  std::ostringstream out;
+  std::size_t differences = 0;
+  auto report = [&](const std::string& line) {
+    out << line << "\n";
+    ++differences;
+  };
+  if (step_a != step_b) report("global_step: A " + std::to_string(step_a) + ", B " + std::to_string(step_b));
+  auto same = [&](float x, float y) {
+    return std::memcmp(&x, &y, sizeof x) == 0 || (std::isnan(x) && std::isnan(y)) ||
+           (atol && std::fabs(static_cast<double>(x) - static_cast<double>(y)) <= *atol);
+  };
+  for (const auto& x : ta) {
+    auto it = std::find_if(tb.begin(), tb.end(), [&](const auto& t) { return t.name == x.name; });
+    if (it == tb.end()) {
+      report("only in A: dynamic table " + x.name);
+      continue;
+    }
+    const ck::DynamicTableState& y = *it;
+    const std::string name = "dynamic/" + x.name;
+    if (x.dim != y.dim || x.optimizer != y.optimizer || x.slot_names != y.slot_names) {
+      report(name + ": A dim " + std::to_string(x.dim) + " " + x.optimizer + ", B dim " + std::to_string(y.dim) + " " +
+             y.optimizer + " (rows not compared)");
+      continue;
+    }
+    if (x.clock != y.clock) report(name + " clock: A " + std::to_string(x.clock) + ", B " + std::to_string(y.clock));
+    if (x.sketch != y.sketch) report(name + " sketch differs");
+    if (!(x.counters == y.counters)) report(name + " counters differ");
+    const auto dim = static_cast<std::size_t>(x.dim);
+    std::int64_t only_a = 0, only_b = 0, rows_differ = 0;
+    std::string first;
+    std::size_t i = 0, j = 0;
+    while (i < x.ids.size() || j < y.ids.size()) {
+      if (j == y.ids.size() || (i < x.ids.size() && x.ids[i] < y.ids[j])) {
+        ++only_a, ++i;
+        continue;
+      }
+      if (i == x.ids.size() || y.ids[j] < x.ids[i]) {
+        ++only_b, ++j;
+        continue;
+      }
+      bool equal = x.stamps[i] == y.stamps[j];
+      for (std::size_t k = 0; k < dim && equal; ++k) equal = same(x.values[i * dim + k], y.values[j * dim + k]);
+      for (std::size_t s = 0; s < x.slots.size() && equal; ++s)
+        for (std::size_t k = 0; k < dim && equal; ++k) equal = same(x.slots[s][i * dim + k], y.slots[s][j * dim + k]);
+      if (!equal && rows_differ++ == 0) first = std::to_string(x.ids[i]);
+      ++i, ++j;
+    }
+    if (only_a > 0) report(name + ": " + std::to_string(only_a) + " id(s) only in A");
+    if (only_b > 0) report(name + ": " + std::to_string(only_b) + " id(s) only in B");
+    if (rows_differ > 0)
+      report(name + ": " + std::to_string(rows_differ) + " row(s) differ (values, slots or stamp), first id " + first);
+  }
+  for (const auto& y : tb)
+    if (std::none_of(ta.begin(), ta.end(), [&](const auto& t) { return t.name == y.name; }))
+      report("only in B: dynamic table " + y.name);
+  if (differences == 0)
+    out << "identical\n";
+  else
+    out << differences << (differences == 1 ? " difference\n" : " differences\n");
+  std::cout << out.str() << std::flush;
+  return differences == 0 ? kExitOk : kExitFailure;
+}
+
 int run_diff(const CkptFlags& f) {
   std::optional<double> atol;
   if (!f.atol.empty()) {
@@ -647,8 +952,16 @@ int run_diff(const CkptFlags& f) {
   }
   // Both PATHs are checked for existence before anything is read, so a typo is a usage error even
   // when the other side is a large directory.
-  is_directory_arg(f.path);
-  is_directory_arg(f.path_b);
+  const bool dir_a = is_directory_arg(f.path), dir_b = is_directory_arg(f.path_b);
+  if (!dir_a && !dir_b && is_dynamic_file(f.path) && is_dynamic_file(f.path_b)) {
+    try {
+      return run_dynamic_diff(f, atol);
+    } catch (const Failure&) {
+      throw;
+    } catch (const Error& e) {
+      throw Failure(e.message());
+    }
+  }
   ck::CheckpointReader a = open_reader(resolve_checkpoint(f.path, verify_options(f)));
   ck::CheckpointReader b = open_reader(resolve_checkpoint(f.path_b, verify_options(f)));
 
@@ -775,7 +1088,9 @@ CLI::App* add_ckpt_command(CLI::App& app, CkptFlags& f) {
   verify->add_flag("--allow-unverified", f.allow_unverified, kAllowUnverifiedHelp);
   verify->callback([&f] { f.action = "verify"; });
 
-  CLI::App* diff = ckpt->add_subcommand("diff", "Compare two checkpoints value by value (exit 0 when identical)");
+  CLI::App* diff = ckpt->add_subcommand(
+      "diff", "Compare two checkpoints value by value (exit 0 when identical); two dynamic-<step>.h5 files: the "
+              "states their chains restore, row by row");
   diff->add_option("A", f.path, "checkpoint file, or a directory meaning its latest valid checkpoint")->required();
   diff->add_option("B", f.path_b, "checkpoint file, or a directory meaning its latest valid checkpoint")->required();
   diff->add_option("--atol", f.atol, "elements with |a - b| <= X count as equal (default: bitwise, NaN == NaN)");

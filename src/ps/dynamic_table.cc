@@ -137,6 +137,15 @@ struct DynamicTable::Impl {
   std::int64_t clock = 0;
   DynamicTableStats counters;
 
+  // Delta tracking since the last mark_saved(), one bit per record each: `changed` (created,
+  // updated or imported) and `created` (the record's row did not exist at the last save). A row
+  // removed by eviction is listed in `evicted` only when it was not created since the save (it
+  // was in the saved state); an id that is live again at export is a changed row, not an evicted
+  // one. `evicted` holds each id of the saved state at most once, so it is bounded by the rows of
+  // the last save.
+  std::vector<std::uint64_t> changed_bits, created_bits;
+  std::vector<std::int64_t> evicted;
+
   // Per-batch scratch, kept across calls so that steady batches allocate nothing.
   std::vector<std::uint32_t> batch_rows;
   std::vector<std::uint64_t> batch_hash;
@@ -195,10 +204,21 @@ struct DynamicTable::Impl {
     const std::uint32_t r = fresh++;
     if ((r >> page_shift) >= pages.size()) {
       pages.emplace_back(new std::byte[record_bytes << page_shift]);
+      const std::size_t words = ((pages.size() << page_shift) + 63) / 64;
+      changed_bits.resize(words, 0);
+      created_bits.resize(words, 0);
     }
     return r;
   }
+  static bool bit(const std::vector<std::uint64_t>& bits, std::uint32_t r) { return (bits[r >> 6] >> (r & 63)) & 1; }
+  void mark_changed(std::uint32_t r) { changed_bits[r >> 6] |= std::uint64_t{1} << (r & 63); }
+  void mark_created(std::uint32_t r) {
+    mark_changed(r);
+    created_bits[r >> 6] |= std::uint64_t{1} << (r & 63);
+  }
   void free_record(std::uint32_t r) {
+    changed_bits[r >> 6] &= ~(std::uint64_t{1} << (r & 63));
+    created_bits[r >> 6] &= ~(std::uint64_t{1} << (r & 63));
     set_id(r, static_cast<std::int64_t>(free_head));
     set_stamp(r, kFreeStamp);
     free_head = r;
@@ -324,7 +344,9 @@ struct DynamicTable::Impl {
   bool admitted(std::int64_t id, bool count) { return cfg.admit_after <= 1 || sightings(id, count) >= cfg.admit_after; }
 
   // ---- eviction ----
+  // Removes a live row (eviction): an id of the saved state goes on the evicted list.
   void remove_row(std::uint32_t r) {
+    if (!bit(created_bits, r)) evicted.push_back(id_of(r));
     index_remove(id_of(r), r);
     free_record(r);
     --live;
@@ -396,6 +418,7 @@ struct DynamicTable::Impl {
     init_row(r, id);
     ++live;
     index_add(h, r);
+    mark_created(r);
     ++counters.admitted;
     return r;
   }
@@ -406,8 +429,9 @@ struct DynamicTable::Impl {
                     candidates.capacity() * sizeof(Candidate) + batch_rows.capacity() * sizeof(std::uint32_t) +
                     batch_hash.capacity() * sizeof(std::uint64_t) + dedup.capacity() * sizeof(std::uint64_t) +
                     row_ptrs.capacity() * sizeof(float*) + grad_ptrs.capacity() * sizeof(float*) +
-                    sum_at.capacity() * sizeof(std::uint32_t) +
-                    sums.capacity() * sizeof(float);
+                    sum_at.capacity() * sizeof(std::uint32_t) + sums.capacity() * sizeof(float) +
+                    (changed_bits.capacity() + created_bits.capacity()) * sizeof(std::uint64_t) +
+                    evicted.capacity() * sizeof(std::int64_t);
     return static_cast<std::int64_t>(b);
   }
 };
@@ -490,7 +514,10 @@ void DynamicTable::apply(const std::int64_t* ids, std::size_t n, const float* gr
   for (std::size_t i = 0; i < n; ++i) {
     if (i + 8 < n) __builtin_prefetch(&t.index[t.home(t.batch_hash[i + 8])]);
     t.batch_rows[i] = t.find(ids[i], t.batch_hash[i]);
-    if (t.batch_rows[i] != kNoRow) t.set_stamp(t.batch_rows[i], t.clock);
+    if (t.batch_rows[i] != kNoRow) {
+      t.set_stamp(t.batch_rows[i], t.clock);
+      t.mark_changed(t.batch_rows[i]);
+    }
   }
   // Pass 2: admitted ids without a row get one (an id repeated in the batch finds the row its
   // first occurrence created); the others' gradients are dropped.
@@ -566,10 +593,18 @@ void DynamicTable::decay_admission_counts() {
 
 DynamicTableSnapshot DynamicTable::export_rows() const {
   const Impl& t = *impl_;
-  std::vector<std::pair<std::int64_t, std::uint32_t>> order;
-  order.reserve(static_cast<std::size_t>(t.live));
+  std::vector<std::uint32_t> records;
+  records.reserve(static_cast<std::size_t>(t.live));
   for (std::uint32_t r = 0; r < t.fresh; ++r)
-    if (t.stamp_of(r) != kFreeStamp) order.emplace_back(t.id_of(r), r);
+    if (t.stamp_of(r) != kFreeStamp) records.push_back(r);
+  return export_records(records);
+}
+
+DynamicTableSnapshot DynamicTable::export_records(const std::vector<std::uint32_t>& records) const {
+  const Impl& t = *impl_;
+  std::vector<std::pair<std::int64_t, std::uint32_t>> order;
+  order.reserve(records.size());
+  for (std::uint32_t r : records) order.emplace_back(t.id_of(r), r);
   std::sort(order.begin(), order.end());
   DynamicTableSnapshot s;
   s.dim = config_.dim;
@@ -594,8 +629,31 @@ DynamicTableSnapshot DynamicTable::export_rows() const {
   return s;
 }
 
+namespace {
+
+// How an import treats the table-wide state of the snapshot (counters and admission sketch).
+enum class ImportMode {
+  kRestore,  // a whole snapshot into this table: counters added, sketch added cell by cell
+  kReshard,  // one of several old shards: counters left alone, sketch added cell by cell
+  kDelta,    // a delta onto a restored base, whole: counters and sketch replaced by the delta's
+  kDeltaReshard,  // a delta onto one of several new shards: counters alone, sketch cellwise max
+};
+
+}  // namespace
+
 void DynamicTable::import_rows(const DynamicTableSnapshot& snap, int shard, int num_shards) {
+  import_snapshot(snap, {}, shard, num_shards, false);
+}
+
+void DynamicTable::apply_delta(const DynamicTableDelta& delta, int shard, int num_shards) {
+  import_snapshot(delta.rows, delta.evicted_ids, shard, num_shards, true);
+}
+
+void DynamicTable::import_snapshot(const DynamicTableSnapshot& snap, const std::vector<std::int64_t>& removed,
+                                   int shard, int num_shards, bool delta) {
   Impl& t = *impl_;
+  const ImportMode mode = delta ? (num_shards == 1 ? ImportMode::kDelta : ImportMode::kDeltaReshard)
+                                : (num_shards == 1 ? ImportMode::kRestore : ImportMode::kReshard);
   auto bad = [](const std::string& why) { throw Error("dynamic table snapshot: " + why); };
   if (num_shards < 1 || shard < 0 || shard >= num_shards)
     bad("shard " + std::to_string(shard) + " of " + std::to_string(num_shards) + " does not exist");
@@ -623,6 +681,14 @@ void DynamicTable::import_rows(const DynamicTableSnapshot& snap, int shard, int 
           ", " + std::to_string(snap.ids[i]) + ")");
     if (snap.stamps[i] < 0) bad("stamp " + std::to_string(snap.stamps[i]) + " of id " + std::to_string(snap.ids[i]) + " is negative");
   }
+  // Evicted ids: strictly increasing and none of them also a row of the delta (both sorted).
+  for (std::size_t i = 0, j = 0; i < removed.size(); ++i) {
+    if (i > 0 && removed[i] <= removed[i - 1])
+      bad("evicted ids are not strictly increasing at index " + std::to_string(i) + " (" +
+          std::to_string(removed[i - 1]) + ", " + std::to_string(removed[i]) + ")");
+    while (j < n && snap.ids[j] < removed[i]) ++j;
+    if (j < n && snap.ids[j] == removed[i]) bad("id " + std::to_string(removed[i]) + " is both evicted and a row");
+  }
   const bool sketch_matches = !t.sketch.empty() && snap.sketch_width == config_.sketch_width;
   if (!snap.sketch.empty()) {
     if (snap.sketch_width < 1 || snap.sketch_width > (std::int64_t{1} << 26) ||
@@ -630,20 +696,31 @@ void DynamicTable::import_rows(const DynamicTableSnapshot& snap, int shard, int 
       bad("sketch holds " + std::to_string(snap.sketch.size()) + " counters for width " +
           std::to_string(snap.sketch_width));
   }
-  // Room: rows of this shard that are not here yet.
+  auto mine = [&](std::int64_t id) { return num_shards == 1 || shard_of(id, num_shards) == shard; };
+  // Room: rows of this shard that are not here yet, less the rows the delta removes.
   std::int64_t added = 0;
   for (std::size_t i = 0; i < n; ++i)
-    if ((num_shards == 1 || shard_of(snap.ids[i], num_shards) == shard) && t.find(snap.ids[i], t.hash(snap.ids[i])) == kNoRow)
-      ++added;
+    if (mine(snap.ids[i]) && t.find(snap.ids[i], t.hash(snap.ids[i])) == kNoRow) ++added;
+  for (std::int64_t id : removed)
+    if (mine(id) && t.find(id, t.hash(id)) != kNoRow) --added;
   if (t.live + added > config_.capacity)
     bad(std::to_string(added) + " new rows do not fit: " + std::to_string(t.live) + " rows of capacity " +
         std::to_string(config_.capacity));
 
-  // Checked: now change the table.
+  // Checked: now change the table. Removals of a delta are not evictions of this table (the
+  // delta's counters already count them) and leave no trace in its delta tracking.
+  for (std::int64_t id : removed) {
+    if (!mine(id)) continue;
+    const std::uint32_t r = t.find(id, t.hash(id));
+    if (r == kNoRow) continue;
+    t.index_remove(id, r);
+    t.free_record(r);
+    --t.live;
+  }
   std::int64_t taken = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const std::int64_t id = snap.ids[i];
-    if (num_shards > 1 && shard_of(id, num_shards) != shard) continue;
+    if (!mine(id)) continue;
     const std::uint64_t h = t.hash(id);
     std::uint32_t r = t.find(id, h);
     if (r == kNoRow) {
@@ -652,7 +729,9 @@ void DynamicTable::import_rows(const DynamicTableSnapshot& snap, int shard, int 
       t.set_stamp(r, snap.stamps[i]);
       ++t.live;
       t.index_add(h, r);
+      t.mark_created(r);
     }
+    t.mark_changed(r);
     t.set_stamp(r, snap.stamps[i]);
     float* v = t.values(r);
     std::memcpy(v, snap.values.data() + i * t.dim, t.dim * sizeof(float));
@@ -661,15 +740,25 @@ void DynamicTable::import_rows(const DynamicTableSnapshot& snap, int shard, int 
     ++taken;
   }
   t.clock = std::max({t.clock, snap.clock, snap.stamps.empty() ? 0 : *std::max_element(snap.stamps.begin(), snap.stamps.end())});
-  if (sketch_matches && !snap.sketch.empty())
-    for (std::size_t c = 0; c < t.sketch.size(); ++c)
-      t.sketch[c] = static_cast<std::uint16_t>(std::min<std::uint32_t>(0xffff, std::uint32_t{t.sketch[c]} + snap.sketch[c]));
+  if (sketch_matches && !snap.sketch.empty()) {
+    for (std::size_t c = 0; c < t.sketch.size(); ++c) {
+      const std::uint32_t mine_c = t.sketch[c], theirs = snap.sketch[c];
+      std::uint32_t v = std::min<std::uint32_t>(0xffff, mine_c + theirs);
+      if (mode == ImportMode::kDelta) v = theirs;
+      if (mode == ImportMode::kDeltaReshard) v = std::max(mine_c, theirs);
+      t.sketch[c] = static_cast<std::uint16_t>(v);
+    }
+  }
   t.candidates.clear();  // the scan's view is stale
   t.next_candidate = 0;
   t.empty_scan_clock = -1;
-  t.counters.imported += taken;
-  if (num_shards == 1) {
-    const DynamicTableStats& s = snap.stats;
+  const DynamicTableStats& s = snap.stats;
+  if (mode == ImportMode::kDelta) {
+    // The delta's counters are the table's at the later save; `imported` keeps counting here.
+    const std::int64_t imported = t.counters.imported;
+    t.counters = s;
+    t.counters.imported = imported;
+  } else if (mode == ImportMode::kRestore) {
     t.counters.admitted += s.admitted;
     t.counters.lookups += s.lookups;
     t.counters.updates += s.updates;
@@ -680,6 +769,36 @@ void DynamicTable::import_rows(const DynamicTableSnapshot& snap, int shard, int 
     t.counters.evicted_capacity += s.evicted_capacity;
     t.counters.imported += s.imported;
   }
+  t.counters.imported += taken;
+}
+
+DynamicTableDelta DynamicTable::export_delta() const {
+  const Impl& t = *impl_;
+  std::vector<std::uint32_t> records;
+  for (std::size_t w = 0; w < t.changed_bits.size(); ++w)
+    for (std::uint64_t bits = t.changed_bits[w]; bits != 0; bits &= bits - 1)
+      records.push_back(static_cast<std::uint32_t>(w * 64 + static_cast<std::size_t>(__builtin_ctzll(bits))));
+  DynamicTableDelta d;
+  d.rows = export_records(records);
+  d.evicted_ids.reserve(t.evicted.size());
+  for (std::int64_t id : t.evicted)
+    if (t.find(id, t.hash(id)) == kNoRow) d.evicted_ids.push_back(id);
+  std::sort(d.evicted_ids.begin(), d.evicted_ids.end());
+  d.evicted_ids.erase(std::unique(d.evicted_ids.begin(), d.evicted_ids.end()), d.evicted_ids.end());
+  return d;
+}
+
+void DynamicTable::mark_saved() {
+  Impl& t = *impl_;
+  std::fill(t.changed_bits.begin(), t.changed_bits.end(), 0);
+  std::fill(t.created_bits.begin(), t.created_bits.end(), 0);
+  std::vector<std::int64_t>().swap(t.evicted);
+}
+
+std::int64_t DynamicTable::changed_rows() const {
+  std::int64_t n = 0;
+  for (std::uint64_t w : impl_->changed_bits) n += __builtin_popcountll(w);
+  return n;
 }
 
 DynamicTableStats DynamicTable::stats() const {

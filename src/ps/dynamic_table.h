@@ -99,7 +99,8 @@ struct DynamicTableStats {
   std::int64_t row_bytes = 0;         // bytes of one row's values and slots: dim * 4 * (1 + slots)
 };
 
-// A table's contents in memory, the format the HDF5 writer (later) stores. Rows are sorted by id,
+// A table's contents in memory, what a dynamic checkpoint stores (strata/checkpoint/dynamic.h
+// mirrors it as DynamicTableState; checkpoint/FORMAT.md section 10). Rows are sorted by id,
 // so two tables with the same rows export equal snapshots whatever their history.
 //   ids           n ids, strictly increasing
 //   values        n * dim floats, row i at i * dim
@@ -118,6 +119,17 @@ struct DynamicTableSnapshot {
   std::int64_t clock = 0;
   std::vector<std::uint16_t> sketch;
   DynamicTableStats stats;
+};
+
+// What changed since the last DynamicTable::mark_saved(): the rows created, updated or imported
+// since then (a snapshot of just those rows, sorted by id; clock, sketch and counters are the
+// table's whole state at export) and the ids of rows that were in the table at the save and are
+// gone now (evicted), strictly increasing. An id evicted and then created again is a changed row,
+// not an evicted id. Applying it to the state of the save gives the state now:
+// base.import_rows(saved); base.apply_delta(delta) exports what the live table exports.
+struct DynamicTableDelta {
+  DynamicTableSnapshot rows;
+  std::vector<std::int64_t> evicted_ids;
 };
 
 class DynamicTable {
@@ -171,10 +183,35 @@ class DynamicTable {
   // field and changes nothing.
   void import_rows(const DynamicTableSnapshot& snap, int shard = 0, int num_shards = 1);
 
+  // ---- incremental saves --------------------------------------------------------------------
+  // The table remembers, in bounded memory (two bits per record and a list holding each evicted id
+  // of the last save's state at most once), what changed since the last mark_saved() (or since
+  // construction): rows created (lookup, apply, import), rows updated, and rows of the saved state
+  // evicted (TTL or capacity).
+  //
+  // The rows changed since the last mark_saved() and the ids evicted since (DynamicTableDelta).
+  DynamicTableDelta export_delta() const;
+  // Starts a new delta period: call it once the state exported (export_rows or export_delta) is
+  // committed, and after a restore (the restored state is the saved one).
+  void mark_saved();
+  // Rows export_delta() would return now.
+  std::int64_t changed_rows() const;
+  // Applies a delta onto a table that holds the state it was taken against: removes the evicted
+  // ids of shard `shard` of `num_shards`, then imports the delta's rows of that shard as
+  // import_rows does. Whole (num_shards == 1): the counters and the admission sketch become the
+  // delta's (they are the table's whole state at the later save); a reshard leaves the counters
+  // alone and takes the cellwise maximum of the sketches. Checked first like import_rows (and
+  // evicted ids strictly increasing, none also a row of the delta); a bad delta changes nothing.
+  // Removals are not counted as evictions and do not enter this table's delta tracking.
+  void apply_delta(const DynamicTableDelta& delta, int shard = 0, int num_shards = 1);
+
   DynamicTableStats stats() const;
 
  private:
   struct Impl;
+  DynamicTableSnapshot export_records(const std::vector<std::uint32_t>& records) const;
+  void import_snapshot(const DynamicTableSnapshot& snap, const std::vector<std::int64_t>& removed, int shard,
+                       int num_shards, bool delta);
   DynamicTableConfig config_;
   std::unique_ptr<Impl> impl_;
 };

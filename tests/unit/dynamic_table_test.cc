@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
 #include <random>
 #include <set>
 #include <unordered_map>
@@ -800,6 +801,173 @@ TEST(DynamicTable, RandomizedAgainstAnUnorderedMapModel) {
   EXPECT_GT(got.evicted_ttl, 0);
   EXPECT_GT(got.rejected_lookups, 0);
   EXPECT_GT(got.updates, 10000);
+}
+
+// ---- delta tracking ---------------------------------------------------------------------------
+
+// Counters a delta carries (bytes and imported describe the table that holds them).
+void expect_same_counters(const DynamicTableStats& a, const DynamicTableStats& b) {
+  EXPECT_EQ(a.rows, b.rows);
+  EXPECT_EQ(a.admitted, b.admitted);
+  EXPECT_EQ(a.lookups, b.lookups);
+  EXPECT_EQ(a.updates, b.updates);
+  EXPECT_EQ(a.rejected_lookups, b.rejected_lookups);
+  EXPECT_EQ(a.rejected_updates, b.rejected_updates);
+  EXPECT_EQ(a.rejected_full, b.rejected_full);
+  EXPECT_EQ(a.evicted_ttl, b.evicted_ttl);
+  EXPECT_EQ(a.evicted_capacity, b.evicted_capacity);
+}
+
+// One random operation on `t`: lookups that create rows, updates, TTL and capacity evictions.
+void random_op(DynamicTable& t, std::mt19937_64& gen, std::int64_t& step, std::int64_t universe) {
+  std::vector<std::int64_t> ids(1 + gen() % 8);
+  for (auto& id : ids) id = static_cast<std::int64_t>(gen() % static_cast<std::uint64_t>(universe)) * 7919 - 50000;
+  const auto kind = gen() % 100;
+  if (kind < 40) {
+    lookup(t, ids);
+  } else if (kind < 97) {
+    const std::vector<float> g = random_grads(gen, ids.size(), t.dim());
+    t.apply(ids.data(), ids.size(), g.data(), step);
+    if (gen() % 3 == 0) ++step;
+  } else {
+    t.evict_older_than(step, 20 + static_cast<std::int64_t>(gen() % 200));
+  }
+}
+
+TEST(DynamicTableDelta, BasePlusDeltasEqualsTheLiveTableBitForBit) {
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdam}) {
+    DynamicTableConfig c = make_config(kind, 5);
+    c.capacity = 700;  // below the universe: capacity evictions happen too
+    c.admit_after = 2;
+    c.sketch_width = 1 << 12;
+    DynamicTable live(c);
+    std::mt19937_64 gen(77 + static_cast<int>(kind));
+    std::int64_t step = 1;
+    for (int op = 0; op < 3000; ++op) random_op(live, gen, step, 1000);
+    const DynamicTableSnapshot base = live.export_rows();
+    live.mark_saved();
+    EXPECT_EQ(live.changed_rows(), 0);
+    EXPECT_TRUE(live.export_delta().rows.ids.empty());
+    DynamicTable restored(c);
+    restored.import_rows(base);
+    restored.mark_saved();
+    std::size_t evicted = 0, partial = 0;
+    for (int round = 0; round < 6; ++round) {
+      for (int op = 0; op < 100; ++op) random_op(live, gen, step, 1000);
+      const DynamicTableDelta d = live.export_delta();
+      EXPECT_EQ(static_cast<std::int64_t>(d.rows.ids.size()), live.changed_rows());
+      partial += d.rows.ids.size() < static_cast<std::size_t>(live.size());
+      evicted += d.evicted_ids.size();
+      live.mark_saved();
+      restored.apply_delta(d);
+      restored.mark_saved();
+      const DynamicTableSnapshot want = live.export_rows(), got = restored.export_rows();
+      expect_same_snapshot(got, want);
+      EXPECT_EQ(got.clock, want.clock);
+      EXPECT_EQ(got.sketch, want.sketch);
+      expect_same_counters(got.stats, want.stats);
+      // Every evicted id was a row of the previous state and is none now.
+      for (std::int64_t id : d.evicted_ids) EXPECT_FALSE(std::binary_search(want.ids.begin(), want.ids.end(), id));
+    }
+    // The test saw real deltas: some smaller than the table, some with evictions.
+    EXPECT_GT(partial, 0u);
+    EXPECT_GT(evicted, 0u);
+    EXPECT_EQ(restored.changed_rows(), 0);
+  }
+}
+
+TEST(DynamicTableDelta, AnIdEvictedThenCreatedAgainIsChangedNotEvicted) {
+  DynamicTableConfig c = make_config(OptimizerKind::kSgd, 2);
+  DynamicTable t(c);
+  lookup(t, {1, 2, 3});
+  t.mark_saved();
+  const std::vector<float> g(4, 1.0f);
+  const std::vector<std::int64_t> two{2, 3};
+  t.apply(two.data(), 2, g.data(), 10);  // 2 and 3 are fresh, 1 is stale
+  EXPECT_EQ(t.evict_older_than(10, 5), 1);  // 1 goes
+  lookup(t, {4});                           // created after the save, then evicted: no trace
+  t.evict_older_than(30, 5);                // 2, 3 and 4 go
+  lookup(t, {3});                           // 3 comes back
+  const DynamicTableDelta d = t.export_delta();
+  EXPECT_EQ(d.rows.ids, (std::vector<std::int64_t>{3}));
+  EXPECT_EQ(d.evicted_ids, (std::vector<std::int64_t>{1, 2}));
+  t.mark_saved();
+  EXPECT_TRUE(t.export_delta().evicted_ids.empty());
+}
+
+TEST(DynamicTableDelta, DeltasOntoAnotherShardCountGiveTheSameRows) {
+  const DynamicTableConfig c = make_config(OptimizerKind::kAdagrad, 4);
+  DynamicTable old0(c), old1(c);
+  std::mt19937_64 gen(5);
+  std::int64_t step = 1;
+  // The old shards see only their own ids, as a 2-PS job routes them.
+  auto route = [&](DynamicTable& target, int shard) {
+    for (int op = 0; op < 800; ++op) {
+      std::vector<std::int64_t> ids;
+      while (ids.size() < 4) {
+        const auto id = static_cast<std::int64_t>(gen() % 600);
+        if (shard_of(id, 2) == shard) ids.push_back(id);
+      }
+      const std::vector<float> g = random_grads(gen, ids.size(), c.dim);
+      target.apply(ids.data(), ids.size(), g.data(), step++);
+      if (op % 200 == 199) target.evict_older_than(step, 150);
+    }
+  };
+  route(old0, 0);
+  route(old1, 1);
+  std::vector<std::unique_ptr<DynamicTable>> fresh;
+  for (int s = 0; s < 3; ++s) fresh.push_back(std::make_unique<DynamicTable>(c));
+  const DynamicTableSnapshot b0 = old0.export_rows(), b1 = old1.export_rows();
+  for (int s = 0; s < 3; ++s) {
+    fresh[static_cast<std::size_t>(s)]->import_rows(b0, s, 3);
+    fresh[static_cast<std::size_t>(s)]->import_rows(b1, s, 3);
+  }
+  old0.mark_saved();
+  old1.mark_saved();
+  route(old0, 0);
+  route(old1, 1);
+  const DynamicTableDelta d0 = old0.export_delta(), d1 = old1.export_delta();
+  for (int s = 0; s < 3; ++s) {
+    fresh[static_cast<std::size_t>(s)]->apply_delta(d0, s, 3);
+    fresh[static_cast<std::size_t>(s)]->apply_delta(d1, s, 3);
+  }
+  std::map<std::int64_t, std::size_t> where;
+  const DynamicTableSnapshot a0 = old0.export_rows(), a1 = old1.export_rows();
+  std::size_t total = 0;
+  for (int s = 0; s < 3; ++s) {
+    const DynamicTableSnapshot got = fresh[static_cast<std::size_t>(s)]->export_rows();
+    total += got.ids.size();
+    for (std::size_t i = 0; i < got.ids.size(); ++i) {
+      EXPECT_EQ(shard_of(got.ids[i], 3), s);
+      const DynamicTableSnapshot& src = shard_of(got.ids[i], 2) == 0 ? a0 : a1;
+      const auto it = std::lower_bound(src.ids.begin(), src.ids.end(), got.ids[i]);
+      ASSERT_TRUE(it != src.ids.end() && *it == got.ids[i]) << got.ids[i];
+      const auto j = static_cast<std::size_t>(it - src.ids.begin());
+      EXPECT_EQ(std::memcmp(&got.values[i * 4], &src.values[j * 4], 4 * sizeof(float)), 0);
+      EXPECT_EQ(std::memcmp(&got.slots[0][i * 4], &src.slots[0][j * 4], 4 * sizeof(float)), 0);
+      EXPECT_EQ(got.stamps[i], src.stamps[j]);
+    }
+  }
+  EXPECT_EQ(total, a0.ids.size() + a1.ids.size());
+}
+
+TEST(DynamicTableDelta, ABadDeltaChangesNothing) {
+  const DynamicTableConfig c = make_config(OptimizerKind::kSgd, 2);
+  DynamicTable t(c);
+  lookup(t, {1, 2, 3, 4});
+  t.mark_saved();
+  lookup(t, {5});
+  DynamicTableDelta d = t.export_delta();
+  DynamicTable other(c);
+  lookup(other, {1, 2});
+  const DynamicTableSnapshot before = other.export_rows();
+  DynamicTableDelta unsorted = d;
+  unsorted.evicted_ids = {3, 2};
+  EXPECT_THROW(other.apply_delta(unsorted), Error);
+  DynamicTableDelta both = d;
+  both.evicted_ids = {5};
+  EXPECT_THROW(other.apply_delta(both), Error);
+  expect_same_snapshot(other.export_rows(), before);
 }
 
 }  // namespace

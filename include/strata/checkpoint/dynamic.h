@@ -1,0 +1,157 @@
+// Dynamic embedding tables in HDF5 checkpoint files, full and incremental (checkpoint/FORMAT.md
+// section 10). A save writes `<dir>/dynamic-<global_step>.h5`, one group per table under
+// /dynamic; each table is either a FULL state (every row) or a DELTA (the rows changed since the
+// parent save plus the ids evicted since), linked to its parent by (step, content checksum). A
+// restore reads the newest file, follows the parent links down to a full base and merges forward;
+// a damaged or missing link falls back to the newest state whose chain is intact and says so.
+//
+// These functions are local (no MPI, HDF5's sec2 driver), written by one process for now: the
+// collective parallel-HDF5 path comes when the data plane wires tables into the PS. This layer
+// does not depend on the PS layer: DynamicTableState mirrors ps::DynamicTableSnapshot /
+// ps::DynamicTableDelta field for field, and the glue converts.
+//
+// Integrity is that of the dense checkpoints (FORMAT.md sections 3-5): an HDF5 user block with
+// the whole-file CRC-32 and the byte range and CRC-32 of every dataset, checked with plain reads
+// before HDF5 opens the file, and a metadata checksum over every attribute. Every size, dim and
+// count is checked against the others before anything is allocated for it; a bad file gives one
+// strata::Error naming the file and the field.
+//
+// Thread-safety: the HDF5 build is not thread-safe; call from one thread per process.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "strata/common/error.h"
+
+namespace strata::checkpoint {
+
+inline constexpr int kDynamicFormatVersion = 1;
+
+// Cumulative counters of a table (ps::DynamicTableStats without rows, bytes and row_bytes).
+struct DynamicTableCounters {
+  std::int64_t admitted = 0, lookups = 0, updates = 0, rejected_lookups = 0, rejected_updates = 0, rejected_full = 0,
+               evicted_ttl = 0, evicted_capacity = 0, imported = 0;
+  bool operator==(const DynamicTableCounters& o) const;
+};
+
+enum class DynamicKind { kFull, kDelta };
+const char* to_string(DynamicKind kind);  // "full", "delta"
+
+// One table's state (full) or change (delta), in memory.
+//   ids        n ids, strictly increasing
+//   values     n * dim floats, row i at i * dim
+//   slots      one n * dim array per name in slot_names (the optimizer's slots, in its order)
+//   stamps     n steps of last update, >= 0
+//   sketch     4 * sketch_width admission counters (empty and width 0 without admission)
+//   total_rows rows of the full state this describes (a delta: after applying it)
+// A delta also has evicted_ids (strictly increasing, none of them in ids) and the link to its
+// parent: parent_step (the global step of the parent save) and parent_checksum (the parent
+// table's content_checksum). content_checksum is the CRC-32 of the table's canonical text
+// (FORMAT.md 10.3): filled in by write_dynamic_checkpoint and by every read.
+struct DynamicTableState {
+  std::string name;  // [A-Za-z0-9_.-]{1,255}, not "." or ".."
+  DynamicKind kind = DynamicKind::kFull;
+  std::int64_t dim = 0;
+  std::string optimizer;
+  std::vector<std::string> slot_names;
+  std::vector<std::int64_t> ids;
+  std::vector<float> values;
+  std::vector<std::vector<float>> slots;
+  std::vector<std::int64_t> stamps;
+  std::int64_t clock = 0;
+  std::int64_t sketch_width = 0;
+  std::vector<std::uint16_t> sketch;
+  DynamicTableCounters counters;
+  std::int64_t total_rows = 0;
+  std::vector<std::int64_t> evicted_ids;
+  std::int64_t parent_step = -1;
+  std::uint32_t parent_checksum = 0;
+  std::uint32_t content_checksum = 0;
+  std::int64_t stored_rows = 0;  // rows the file holds (ids' length), set by reads, with or without data
+};
+
+// "dynamic-<step>.h5".
+std::string dynamic_file_name(std::int64_t global_step);
+
+// What a save wrote.
+struct DynamicSaveResult {
+  std::string path;
+  std::uint64_t file_bytes = 0;
+  std::vector<std::uint32_t> content_checksums;  // per table, in the order given: the next delta's parent_checksum
+};
+
+// Writes the tables to <dir>/dynamic-<global_step>.h5 atomically (write .tmp, read back and
+// check every dataset's CRC-32, write the integrity block, fsync, rename, fsync the directory);
+// replaces a file of the same step. Every table is validated first (sizes, sorted ids, a delta's
+// link and evicted ids, unique names): ConfigError naming the table and field. I/O failures
+// throw Error naming the file; the .tmp is removed and nothing committed changes.
+DynamicSaveResult write_dynamic_checkpoint(const std::string& dir, std::int64_t global_step,
+                                           const std::vector<DynamicTableState>& tables);
+
+// One file, verified (whole-file CRC-32 before HDF5 opens it, metadata checksum, every table's
+// content checksum and every consistency rule of FORMAT.md 10.4) and read. With `with_data`
+// false only the attributes and the evicted ids are read (ids/values/slots/stamps/sketch stay
+// empty). Throws Error "dynamic checkpoint '<path>': <what>" (ConfigError when it is no dynamic
+// checkpoint at all).
+struct DynamicCheckpointFile {
+  std::string path;
+  std::int64_t global_step = 0;
+  std::uint64_t file_bytes = 0;
+  std::vector<DynamicTableState> tables;  // sorted by name
+  const DynamicTableState* find(const std::string& name) const;
+};
+DynamicCheckpointFile read_dynamic_checkpoint(const std::string& path, bool with_data = true);
+
+// Applies `delta` to the full state `base` (the state of the delta's parent): removes the evicted
+// ids, inserts or replaces the delta's rows; clock, sketch, counters and total_rows become the
+// delta's. The result is a full state whose parent link is cleared. Error when they do not fit
+// (name, dim, optimizer, slots, or the merged row count differs from the delta's total_rows
+// while `keep` filtered nothing).
+DynamicTableState merge_dynamic_delta(const DynamicTableState& base, const DynamicTableState& delta);
+
+// The steps of the committed dynamic-<step>.h5 files in `dir`, ascending (regular files only;
+// other names and .tmp files are ignored).
+std::vector<std::int64_t> list_dynamic_checkpoints(const std::string& dir);
+
+// A table restored from a chain.
+struct DynamicRestore {
+  DynamicTableState state;         // full, merged (rows filtered by `keep` when given)
+  std::int64_t step = -1;          // the global step of the state restored
+  std::vector<std::string> chain;  // files used, base first
+  std::string warning;             // one line when newer states were skipped (why), else ""
+};
+// Which files a restore of table `name` at the newest step <= `at_step` would use, from the files'
+// verified headers only (no values read): the chain, base first, and the warning restore would
+// give. Error when no step has an intact chain (as restore_dynamic_table).
+struct DynamicRestorePlan {
+  std::int64_t step = -1;
+  std::vector<std::string> chain;
+  std::string warning;
+};
+DynamicRestorePlan plan_dynamic_restore(const std::string& dir, const std::string& name,
+                                        std::optional<std::int64_t> at_step = std::nullopt);
+
+// Restores table `name` at the newest step <= `at_step` (every step when nullopt) whose chain is
+// intact: every file verifies, every link names an existing parent whose content checksum
+// matches. Newer candidates that fail are skipped and named in `warning`. `keep` (when given)
+// selects the ids to keep (e.g. those of one PS shard: shard_of(id, k) == s), applied while
+// merging so memory holds only those rows. Error naming the table and the first failure when no
+// step has an intact chain.
+DynamicRestore restore_dynamic_table(const std::string& dir, const std::string& name,
+                                     std::optional<std::int64_t> at_step = std::nullopt,
+                                     const std::function<bool(std::int64_t)>& keep = {});
+
+// Compaction: rewrites the state at `at_step` (the newest file when nullopt; it must be the
+// newest file in `dir`, since newer deltas link to the content of their parent) as one file in
+// which every table is full, replacing dynamic-<step>.h5 atomically. With `remove_ancestors`,
+// the files that were links of the compacted chains and are older than it are then deleted.
+// Returns the new file's save result.
+DynamicSaveResult compact_dynamic_checkpoints(const std::string& dir,
+                                              std::optional<std::int64_t> at_step = std::nullopt,
+                                              bool remove_ancestors = false);
+
+}  // namespace strata::checkpoint

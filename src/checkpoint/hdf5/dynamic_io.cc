@@ -1,0 +1,1006 @@
+// Dynamic-table checkpoint files (include/strata/checkpoint/dynamic.h, checkpoint/FORMAT.md
+// section 10): writer, verifying reader, delta merge, chain restore with fallback, compaction.
+//
+// Why this shape:
+//   * The integrity scheme is the dense checkpoints' (integrity.h): an HDF5 user block with the
+//     whole-file CRC-32 and each dataset's byte range and CRC-32, verified with plain reads before
+//     HDF5 parses a byte; so a damaged file never reaches HDF5, and every dataset's size is known
+//     to lie inside the file before anything is allocated for it.
+//   * Each table group has a content checksum: the CRC-32 of a canonical text of its attributes
+//     and of its datasets' shapes and CRC-32s. A delta names its parent by (step, content
+//     checksum), so a parent file replaced by another state (or a different table) breaks the
+//     link visibly, while the link itself costs nothing to check (no data is read for it).
+//   * A restore walks candidates newest first and takes the first whose whole chain is intact:
+//     "the newest complete state", as the dense restore's corrupted-latest rule.
+#include "checkpoint/hdf5/dynamic_io.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "checkpoint/hdf5/commit.h"
+#include "checkpoint/hdf5/h5_util.h"
+#include "checkpoint/hdf5/integrity.h"
+
+namespace strata::checkpoint {
+
+using detail::H5Id;
+
+bool DynamicTableCounters::operator==(const DynamicTableCounters& o) const {
+  return admitted == o.admitted && lookups == o.lookups && updates == o.updates &&
+         rejected_lookups == o.rejected_lookups && rejected_updates == o.rejected_updates &&
+         rejected_full == o.rejected_full && evicted_ttl == o.evicted_ttl && evicted_capacity == o.evicted_capacity &&
+         imported == o.imported;
+}
+
+const char* to_string(DynamicKind kind) { return kind == DynamicKind::kFull ? "full" : "delta"; }
+
+std::string dynamic_file_name(std::int64_t global_step) { return "dynamic-" + std::to_string(global_step) + ".h5"; }
+
+const DynamicTableState* DynamicCheckpointFile::find(const std::string& name) const {
+  for (const auto& t : tables)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+namespace {
+
+constexpr std::int64_t kMaxDim = 65536;
+constexpr std::int64_t kMaxSketchWidth = std::int64_t{1} << 26;
+constexpr int kSketchDepth = 4;
+
+enum class Elem { kI64, kF32, kU16 };
+std::size_t elem_size(Elem e) { return e == Elem::kU16 ? 2 : e == Elem::kF32 ? 4 : 8; }
+const char* elem_name(Elem e) { return e == Elem::kU16 ? "u16" : e == Elem::kF32 ? "f32" : "i64"; }
+hid_t elem_file_type(Elem e) {
+  return e == Elem::kU16 ? H5T_STD_U16LE : e == Elem::kF32 ? H5T_IEEE_F32LE : H5T_STD_I64LE;
+}
+hid_t elem_memory_type(Elem e) {
+  return e == Elem::kU16 ? H5T_NATIVE_UINT16 : e == Elem::kF32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT64;
+}
+
+// The counters in their on-disk order (attributes counter_<name>, one text line).
+struct CounterField {
+  const char* name;
+  std::int64_t DynamicTableCounters::*member;
+};
+constexpr CounterField kCounters[] = {
+    {"admitted", &DynamicTableCounters::admitted},
+    {"lookups", &DynamicTableCounters::lookups},
+    {"updates", &DynamicTableCounters::updates},
+    {"rejected_lookups", &DynamicTableCounters::rejected_lookups},
+    {"rejected_updates", &DynamicTableCounters::rejected_updates},
+    {"rejected_full", &DynamicTableCounters::rejected_full},
+    {"evicted_ttl", &DynamicTableCounters::evicted_ttl},
+    {"evicted_capacity", &DynamicTableCounters::evicted_capacity},
+    {"imported", &DynamicTableCounters::imported},
+};
+
+std::string text_field(const std::string& s) { return std::to_string(s.size()) + ":" + s; }
+
+std::string join(const std::vector<std::string>& v, char sep) {
+  std::string out;
+  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? std::string(1, sep) : "") + v[i];
+  return out;
+}
+
+bool valid_name(const std::string& name, bool slot) {
+  if (name.empty() || name.size() > 255 || name == "." || name == "..") return false;
+  for (char ch : name) {
+    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' ||
+                    (!slot && (ch == '.' || ch == '-'));
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// One dataset of a table: its path inside the table group ("ids", "slots/m"), type and shape,
+// and (when writing) the bytes in memory.
+struct Dataset {
+  std::string rel;
+  Elem elem = Elem::kI64;
+  std::vector<std::uint64_t> dims;
+  const void* data = nullptr;
+  std::uint64_t bytes = 0;
+  std::uint32_t crc = 0;
+};
+
+std::string dims_text(const std::vector<std::uint64_t>& dims) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+std::string dataset_line(const Dataset& d) {
+  return "dataset " + text_field(d.rel) + " " + elem_name(d.elem) + " " + dims_text(d.dims) + " checksum " +
+         std::to_string(d.crc);
+}
+
+// The datasets a table has, by its kind and geometry (n rows, e evicted ids).
+std::vector<Dataset> expected_datasets(const DynamicTableState& t, std::uint64_t n, std::uint64_t e) {
+  const auto dim = static_cast<std::uint64_t>(t.dim);
+  std::vector<Dataset> out;
+  out.push_back({"ids", Elem::kI64, {n}, t.ids.data(), 0, 0});
+  out.push_back({"values", Elem::kF32, {n, dim}, t.values.data(), 0, 0});
+  out.push_back({"stamps", Elem::kI64, {n}, t.stamps.data(), 0, 0});
+  for (std::size_t k = 0; k < t.slot_names.size(); ++k)
+    out.push_back(
+        {"slots/" + t.slot_names[k], Elem::kF32, {n, dim}, k < t.slots.size() ? t.slots[k].data() : nullptr, 0, 0});
+  if (t.sketch_width > 0)
+    out.push_back(
+        {"sketch", Elem::kU16, {kSketchDepth, static_cast<std::uint64_t>(t.sketch_width)}, t.sketch.data(), 0, 0});
+  if (t.kind == DynamicKind::kDelta) out.push_back({"evicted_ids", Elem::kI64, {e}, t.evicted_ids.data(), 0, 0});
+  for (auto& d : out) {
+    d.bytes = elem_size(d.elem);
+    for (auto x : d.dims) d.bytes *= x;
+  }
+  return out;
+}
+
+[[noreturn]] void bad_table(const DynamicTableState& t, const std::string& why) {
+  throw ConfigError("dynamic table '" + t.name + "': " + why);
+}
+
+// Everything FORMAT.md 10.4 requires of a table, on the in-memory state.
+void validate_table(const DynamicTableState& t) {
+  if (!valid_name(t.name, false)) throw ConfigError("dynamic table name '" + t.name + "' is not [A-Za-z0-9_.-]{1,255}");
+  if (t.dim < 1 || t.dim > kMaxDim) bad_table(t, "dim " + std::to_string(t.dim) + " is outside [1, 65536]");
+  for (const auto& s : t.slot_names)
+    if (!valid_name(s, true)) bad_table(t, "slot name '" + s + "' is not [A-Za-z0-9_]{1,255}");
+  if (std::set<std::string>(t.slot_names.begin(), t.slot_names.end()).size() != t.slot_names.size())
+    bad_table(t, "slot names repeat");
+  const std::size_t n = t.ids.size();
+  const auto dim = static_cast<std::size_t>(t.dim);
+  if (t.values.size() != n * dim)
+    bad_table(t, "values hold " + std::to_string(t.values.size()) + " floats for " + std::to_string(n) + " rows of " +
+                     std::to_string(dim));
+  if (t.slots.size() != t.slot_names.size())
+    bad_table(
+        t, std::to_string(t.slots.size()) + " slot arrays for " + std::to_string(t.slot_names.size()) + " slot names");
+  for (std::size_t k = 0; k < t.slots.size(); ++k)
+    if (t.slots[k].size() != n * dim)
+      bad_table(t, "slot " + t.slot_names[k] + " holds " + std::to_string(t.slots[k].size()) + " floats");
+  if (t.stamps.size() != n) bad_table(t, std::to_string(t.stamps.size()) + " stamps for " + std::to_string(n) + " ids");
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i > 0 && t.ids[i] <= t.ids[i - 1]) bad_table(t, "ids are not strictly increasing at row " + std::to_string(i));
+    if (t.stamps[i] < 0) bad_table(t, "stamp of row " + std::to_string(i) + " is negative");
+  }
+  if (t.clock < 0) bad_table(t, "clock " + std::to_string(t.clock) + " is negative");
+  if (t.sketch_width < 0 || t.sketch_width > kMaxSketchWidth)
+    bad_table(t, "sketch_width " + std::to_string(t.sketch_width) + " is outside [0, 2^26]");
+  if (t.sketch.size() != static_cast<std::size_t>(kSketchDepth * t.sketch_width))
+    bad_table(
+        t, "sketch holds " + std::to_string(t.sketch.size()) + " counters for width " + std::to_string(t.sketch_width));
+  if (t.total_rows < 0) bad_table(t, "total_rows is negative");
+  for (const auto& c : kCounters)
+    if (t.counters.*c.member < 0) bad_table(t, std::string("counter ") + c.name + " is negative");
+  if (t.kind == DynamicKind::kFull) {
+    if (t.total_rows != static_cast<std::int64_t>(n))
+      bad_table(t,
+                "a full table has total_rows " + std::to_string(t.total_rows) + " but " + std::to_string(n) + " rows");
+    if (!t.evicted_ids.empty()) bad_table(t, "a full table has evicted ids");
+    if (t.parent_step != -1) bad_table(t, "a full table has a parent");
+    return;
+  }
+  if (t.parent_step < 0)
+    bad_table(t, "a delta needs its parent's step (parent_step " + std::to_string(t.parent_step) + ")");
+  for (std::size_t i = 0, j = 0; i < t.evicted_ids.size(); ++i) {
+    if (i > 0 && t.evicted_ids[i] <= t.evicted_ids[i - 1])
+      bad_table(t, "evicted ids are not strictly increasing at " + std::to_string(i));
+    while (j < n && t.ids[j] < t.evicted_ids[i]) ++j;
+    if (j < n && t.ids[j] == t.evicted_ids[i])
+      bad_table(t, "id " + std::to_string(t.evicted_ids[i]) + " is both evicted and a row");
+  }
+}
+
+std::string root_manifest(std::int64_t global_step, const std::vector<const DynamicTableState*>& tables) {
+  std::string s = "strata dynamic checkpoint manifest 1\n";
+  s += "dynamic_format_version " + std::to_string(kDynamicFormatVersion) + "\n";
+  s += "global_step " + std::to_string(global_step) + "\n";
+  s += "checksum_algorithm " + text_field("crc32") + "\n";
+  for (const auto* t : tables) s += "table " + text_field(t->name) + " " + std::to_string(t->content_checksum) + "\n";
+  return s;
+}
+
+// ---- raw verification (no HDF5) ----------------------------------------------------------------
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+void pread_all(int fd, void* out, std::uint64_t bytes, std::uint64_t at, const char* what) {
+  std::uint64_t got = 0;
+  auto* p = static_cast<unsigned char*>(out);
+  while (got < bytes) {
+    const ssize_t r = ::pread(fd, p + got, static_cast<std::size_t>(bytes - got), static_cast<off_t>(at + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0)
+      throw Error(std::string("cannot read ") + what + ": " +
+                  (r < 0 ? std::strerror(errno) : "unexpected end of file"));
+    got += static_cast<std::uint64_t>(r);
+  }
+}
+
+// The whole-file CRC-32 and every dataset's CRC-32, before HDF5 sees the file. Returns the table.
+detail::IntegrityBlock verify_raw(const std::string& path) {
+  Fd fd{detail::open_regular_file(path)};
+  struct stat st {};
+  if (::fstat(fd.fd, &st) != 0) throw Error("cannot stat: " + std::string(std::strerror(errno)));
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  unsigned char header[detail::kIntegrityHeaderBytes] = {};
+  const std::uint64_t n = std::min<std::uint64_t>(size, sizeof header);
+  pread_all(fd.fd, header, n, 0, "the header");
+  std::optional<detail::IntegrityBlock> head;
+  try {
+    head = detail::decode_integrity_header(header, n);
+  } catch (const Error& e) {
+    throw Error("damaged integrity block: " + e.message());
+  }
+  if (!head) throw ConfigError("not a strata dynamic checkpoint (no integrity block)");
+  if (size != head->file_bytes)
+    throw Error("the file has " + std::to_string(size) + " bytes, its integrity block says " +
+                std::to_string(head->file_bytes) + " (" + (size < head->file_bytes ? "truncated" : "extended") +
+                " after it was written)");
+  std::string raw(static_cast<std::size_t>(head->block_bytes), '\0');
+  pread_all(fd.fd, raw.data(), head->block_bytes, 0, "the integrity block");
+  detail::IntegrityBlock block;
+  std::vector<detail::Segment> segments;
+  std::string table_error;
+  try {
+    block = detail::decode_integrity_block(raw);
+    segments = detail::file_segments(block);
+  } catch (const Error& e) {
+    table_error = e.message();
+    block = *head;
+    block.regions.clear();
+    segments.clear();
+    if (block.block_bytes < block.file_bytes) segments.push_back({block.block_bytes, block.file_bytes, -1});
+  }
+  const auto crcs = detail::combine_segment_pieces(
+      detail::scan_segments(fd.fd, path, block.block_bytes, block.file_bytes, segments), segments);
+  std::string changed;
+  for (std::size_t s = 0; s < segments.size() && changed.empty(); ++s)
+    if (segments[s].region >= 0 && crcs[s] != block.regions[static_cast<std::size_t>(segments[s].region)].crc)
+      changed = block.regions[static_cast<std::size_t>(segments[s].region)].path;
+  if (detail::whole_file_crc(raw, segments, crcs) != head->file_crc)
+    throw Error("file checksum mismatch: " + (changed.empty() ? std::string("damage outside the datasets' data")
+                                                              : "the data of " + changed + " changed"));
+  if (!table_error.empty()) throw Error("damaged integrity block: " + table_error);
+  if (!changed.empty()) throw Error("checksum mismatch in " + changed);
+  return block;
+}
+
+// ---- HDF5 reading ------------------------------------------------------------------------------
+
+herr_t collect_links(hid_t, const char* name, const H5L_info_t* info, void* data) {
+  auto* out = static_cast<std::vector<std::pair<std::string, bool>>*>(data);
+  out->emplace_back(name, info->type == H5L_TYPE_HARD);
+  return 0;
+}
+
+// The links directly in `group` (name, hard), at most `limit` of them.
+std::vector<std::pair<std::string, bool>> links_of(hid_t group, std::size_t limit, const std::string& what) {
+  H5G_info_t info;
+  STRATA_CHECK_H5(H5Gget_info(group, &info));
+  if (info.nlinks > limit)
+    throw Error(what + " holds " + std::to_string(info.nlinks) + " links, the file has data for at most " +
+                std::to_string(limit));
+  std::vector<std::pair<std::string, bool>> out;
+  STRATA_CHECK_H5(H5Literate(group, H5_INDEX_NAME, H5_ITER_INC, nullptr, collect_links, &out));
+  return out;
+}
+
+H5O_type_t object_type(hid_t loc, const std::string& name) {
+  H5O_info_t info;
+  if (H5Oget_info_by_name(loc, name.c_str(), &info, H5P_DEFAULT) < 0) return H5O_TYPE_UNKNOWN;
+  return info.type;
+}
+
+// Opens dataset `d.rel` of the table group and checks it against the integrity block before a
+// byte of it is read: a hard link to a contiguous, unfiltered dataset of the expected type and
+// rank, stored in exactly the byte range the (verified) block lists, with the listed CRC-32.
+// Fills d.dims and d.crc.
+H5Id open_dataset(hid_t group, const std::string& group_path, Dataset& d, std::size_t rank,
+                  const std::map<std::string, const detail::DataRegion*>& regions) {
+  const std::string path = group_path + "/" + d.rel;
+  const std::string what = "dataset " + path;
+  const auto region = regions.find(path);
+  if (region == regions.end()) throw Error(what + " is missing or not listed in the integrity block");
+  H5Id dset(STRATA_CHECK_H5(H5Dopen2(group, d.rel.c_str(), H5P_DEFAULT)), H5Dclose);
+  H5Id type(STRATA_CHECK_H5(H5Dget_type(dset.get())), H5Tclose);
+  const H5T_class_t cls = H5Tget_class(type.get());
+  const std::size_t size = H5Tget_size(type.get());
+  const bool want_float = d.elem == Elem::kF32;
+  const bool sign_ok =
+      cls != H5T_INTEGER || H5Tget_sign(type.get()) == (d.elem == Elem::kU16 ? H5T_SGN_NONE : H5T_SGN_2);
+  if (cls != (want_float ? H5T_FLOAT : H5T_INTEGER) || size != elem_size(d.elem) || !sign_ok)
+    throw Error(what + " is not " + elem_name(d.elem));
+  H5Id space(STRATA_CHECK_H5(H5Dget_space(dset.get())), H5Sclose);
+  const int r = STRATA_CHECK_H5(H5Sget_simple_extent_ndims(space.get()));
+  if (r != static_cast<int>(rank))
+    throw Error(what + " has rank " + std::to_string(r) + ", expected " + std::to_string(rank));
+  std::vector<hsize_t> dims(rank);
+  STRATA_CHECK_H5(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr));
+  d.dims.assign(dims.begin(), dims.end());
+  std::uint64_t bytes = elem_size(d.elem);
+  for (auto x : d.dims)
+    if (__builtin_mul_overflow(bytes, x, &bytes))
+      throw Error(what + " " + dims_text(d.dims) + " declares more than 2^64 bytes");
+  d.bytes = bytes;
+  const detail::DataRegion& reg = *region->second;
+  if (bytes != reg.bytes)
+    throw Error(what + " " + dims_text(d.dims) + " declares " + std::to_string(bytes) +
+                " bytes, the integrity block lists " + std::to_string(reg.bytes));
+  H5Id dcpl(STRATA_CHECK_H5(H5Dget_create_plist(dset.get())), H5Pclose);
+  if (STRATA_CHECK_H5(H5Pget_nfilters(dcpl.get())) > 0 || H5Pget_layout(dcpl.get()) != H5D_CONTIGUOUS)
+    throw Error(what + " is not contiguous and unfiltered");
+  if (bytes > 0) {
+    const haddr_t at = H5Dget_offset(dset.get());
+    if (H5Dget_storage_size(dset.get()) != bytes || at == HADDR_UNDEF || static_cast<std::uint64_t>(at) != reg.offset)
+      throw Error(what + " is not stored where the integrity block says");
+  }
+  d.crc = static_cast<std::uint32_t>(detail::read_attr_u64(dset.get(), "checksum"));
+  if (d.crc != reg.crc) throw Error(what + ": its checksum attribute differs from the integrity block's");
+  return dset;
+}
+
+template <typename T>
+void read_into(hid_t dset, const Dataset& d, std::vector<T>& out) {
+  out.resize(static_cast<std::size_t>(d.bytes / sizeof(T)));
+  if (d.bytes > 0) STRATA_CHECK_H5(H5Dread(dset, elem_memory_type(d.elem), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()));
+}
+
+std::int64_t nonneg_attr(hid_t obj, const char* name, const std::string& what) {
+  const std::int64_t v = detail::read_attr_i64(obj, name);
+  if (v < 0) throw Error(what + ": attribute " + name + " = " + std::to_string(v) + " is negative");
+  return v;
+}
+
+DynamicTableState read_table(hid_t file, std::int64_t global_step, const std::string& name, bool with_data,
+                             const std::map<std::string, const detail::DataRegion*>& regions,
+                             std::size_t& datasets_seen) {
+  DynamicTableState t;
+  t.name = name;
+  const std::string gpath = "dynamic/" + name;
+  const std::string what = "table " + name;
+  H5Id group(STRATA_CHECK_H5(H5Gopen2(file, ("/" + gpath).c_str(), H5P_DEFAULT)), H5Gclose);
+  const hid_t g = group.get();
+  const std::string kind = detail::read_attr_string(g, "kind");
+  if (kind == "full")
+    t.kind = DynamicKind::kFull;
+  else if (kind == "delta")
+    t.kind = DynamicKind::kDelta;
+  else
+    throw Error(what + ": kind '" + kind + "' is neither full nor delta");
+  t.dim = detail::read_attr_i64(g, "dim");
+  if (t.dim < 1 || t.dim > kMaxDim) throw Error(what + ": dim " + std::to_string(t.dim) + " is outside [1, 65536]");
+  t.optimizer = detail::read_attr_string(g, "optimizer");
+  const std::string slots = detail::read_attr_string(g, "slot_names");
+  for (std::size_t b = 0; !slots.empty();) {
+    const std::size_t e = slots.find(',', b);
+    t.slot_names.push_back(slots.substr(b, e == std::string::npos ? std::string::npos : e - b));
+    if (!valid_name(t.slot_names.back(), true))
+      throw Error(what + ": slot_names '" + slots + "' is not a list of slot names");
+    if (e == std::string::npos) break;
+    b = e + 1;
+  }
+  if (std::set<std::string>(t.slot_names.begin(), t.slot_names.end()).size() != t.slot_names.size())
+    throw Error(what + ": slot_names '" + slots + "' repeats a slot");
+  t.clock = nonneg_attr(g, "clock", what);
+  t.sketch_width = nonneg_attr(g, "sketch_width", what);
+  if (t.sketch_width > kMaxSketchWidth)
+    throw Error(what + ": sketch_width " + std::to_string(t.sketch_width) + " is above 2^26");
+  t.total_rows = nonneg_attr(g, "total_rows", what);
+  for (const auto& c : kCounters)
+    t.counters.*c.member = nonneg_attr(g, (std::string("counter_") + c.name).c_str(), what);
+  if (t.kind == DynamicKind::kDelta) {
+    t.parent_step = nonneg_attr(g, "parent_step", what);
+    if (t.parent_step >= global_step)
+      throw Error(what + ": parent_step " + std::to_string(t.parent_step) + " is not before this file's step " +
+                  std::to_string(global_step));
+    const std::uint64_t pc = detail::read_attr_u64(g, "parent_checksum");
+    if (pc > 0xffffffffu) throw Error(what + ": parent_checksum " + std::to_string(pc) + " is not a CRC-32");
+    t.parent_checksum = static_cast<std::uint32_t>(pc);
+  } else if (detail::has_attr(g, "parent_step") || detail::has_attr(g, "parent_checksum")) {
+    throw Error(what + ": a full table has a parent link");
+  }
+  const std::uint64_t stored = detail::read_attr_u64(g, "content_checksum");
+
+  // The group holds exactly the datasets of its kind (hard links only), checked before any is
+  // opened: nothing in it can point the reader at another object or file.
+  std::vector<Dataset> ds = expected_datasets(t, 0, 0);
+  std::set<std::string> expect, got;
+  for (const auto& d : ds)
+    if (d.rel.rfind("slots/", 0) != 0) expect.insert(d.rel);
+  if (!t.slot_names.empty()) expect.insert("slots");
+  for (const auto& [link, hard] : links_of(g, regions.size() + 2, what)) {
+    if (!hard) throw Error(what + ": '" + link + "' is not a hard link");
+    got.insert(link);
+  }
+  if (got != expect) {
+    std::vector<std::string> e(expect.begin(), expect.end()), h(got.begin(), got.end());
+    throw Error(what + ": the group holds {" + join(h, ',') + "}, a " + kind + " table has {" + join(e, ',') + "}");
+  }
+  if (!t.slot_names.empty()) {
+    if (object_type(g, "slots") != H5O_TYPE_GROUP) throw Error(what + ": 'slots' is not a group");
+    H5Id sg(STRATA_CHECK_H5(H5Gopen2(g, "slots", H5P_DEFAULT)), H5Gclose);
+    std::set<std::string> have;
+    for (const auto& [link, hard] : links_of(sg.get(), regions.size() + 2, what + " slots")) {
+      if (!hard) throw Error(what + ": slots/" + link + " is not a hard link");
+      have.insert(link);
+    }
+    if (have != std::set<std::string>(t.slot_names.begin(), t.slot_names.end()))
+      throw Error(what + ": the slots group does not hold exactly the slots named by slot_names");
+  }
+  // The datasets, checked against the integrity block and each other before any is read.
+  std::vector<H5Id> handles;
+  for (auto& d : ds)
+    handles.push_back(open_dataset(
+        g, gpath, d, d.rel == "values" || d.rel == "sketch" || d.rel.rfind("slots/", 0) == 0 ? 2 : 1, regions));
+  const std::uint64_t n = ds[0].dims[0];
+  for (const auto& d : ds) {
+    const bool rowwise = d.rel == "values" || d.rel.rfind("slots/", 0) == 0;
+    if (rowwise && (d.dims[0] != n || d.dims[1] != static_cast<std::uint64_t>(t.dim)))
+      throw Error(what + ": " + d.rel + " is " + dims_text(d.dims) + ", expected [" + std::to_string(n) + "," +
+                  std::to_string(t.dim) + "] (ids hold " + std::to_string(n) + " rows, dim is " +
+                  std::to_string(t.dim) + ")");
+    if (d.rel == "stamps" && d.dims[0] != n)
+      throw Error(what + ": stamps hold " + std::to_string(d.dims[0]) + " entries for " + std::to_string(n) + " ids");
+    if (d.rel == "sketch" && (d.dims[0] != kSketchDepth || d.dims[1] != static_cast<std::uint64_t>(t.sketch_width)))
+      throw Error(what + ": sketch is " + dims_text(d.dims) + ", expected [4," + std::to_string(t.sketch_width) + "]");
+  }
+  t.stored_rows = static_cast<std::int64_t>(n);
+  if (t.kind == DynamicKind::kFull && static_cast<std::uint64_t>(t.total_rows) != n)
+    throw Error(what + ": total_rows " + std::to_string(t.total_rows) + " but ids hold " + std::to_string(n) + " rows");
+  datasets_seen += ds.size();
+
+  // The content checksum covers the attributes above and every dataset's shape and CRC-32.
+  std::vector<std::string> lines;
+  for (const auto& d : ds) lines.push_back(dataset_line(d));
+  const std::string text = detail::dynamic_table_text(t, lines);
+  t.content_checksum = detail::crc32_update(0, text.data(), text.size());
+  if (stored != t.content_checksum)
+    throw Error(what + ": content checksum mismatch (stored " + std::to_string(stored) + ", computed " +
+                std::to_string(t.content_checksum) + ")");
+
+  // The data: bounded by the verified byte ranges, so every allocation is at most the file's size.
+  if (t.kind == DynamicKind::kDelta) {
+    read_into(handles.back().get(), ds.back(), t.evicted_ids);
+    for (std::size_t i = 1; i < t.evicted_ids.size(); ++i)
+      if (t.evicted_ids[i] <= t.evicted_ids[i - 1])
+        throw Error(what + ": evicted_ids are not strictly increasing at " + std::to_string(i));
+  }
+  if (!with_data) return t;
+  read_into(handles[0].get(), ds[0], t.ids);
+  read_into(handles[1].get(), ds[1], t.values);
+  read_into(handles[2].get(), ds[2], t.stamps);
+  t.slots.resize(t.slot_names.size());
+  for (std::size_t k = 0; k < t.slot_names.size(); ++k) read_into(handles[3 + k].get(), ds[3 + k], t.slots[k]);
+  if (t.sketch_width > 0) read_into(handles[3 + t.slot_names.size()].get(), ds[3 + t.slot_names.size()], t.sketch);
+  for (std::size_t i = 0; i < t.ids.size(); ++i) {
+    if (i > 0 && t.ids[i] <= t.ids[i - 1])
+      throw Error(what + ": ids are not strictly increasing at row " + std::to_string(i) + " (" +
+                  std::to_string(t.ids[i - 1]) + ", " + std::to_string(t.ids[i]) + ")");
+    if (t.stamps[i] < 0) throw Error(what + ": stamp of row " + std::to_string(i) + " is negative");
+  }
+  for (std::size_t i = 0, j = 0; i < t.evicted_ids.size(); ++i) {
+    while (j < t.ids.size() && t.ids[j] < t.evicted_ids[i]) ++j;
+    if (j < t.ids.size() && t.ids[j] == t.evicted_ids[i])
+      throw Error(what + ": id " + std::to_string(t.evicted_ids[i]) + " is both evicted and a row");
+  }
+  return t;
+}
+
+void unlink_quietly(const std::string& path) { ::unlink(path.c_str()); }
+
+}  // namespace
+
+// ---- canonical text ----------------------------------------------------------------------------
+
+std::string detail::dynamic_table_text(const DynamicTableState& t, std::vector<std::string> dataset_lines) {
+  std::string s = "strata dynamic table 1\n";
+  s += "name " + text_field(t.name) + "\n";
+  s += std::string("kind ") + to_string(t.kind) + "\n";
+  s += "dim " + std::to_string(t.dim) + "\n";
+  s += "optimizer " + text_field(t.optimizer) + "\n";
+  s += "slot_names " + text_field(join(t.slot_names, ',')) + "\n";
+  s += "clock " + std::to_string(t.clock) + "\n";
+  s += "sketch_width " + std::to_string(t.sketch_width) + "\n";
+  s += "total_rows " + std::to_string(t.total_rows) + "\n";
+  s += "counters";
+  for (const auto& c : kCounters) s += " " + std::to_string(t.counters.*c.member);
+  s += "\n";
+  if (t.kind == DynamicKind::kDelta)
+    s += "parent " + std::to_string(t.parent_step) + " " + std::to_string(t.parent_checksum) + "\n";
+  std::sort(dataset_lines.begin(), dataset_lines.end());
+  for (const auto& l : dataset_lines) s += l + "\n";
+  return s;
+}
+
+// ---- writer ------------------------------------------------------------------------------------
+
+DynamicSaveResult detail::write_dynamic_file(const std::string& final_path, std::int64_t global_step,
+                                             const std::vector<DynamicTableState>& tables, bool validate) {
+  if (global_step < 0)
+    throw ConfigError("dynamic checkpoint: global step " + std::to_string(global_step) + " is negative");
+  std::set<std::string> names;
+  for (const auto& t : tables) {
+    if (validate)
+      validate_table(t);
+    else if (!valid_name(t.name, false))
+      throw ConfigError("dynamic table name '" + t.name + "' is not [A-Za-z0-9_.-]{1,255}");
+    if (!names.insert(t.name).second) throw ConfigError("dynamic checkpoint: table '" + t.name + "' is given twice");
+  }
+  // Datasets, their CRC-32s from memory, and each table's content checksum.
+  std::vector<std::vector<Dataset>> ds(tables.size());
+  std::vector<DynamicTableState> heads(tables.size());  // attributes only, with content_checksum
+  std::vector<std::string> paths;
+  for (std::size_t i = 0; i < tables.size(); ++i) {
+    const DynamicTableState& t = tables[i];
+    ds[i] = expected_datasets(t, t.ids.size(), t.evicted_ids.size());
+    if (!validate) {  // crafted: shapes from what the vectors hold
+      for (auto& d : ds[i]) {
+        std::uint64_t floats = 0;
+        if (d.rel == "values")
+          floats = t.values.size();
+        else if (d.rel.rfind("slots/", 0) == 0) {
+          const auto k = static_cast<std::size_t>(&d - &ds[i][3]);
+          floats = k < t.slots.size() ? t.slots[k].size() : 0;
+        } else if (d.rel == "stamps")
+          d.dims = {t.stamps.size()};
+        if (d.rel == "values" || d.rel.rfind("slots/", 0) == 0)
+          d.dims = {floats / static_cast<std::uint64_t>(t.dim), static_cast<std::uint64_t>(t.dim)};
+        if (d.rel == "sketch") d.dims = {kSketchDepth, t.sketch.size() / kSketchDepth};
+        d.bytes = elem_size(d.elem);
+        for (auto x : d.dims) d.bytes *= x;
+      }
+    }
+    std::vector<std::string> lines;
+    for (auto& d : ds[i]) {
+      d.crc = d.bytes == 0 ? 0 : detail::crc32_update(0, d.data, static_cast<std::size_t>(d.bytes));
+      lines.push_back(dataset_line(d));
+      paths.push_back("dynamic/" + t.name + "/" + d.rel);
+    }
+    const std::string text = dynamic_table_text(t, lines);
+    heads[i].name = t.name;
+    heads[i].content_checksum = detail::crc32_update(0, text.data(), text.size());
+  }
+  std::vector<const DynamicTableState*> sorted;
+  for (const auto& h : heads) sorted.push_back(&h);
+  std::sort(sorted.begin(), sorted.end(), [](const auto* a, const auto* b) { return a->name < b->name; });
+  const std::string manifest = root_manifest(global_step, sorted);
+
+  const std::string tmp = final_path + ".tmp";
+  const std::uint64_t block_bytes = detail::integrity_block_bytes(paths);
+  detail::IntegrityBlock block;
+  block.block_bytes = block_bytes;
+  block.global_step = global_step;
+  DynamicSaveResult result;
+  result.path = final_path;
+  try {
+    {
+      detail::QuietErrors quiet;
+      H5Id fcpl(STRATA_CHECK_H5(H5Pcreate(H5P_FILE_CREATE)), H5Pclose);
+      STRATA_CHECK_H5(H5Pset_userblock(fcpl.get(), block_bytes));
+      H5Id file(STRATA_CHECK_H5(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl.get(), H5P_DEFAULT)), H5Fclose);
+      detail::write_attr_i32(file.get(), "dynamic_format_version", kDynamicFormatVersion);
+      detail::write_attr_i64(file.get(), "global_step", global_step);
+      detail::write_attr_string(file.get(), "checksum_algorithm", "crc32");
+      detail::write_attr_u64(file.get(), "metadata_checksum",
+                             detail::crc32_update(0, manifest.data(), manifest.size()));
+      H5Id(STRATA_CHECK_H5(H5Gcreate2(file.get(), "/dynamic", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+      H5Id dcpl(STRATA_CHECK_H5(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
+      STRATA_CHECK_H5(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS));
+      STRATA_CHECK_H5(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER));
+      STRATA_CHECK_H5(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY));
+      for (std::size_t i = 0; i < tables.size(); ++i) {
+        const DynamicTableState& t = tables[i];
+        H5Id g(STRATA_CHECK_H5(
+                   H5Gcreate2(file.get(), ("/dynamic/" + t.name).c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
+               H5Gclose);
+        detail::write_attr_string(g.get(), "kind", to_string(t.kind));
+        detail::write_attr_i64(g.get(), "dim", t.dim);
+        detail::write_attr_string(g.get(), "optimizer", t.optimizer);
+        detail::write_attr_string(g.get(), "slot_names", join(t.slot_names, ','));
+        detail::write_attr_i64(g.get(), "clock", t.clock);
+        detail::write_attr_i64(g.get(), "sketch_width", t.sketch_width);
+        detail::write_attr_i64(g.get(), "total_rows", t.total_rows);
+        for (const auto& c : kCounters)
+          detail::write_attr_i64(g.get(), (std::string("counter_") + c.name).c_str(), t.counters.*c.member);
+        if (t.kind == DynamicKind::kDelta) {
+          detail::write_attr_i64(g.get(), "parent_step", t.parent_step);
+          detail::write_attr_u64(g.get(), "parent_checksum", t.parent_checksum);
+        }
+        detail::write_attr_u64(g.get(), "content_checksum", heads[i].content_checksum);
+        if (!t.slot_names.empty())
+          H5Id(STRATA_CHECK_H5(H5Gcreate2(g.get(), "slots", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+        for (const Dataset& d : ds[i]) {
+          std::vector<hsize_t> dims(d.dims.begin(), d.dims.end());
+          H5Id space(STRATA_CHECK_H5(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
+          H5Id dset(STRATA_CHECK_H5(H5Dcreate2(g.get(), d.rel.c_str(), elem_file_type(d.elem), space.get(), H5P_DEFAULT,
+                                               dcpl.get(), H5P_DEFAULT)),
+                    H5Dclose);
+          detail::write_attr_u64(dset.get(), "checksum", d.crc);
+          std::uint64_t at = 0;
+          if (d.bytes > 0) {
+            STRATA_CHECK_H5(H5Dwrite(dset.get(), elem_memory_type(d.elem), H5S_ALL, H5S_ALL, H5P_DEFAULT, d.data));
+            const haddr_t a = H5Dget_offset(dset.get());
+            if (a == HADDR_UNDEF) throw Error("dataset " + d.rel + " of table " + t.name + " has no file space");
+            at = static_cast<std::uint64_t>(a);
+          }
+          block.regions.push_back({"dynamic/" + t.name + "/" + d.rel, at, d.bytes, d.crc});
+        }
+      }
+      if (file.close() < 0) throw Hdf5Error("closing the file failed: " + detail::take_h5_error());
+    }
+    std::sort(block.regions.begin(), block.regions.end(),
+              [](const detail::DataRegion& a, const detail::DataRegion& b) { return a.path < b.path; });
+    // Read back: every dataset's bytes on disk must be the bytes in memory.
+    Fd fd{::open(tmp.c_str(), O_RDWR | O_CLOEXEC)};
+    if (fd.fd < 0) throw Error("cannot reopen: " + std::string(std::strerror(errno)));
+    struct stat st {};
+    if (::fstat(fd.fd, &st) != 0) throw Error("cannot stat: " + std::string(std::strerror(errno)));
+    block.file_bytes = static_cast<std::uint64_t>(st.st_size);
+    const std::vector<detail::Segment> segments = detail::file_segments(block);
+    const std::vector<std::uint32_t> crcs = detail::combine_segment_pieces(
+        detail::scan_segments(fd.fd, tmp, block_bytes, block.file_bytes, segments), segments);
+    for (std::size_t s = 0; s < segments.size(); ++s) {
+      if (segments[s].region < 0) continue;
+      const detail::DataRegion& r = block.regions[static_cast<std::size_t>(segments[s].region)];
+      if (crcs[s] != r.crc) throw Error("read-back: " + r.path + " does not hold the values it was given");
+    }
+    block.file_crc = detail::whole_file_crc(detail::encode_integrity_block(block), segments, crcs);
+    const std::string encoded = detail::encode_integrity_block(block);
+    if (::pwrite(fd.fd, encoded.data(), encoded.size(), 0) != static_cast<ssize_t>(encoded.size()))
+      throw Error("writing the integrity block failed: " + std::string(std::strerror(errno)));
+    detail::durable_rename(tmp, final_path);
+  } catch (const Error& e) {
+    unlink_quietly(tmp);
+    throw Error("dynamic checkpoint '" + final_path + "': save failed: " + e.message());
+  }
+  result.file_bytes = block.file_bytes;
+  for (const auto& h : heads) result.content_checksums.push_back(h.content_checksum);
+  return result;
+}
+
+DynamicSaveResult write_dynamic_checkpoint(const std::string& dir, std::int64_t global_step,
+                                           const std::vector<DynamicTableState>& tables) {
+  return detail::write_dynamic_file(dir + "/" + dynamic_file_name(global_step), global_step, tables, true);
+}
+
+// ---- reader ------------------------------------------------------------------------------------
+
+DynamicCheckpointFile read_dynamic_checkpoint(const std::string& path, bool with_data) {
+  detail::QuietErrors quiet;
+  DynamicCheckpointFile out;
+  out.path = path;
+  const std::string prefix = "dynamic checkpoint '" + path + "': ";
+  try {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) throw ConfigError("does not exist");
+    const detail::IntegrityBlock block = verify_raw(path);
+    out.file_bytes = block.file_bytes;
+    std::map<std::string, const detail::DataRegion*> regions;
+    for (const auto& r : block.regions) regions[r.path] = &r;
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) throw Hdf5Error("HDF5 cannot open it: " + detail::take_h5_error());
+    H5Id file(f, H5Fclose);
+    if (!detail::has_attr(f, "dynamic_format_version"))
+      throw ConfigError("not a dynamic checkpoint (no dynamic_format_version attribute)");
+    const std::int64_t version = detail::read_attr_i64(f, "dynamic_format_version");
+    if (version != kDynamicFormatVersion)
+      throw ConfigError("has dynamic_format_version " + std::to_string(version) + "; this strata reads " +
+                        std::to_string(kDynamicFormatVersion));
+    out.global_step = detail::read_attr_i64(f, "global_step");
+    if (out.global_step != block.global_step)
+      throw Error("the integrity block is for global step " + std::to_string(block.global_step) +
+                  ", the global_step attribute says " + std::to_string(out.global_step));
+    if (detail::read_attr_string(f, "checksum_algorithm") != "crc32") throw Error("checksum_algorithm is not crc32");
+    if (object_type(f, "dynamic") != H5O_TYPE_GROUP) throw Error("no /dynamic group");
+    H5Id top(STRATA_CHECK_H5(H5Gopen2(f, "/dynamic", H5P_DEFAULT)), H5Gclose);
+    std::size_t seen = 0;
+    for (const auto& [name, hard] : links_of(top.get(), block.regions.size(), "/dynamic")) {
+      if (!hard || !valid_name(name, false) || object_type(top.get(), name) != H5O_TYPE_GROUP)
+        throw Error("/dynamic/" + name + " is not a table group");
+      out.tables.push_back(read_table(f, out.global_step, name, with_data, regions, seen));
+    }
+    if (seen != block.regions.size())
+      throw Error("the integrity block lists " + std::to_string(block.regions.size()) + " datasets, the tables have " +
+                  std::to_string(seen));
+    std::vector<const DynamicTableState*> sorted;
+    for (const auto& t : out.tables) sorted.push_back(&t);
+    const std::string manifest = root_manifest(out.global_step, sorted);
+    const std::uint64_t stored = detail::read_attr_u64(f, "metadata_checksum");
+    if (stored != detail::crc32_update(0, manifest.data(), manifest.size()))
+      throw Error("metadata checksum mismatch (a root attribute or the table list is not what was written)");
+  } catch (const ConfigError& e) {
+    throw ConfigError(prefix + e.message());
+  } catch (const Hdf5Error& e) {
+    throw Hdf5Error(prefix + e.message());
+  } catch (const Error& e) {
+    throw Error(prefix + e.message());
+  }
+  return out;
+}
+
+// ---- merge, chains, compaction -----------------------------------------------------------------
+
+namespace {
+
+DynamicTableState filtered(DynamicTableState t, const std::function<bool(std::int64_t)>& keep) {
+  if (!keep) return t;
+  const auto dim = static_cast<std::size_t>(t.dim);
+  std::size_t w = 0;
+  for (std::size_t i = 0; i < t.ids.size(); ++i) {
+    if (!keep(t.ids[i])) continue;
+    if (w != i) {
+      t.ids[w] = t.ids[i];
+      t.stamps[w] = t.stamps[i];
+      std::copy_n(t.values.begin() + static_cast<std::ptrdiff_t>(i * dim), dim,
+                  t.values.begin() + static_cast<std::ptrdiff_t>(w * dim));
+      for (auto& s : t.slots)
+        std::copy_n(s.begin() + static_cast<std::ptrdiff_t>(i * dim), dim,
+                    s.begin() + static_cast<std::ptrdiff_t>(w * dim));
+    }
+    ++w;
+  }
+  t.ids.resize(w);
+  t.stamps.resize(w);
+  t.values.resize(w * dim);
+  for (auto& s : t.slots) s.resize(w * dim);
+  return t;
+}
+
+DynamicTableState merge(const DynamicTableState& base, const DynamicTableState& delta, bool check_rows) {
+  const std::string what = "dynamic table '" + delta.name + "': ";
+  if (base.kind != DynamicKind::kFull || delta.kind != DynamicKind::kDelta)
+    throw Error(what + "merge needs a full base and a delta");
+  if (base.name != delta.name || base.dim != delta.dim || base.optimizer != delta.optimizer ||
+      base.slot_names != delta.slot_names)
+    throw Error(what + "the delta's name, dim, optimizer or slots differ from its base's");
+  const auto dim = static_cast<std::size_t>(base.dim);
+  DynamicTableState out;
+  out.name = base.name;
+  out.dim = base.dim;
+  out.optimizer = base.optimizer;
+  out.slot_names = base.slot_names;
+  out.slots.resize(base.slots.size());
+  auto take = [&](const DynamicTableState& from, std::size_t i) {
+    out.ids.push_back(from.ids[i]);
+    out.stamps.push_back(from.stamps[i]);
+    out.values.insert(out.values.end(), from.values.begin() + static_cast<std::ptrdiff_t>(i * dim),
+                      from.values.begin() + static_cast<std::ptrdiff_t>((i + 1) * dim));
+    for (std::size_t k = 0; k < out.slots.size(); ++k)
+      out.slots[k].insert(out.slots[k].end(), from.slots[k].begin() + static_cast<std::ptrdiff_t>(i * dim),
+                          from.slots[k].begin() + static_cast<std::ptrdiff_t>((i + 1) * dim));
+  };
+  std::size_t i = 0, j = 0, e = 0;
+  while (i < base.ids.size() || j < delta.ids.size()) {
+    if (j == delta.ids.size() || (i < base.ids.size() && base.ids[i] < delta.ids[j])) {
+      const std::int64_t id = base.ids[i];
+      while (e < delta.evicted_ids.size() && delta.evicted_ids[e] < id) ++e;
+      if (!(e < delta.evicted_ids.size() && delta.evicted_ids[e] == id)) take(base, i);
+      ++i;
+    } else {
+      if (i < base.ids.size() && base.ids[i] == delta.ids[j]) ++i;  // replaced
+      take(delta, j++);
+    }
+  }
+  out.clock = delta.clock;
+  out.sketch_width = delta.sketch_width;
+  out.sketch = delta.sketch;
+  out.counters = delta.counters;
+  out.total_rows = static_cast<std::int64_t>(out.ids.size());
+  if (check_rows && out.total_rows != delta.total_rows)
+    throw Error(what + "base and delta give " + std::to_string(out.total_rows) + " rows, the delta says " +
+                std::to_string(delta.total_rows) + " (the delta does not belong to this base)");
+  return out;
+}
+
+bool is_regular(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+}  // namespace
+
+DynamicTableState merge_dynamic_delta(const DynamicTableState& base, const DynamicTableState& delta) {
+  return merge(base, delta, true);
+}
+
+std::vector<std::int64_t> list_dynamic_checkpoints(const std::string& dir) {
+  std::vector<std::int64_t> steps;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() < 12 || name.compare(0, 8, "dynamic-") != 0 || name.compare(name.size() - 3, 3, ".h5") != 0)
+      continue;
+    const std::string digits = name.substr(8, name.size() - 11);
+    if (digits.empty() || digits.size() > 18 || (digits.size() > 1 && digits[0] == '0') ||
+        !std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+      continue;
+    if (!is_regular(entry.path().string())) continue;
+    steps.push_back(std::stoll(digits));
+  }
+  if (ec) throw Error("dynamic checkpoints: cannot list '" + dir + "': " + ec.message());
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+namespace {
+
+// Verified headers of the files of one directory, each read at most once, and the chains built
+// from them (the rules of FORMAT.md 10.5).
+class ChainWalker {
+ public:
+  ChainWalker(std::string dir, std::string name) : dir_(std::move(dir)), name_(std::move(name)) {
+    steps_ = list_dynamic_checkpoints(dir_);
+  }
+  const std::vector<std::int64_t>& steps() const { return steps_; }
+
+  // The chain of the table from `candidate` down to a full base (newest first), or why not.
+  std::vector<std::int64_t> chain(std::int64_t candidate, std::string& failure) {
+    std::vector<std::int64_t> out;
+    std::int64_t step = candidate, child = -1;
+    std::optional<std::uint32_t> want;
+    for (;;) {
+      if (!std::binary_search(steps_.begin(), steps_.end(), step)) {
+        failure = dynamic_file_name(child) + " links to " + dynamic_file_name(step) + ", which is missing";
+        return {};
+      }
+      const auto& h = header(step);
+      if (!h.first) {
+        failure = h.second;
+        return {};
+      }
+      const DynamicTableState* t = h.first->find(name_);
+      if (t == nullptr) {
+        failure = dynamic_file_name(step) + " has no table '" + name_ + "'";
+        return {};
+      }
+      if (want && t->content_checksum != *want) {
+        failure = dynamic_file_name(child) + " links to a parent with content checksum " + std::to_string(*want) +
+                  ", " + dynamic_file_name(step) + " holds " + std::to_string(t->content_checksum);
+        return {};
+      }
+      out.push_back(step);
+      if (t->kind == DynamicKind::kFull) return out;
+      want = t->parent_checksum;
+      child = step;
+      step = t->parent_step;
+    }
+  }
+
+  std::string path(std::int64_t step) const { return dir_ + "/" + dynamic_file_name(step); }
+
+  std::string warning(std::int64_t step, std::size_t files, const std::vector<std::string>& skipped) const {
+    if (skipped.empty()) return "";
+    return "dynamic table '" + name_ + "': restored step " + std::to_string(step) + " (" + std::to_string(files) +
+           " file(s)), the newest complete state; skipped: " + join(skipped, ';');
+  }
+
+  [[noreturn]] void none(std::optional<std::int64_t> at_step, const std::vector<std::string>& skipped) const {
+    if (skipped.empty())
+      throw ConfigError("dynamic table '" + name_ + "': no dynamic checkpoint in '" + dir_ + "'" +
+                        (at_step ? " at or before step " + std::to_string(*at_step) : std::string()));
+    throw Error("dynamic table '" + name_ + "': no complete state in '" + dir_ + "': " + join(skipped, ';'));
+  }
+
+ private:
+  const std::pair<std::optional<DynamicCheckpointFile>, std::string>& header(std::int64_t step) {
+    auto it = headers_.find(step);
+    if (it != headers_.end()) return it->second;
+    auto& slot = headers_[step];
+    try {
+      slot.first = read_dynamic_checkpoint(path(step), false);
+    } catch (const Error& e) {
+      slot.second = e.message();
+    }
+    return slot;
+  }
+
+  std::string dir_, name_;
+  std::vector<std::int64_t> steps_;
+  std::map<std::int64_t, std::pair<std::optional<DynamicCheckpointFile>, std::string>> headers_;
+};
+
+}  // namespace
+
+DynamicRestorePlan plan_dynamic_restore(const std::string& dir, const std::string& name,
+                                        std::optional<std::int64_t> at_step) {
+  ChainWalker walker(dir, name);
+  std::vector<std::string> skipped;
+  for (auto c = walker.steps().rbegin(); c != walker.steps().rend(); ++c) {
+    if (at_step && *c > *at_step) continue;
+    std::string failure;
+    const std::vector<std::int64_t> chain = walker.chain(*c, failure);
+    if (chain.empty()) {
+      skipped.push_back("step " + std::to_string(*c) + ": " + failure);
+      continue;
+    }
+    DynamicRestorePlan plan;
+    plan.step = *c;
+    for (auto s = chain.rbegin(); s != chain.rend(); ++s) plan.chain.push_back(walker.path(*s));
+    plan.warning = walker.warning(*c, chain.size(), skipped);
+    return plan;
+  }
+  walker.none(at_step, skipped);
+}
+
+DynamicRestore restore_dynamic_table(const std::string& dir, const std::string& name,
+                                     std::optional<std::int64_t> at_step,
+                                     const std::function<bool(std::int64_t)>& keep) {
+  ChainWalker walker(dir, name);
+  std::vector<std::string> skipped;
+  for (auto c = walker.steps().rbegin(); c != walker.steps().rend(); ++c) {
+    if (at_step && *c > *at_step) continue;
+    std::string failure;
+    const std::vector<std::int64_t> chain = walker.chain(*c, failure);
+    if (chain.empty()) {
+      skipped.push_back("step " + std::to_string(*c) + ": " + failure);
+      continue;
+    }
+    // Intact: read the data, base first, and merge forward (the data's own checks may still fail).
+    DynamicRestore r;
+    try {
+      DynamicTableState state;
+      for (auto s = chain.rbegin(); s != chain.rend(); ++s) {
+        const DynamicCheckpointFile f = read_dynamic_checkpoint(walker.path(*s), true);
+        const DynamicTableState* t = f.find(name);
+        if (t == nullptr) throw Error(dynamic_file_name(*s) + " has no table '" + name + "'");
+        state = s == chain.rbegin() ? filtered(*t, keep) : merge(state, filtered(*t, keep), !keep);
+        r.chain.push_back(f.path);
+      }
+      state.parent_step = -1;
+      state.parent_checksum = 0;
+      state.evicted_ids.clear();
+      state.kind = DynamicKind::kFull;
+      state.stored_rows = static_cast<std::int64_t>(state.ids.size());
+      r.state = std::move(state);
+    } catch (const Error& e) {
+      skipped.push_back("step " + std::to_string(*c) + ": " + e.message());
+      continue;
+    }
+    r.step = *c;
+    r.warning = walker.warning(*c, chain.size(), skipped);
+    return r;
+  }
+  walker.none(at_step, skipped);
+}
+
+DynamicSaveResult compact_dynamic_checkpoints(const std::string& dir, std::optional<std::int64_t> at_step,
+                                              bool remove_ancestors) {
+  const std::vector<std::int64_t> steps = list_dynamic_checkpoints(dir);
+  if (steps.empty()) throw ConfigError("dynamic checkpoints: nothing to compact in '" + dir + "'");
+  const std::int64_t step = at_step.value_or(steps.back());
+  if (step != steps.back())
+    throw ConfigError("dynamic checkpoints: compaction rewrites only the newest file (" +
+                      dynamic_file_name(steps.back()) + "); newer deltas link to the content of " +
+                      dynamic_file_name(step));
+  const DynamicCheckpointFile head = read_dynamic_checkpoint(dir + "/" + dynamic_file_name(step), false);
+  std::vector<DynamicTableState> full;
+  std::set<std::string> ancestors;
+  for (const auto& t : head.tables) {
+    DynamicRestore r = restore_dynamic_table(dir, t.name, step);
+    if (r.step != step) throw Error(r.warning);
+    full.push_back(std::move(r.state));
+    ancestors.insert(r.chain.begin(), r.chain.end() - 1);
+  }
+  DynamicSaveResult result = write_dynamic_checkpoint(dir, step, full);
+  if (remove_ancestors)
+    for (const auto& path : ancestors)
+      if (is_regular(path)) unlink_quietly(path);
+  return result;
+}
+
+}  // namespace strata::checkpoint
