@@ -39,10 +39,10 @@
 //
 //   then, per dynamic variable (DynamicVariableSpec), in declaration order, on every PS (each PS
 //   serves the ids of its shard, shard_of(id, num_ps) == its index; offsets differ per PS):
-//     requests               W x request bytes; a request is a 64-byte header (DynamicHeader's
-//                            words: id count, kind, step, last-of-round flag), max_ids ids (i64)
-//                            and max_ids rows (dim f32: the gradients of an update, the answer of
-//                            a lookup), each part at a 64-byte boundary inside it
+//     requests               W x request bytes; a request is a 64-byte header (dynamic_header's
+//                            words: id count n, kind, step, last-of-round flag), then the n ids
+//                            (i64) and, for an update, the n gradient rows (dim f32) right after
+//                            them; a lookup's answer (n rows) goes to `rows`, past max_ids ids
 //     doorbells              i64 per worker: requests sent
 //     acks                   i64 per worker: requests answered (written by the PS)
 //   A job without dynamic variables has none of this: its arenas are byte for byte what they were.
@@ -112,9 +112,9 @@ struct ShardLayout {
 // Where one dynamic variable's pieces live in one PS's arena (dynamic_service.cc uses them).
 struct DynamicLayout {
   std::uint64_t requests = 0;       // worker w's request area at requests + w * request_bytes
-  std::uint64_t request_bytes = 0;  // header | ids | rows
-  std::uint64_t ids = 0;            // offset of the ids inside a request
-  std::uint64_t rows = 0;           // offset of the rows inside a request
+  std::uint64_t request_bytes = 0;  // header | ids (| gradients) ... | answer rows
+  std::uint64_t ids = 0;            // offset of the ids inside a request (after the header)
+  std::uint64_t rows = 0;           // offset of a lookup's answer rows inside a request
   std::uint64_t doorbells = 0;      // i64 per worker: requests sent
   std::uint64_t acks = 0;           // i64 per worker: requests answered
   std::int64_t max_ids = 0;

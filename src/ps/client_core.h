@@ -56,6 +56,13 @@ struct ClientCore final : PsCore {
   // ---- dynamic variables (dynamic_service.cc) ----
   std::vector<std::vector<std::int64_t>> dyn_sent;   // per dynamic variable, per PS: requests sent
   std::vector<std::vector<std::int64_t>> dyn_acked;  // per dynamic variable, per PS: answers seen
+  // Per dynamic variable, per PS: the ack word a put_notify request reads back (valid after a
+  // flush; pending says one is on its way). Sized once: the transport writes into it.
+  std::vector<std::vector<std::int64_t>> dyn_readback;
+  std::vector<std::vector<char>> dyn_readback_pending;
+  std::vector<std::int64_t> dyn_message;  // the request being sent (reused)
+  // Takes a drained read-back of PS p into dyn_acked (call after a flush).
+  void take_readback(std::size_t d, int p);
   // Writes one request into this worker's area on PS p (after the previous one was answered) and
   // rings the doorbell. `rows`: the gradients of an update (n * dim floats), null for a lookup.
   void send_dynamic(std::size_t d, int p, DynamicRequestKind kind, const std::int64_t* ids, std::size_t n,

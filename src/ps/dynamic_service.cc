@@ -3,15 +3,19 @@
 //
 // Protocol, per dynamic variable d, worker w and PS p (areas in arena_layout.h):
 //   worker  waits until p answered its previous request (it always has: every call below waits
-//           for its answers before returning), puts the header and the ids (one put) and, for an
-//           update, the gradient rows (a second put) into its request area on p, then rings its
-//           doorbell there (a one-way accumulate where the transport keeps order, else a flush and
-//           a fetch_add, as the dense inboxes do). It sends to every PS before waiting on any.
-//   PS      its service loop sees the doorbell, checks every header word (the writer is hostile,
-//           arena_checks.h), then: a lookup writes the rows into the request's rows and stores
-//           the ack; an update applies the gradients to its table and stores the ack.
-//   worker  waits for the ack (the job's timeout, naming the PS), then reads a lookup's rows with
-//           one get.
+//           for its answers before returning) and sends the request, header | ids | (update)
+//           gradient rows, as one message into its area on p, to every PS before waiting on any:
+//           where the transport keeps this worker's operations to p in order (tcp between nodes)
+//           as one put_notify whose counter is the doorbell and which reads the ack word back;
+//           elsewhere as a put, a flush and a fetch_add of the doorbell, as the dense inboxes do.
+//   PS      checks every header word (the writer is hostile, arena_checks.h), then: a lookup
+//           writes the rows into the area's answer rows, an update applies the gradients; then it
+//           stores the ack. Between nodes over tcp the transport's thread hands the message over
+//           on arrival (consume_notified) and the PS serves it there, before the transport serves
+//           the worker's next operation; otherwise the service loop finds the doorbell.
+//   worker  a lookup reads the answer with one get: between nodes issued right behind the
+//           request (one round trip for both; used when the read-back ack says it was served),
+//           else after waiting for the ack (the job's timeout, naming the PS).
 // Sync consistency: a PS applies a round only once every worker's batch for it arrived, then in
 // worker order (one table fed worker 0's batch, then worker 1's, ...), so no lookup ever sees part
 // of a round. The PS copies every update request of a round out of the worker's area; those before
@@ -124,10 +128,23 @@ void ServerCore::prepare_dynamic() {
     st.table = std::make_unique<DynamicTable>(table_config(dynamic[d], options.optimizer));
     const auto workers = static_cast<std::size_t>(num_workers);
     st.seen.assign(workers, 0);
+    st.bells.assign(workers, 0);
     st.waiting.assign(workers, 0);
     st.staged_ids.resize(workers);
     st.staged_rows.resize(workers);
     st.staged_steps.resize(workers);
+  }
+  // Between nodes over tcp, requests are handed to the transport's thread as they arrive and
+  // served there (consume_dynamic), so the answer is ready before any later operation of the
+  // worker is served: a lookup's get of the rows can follow its request with no wait between.
+  for (std::size_t d = 0; d < dynamic.size(); ++d) {
+    const DynamicLayout& l = layout.dynamic(d, ps_index);
+    for (int w = 0; w < num_workers; ++w) {
+      comm::Transport::PieceHandler h = [this, d, w](std::uint64_t off, const void* data, std::size_t n) {
+        consume_dynamic(d, w, off, data, n);
+      };
+      if (!transport->consume_notified(*region, l.doorbell(w), std::move(h))) return;
+    }
   }
 }
 
@@ -172,60 +189,99 @@ void ServerCore::apply_dynamic_round(std::size_t d) {
   }
 }
 
+void ServerCore::serve_request(std::size_t d, int w, const char* req, std::size_t bytes, bool exact,
+                               std::int64_t number) {
+  DynamicState& st = dynamic_state[d];
+  const DynamicLayout& l = layout.dynamic(d, ps_index);
+  const DynamicVariableSpec& spec = dynamic[d];
+  const auto wi = static_cast<std::size_t>(w);
+  if (bytes < dynamic_header::kBytes) [[unlikely]]
+    fail_word(writers[wi], "sent a request of " + std::to_string(bytes) + " bytes for dynamic variable '" + spec.name +
+                               "' to ps:" + std::to_string(ps_index) + " (a header alone is 64)");
+  const Request r = checked_request(req, l, spec.name, ps_index, number, writers[wi]);
+  const auto n = static_cast<std::size_t>(r.count);
+  const auto dim = static_cast<std::size_t>(spec.dim);
+  // header | ids | (update) gradient rows; count <= max_ids keeps it inside the request area.
+  const std::size_t need = dynamic_header::kBytes + 8 * n + (r.kind == DynamicRequestKind::kUpdate ? 4 * n * dim : 0);
+  if (need > bytes || (exact && need != bytes)) [[unlikely]]
+    fail_word(writers[wi], "sent a request of " + std::to_string(bytes) + " bytes for dynamic variable '" + spec.name +
+                               "' to ps:" + std::to_string(ps_index) + " whose header says " + std::to_string(n) +
+                               " ids (" + std::to_string(need) + " bytes)");
+  const auto t0 = Clock::now();
+  const auto* ids = reinterpret_cast<const std::int64_t*>(req + dynamic_header::kBytes);
+  const auto* grads = reinterpret_cast<const float*>(req + dynamic_header::kBytes + 8 * n);
+  const bool sync = options.consistency.mode == Consistency::kSync;
+  if (r.kind == DynamicRequestKind::kUpdate && sync) {
+    // Copied out (the round reads only these copies, never words the worker could rewrite after
+    // they were checked), and acknowledged now unless it is the batch's last request.
+    st.staged_ids[wi].insert(st.staged_ids[wi].end(), ids, ids + n);
+    st.staged_rows[wi].insert(st.staged_rows[wi].end(), grads, grads + n * dim);
+    st.staged_steps[wi].push_back(r.step);
+    st.staged_steps[wi].push_back(r.count);
+    busy_s += std::chrono::duration<double>(Clock::now() - t0).count();
+    if (r.last) {
+      st.waiting[wi] = 1;  // acknowledged with the round
+      if (std::all_of(st.waiting.begin(), st.waiting.end(), [](char c) { return c != 0; })) {
+        const auto t1 = Clock::now();
+        apply_dynamic_round(d);
+        busy_s += std::chrono::duration<double>(Clock::now() - t1).count();
+      }
+      return;
+    }
+  } else if (r.kind == DynamicRequestKind::kUpdate) {
+    apply_dynamic(d, ids, n, grads, r.step);
+    busy_s += std::chrono::duration<double>(Clock::now() - t0).count();
+  } else {
+    // The answer goes to the rows of the worker's area (past every id it could send).
+    auto* out = reinterpret_cast<float*>(base() + l.request(w) + l.rows);
+    st.table->lookup(ids, n, out,
+                     r.kind == DynamicRequestKind::kLookupTrain ? DynamicTable::LookupMode::kTrain
+                                                                : DynamicTable::LookupMode::kInference);
+    busy_s += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  ++st.requests;
+  st.seen[wi] = number;
+  store_i64(base() + l.ack(w), number);
+}
+
 bool ServerCore::serve_dynamic(std::size_t d) {
   DynamicState& st = dynamic_state[d];
   const DynamicLayout& l = layout.dynamic(d, ps_index);
   const DynamicVariableSpec& spec = dynamic[d];
-  const bool sync = options.consistency.mode == Consistency::kSync;
   bool worked = false;
   for (int w = 0; w < num_workers; ++w) {
     const auto wi = static_cast<std::size_t>(w);
     if (st.waiting[wi]) continue;  // its round's last request, taken with the round
     const std::int64_t bell = load_i64(base() + l.doorbell(w));
-    if (bell == st.seen[wi]) continue;
-    // One request in flight per worker: the doorbell reads the requests served, or one more.
-    if (bell != st.seen[wi] + 1) [[unlikely]]
+    if (bell == st.bells[wi]) continue;
+    // One request in flight per worker: the doorbell reads the requests it announced that were
+    // served, or one more (requests handed over by the transport never ring it).
+    if (bell != st.bells[wi] + 1) [[unlikely]]
       fail_word(writers[wi], "rang its doorbell for dynamic variable '" + spec.name + "' on ps:" +
                                  std::to_string(ps_index) + " to " + std::to_string(bell) + " after " +
-                                 std::to_string(st.seen[wi]) + " of its requests were served (it must read " +
-                                 std::to_string(st.seen[wi]) + " or " + std::to_string(st.seen[wi] + 1) + ")");
-    char* req = base() + l.request(w);
-    const Request r = checked_request(req, l, spec.name, ps_index, bell, writers[wi]);
-    const auto t0 = Clock::now();
-    const auto* ids = reinterpret_cast<const std::int64_t*>(req + l.ids);
-    float* rows = reinterpret_cast<float*>(req + l.rows);
-    const auto n = static_cast<std::size_t>(r.count);
+                                 std::to_string(st.bells[wi]) + " of its requests were served (it must read " +
+                                 std::to_string(st.bells[wi]) + " or " + std::to_string(st.bells[wi] + 1) + ")");
+    st.bells[wi] = bell;
+    serve_request(d, w, base() + l.request(w), static_cast<std::size_t>(l.request_bytes), false, st.seen[wi] + 1);
     worked = true;
-    if (r.kind == DynamicRequestKind::kUpdate && sync) {
-      // Copied out (the round reads only these copies, never words the worker could rewrite
-      // after they were checked), and acknowledged now unless it is the batch's last request.
-      st.staged_ids[wi].insert(st.staged_ids[wi].end(), ids, ids + n);
-      st.staged_rows[wi].insert(st.staged_rows[wi].end(), rows, rows + n * static_cast<std::size_t>(spec.dim));
-      st.staged_steps[wi].push_back(r.step);
-      st.staged_steps[wi].push_back(r.count);
-      if (r.last) {
-        st.waiting[wi] = 1;  // acknowledged with the round
-        busy_s += std::chrono::duration<double>(Clock::now() - t0).count();
-        continue;
-      }
-    } else if (r.kind == DynamicRequestKind::kUpdate) {
-      apply_dynamic(d, ids, n, rows, r.step);
-    } else {
-      st.table->lookup(ids, n, rows,
-                       r.kind == DynamicRequestKind::kLookupTrain ? DynamicTable::LookupMode::kTrain
-                                                                  : DynamicTable::LookupMode::kInference);
-    }
-    busy_s += std::chrono::duration<double>(Clock::now() - t0).count();
-    ++st.requests;
-    st.seen[wi] = bell;
-    store_i64(base() + l.ack(w), bell);
-  }
-  if (sync && std::all_of(st.waiting.begin(), st.waiting.end(), [](char c) { return c != 0; })) {
-    const auto t0 = Clock::now();
-    apply_dynamic_round(d);
-    busy_s += std::chrono::duration<double>(Clock::now() - t0).count();
   }
   return worked;
+}
+
+void ServerCore::consume_dynamic(std::size_t d, int w, std::uint64_t offset, const void* data, std::size_t bytes) {
+  std::lock_guard<std::mutex> lock(apply_mu);
+  DynamicState& st = dynamic_state[d];
+  const DynamicLayout& l = layout.dynamic(d, ps_index);
+  const auto wi = static_cast<std::size_t>(w);
+  if (offset != l.request(w) || bytes > l.request_bytes) [[unlikely]]
+    fail_word(writers[wi], "sent " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
+                               " with the doorbell of its request area for dynamic variable '" + dynamic[d].name +
+                               "' on ps:" + std::to_string(ps_index) + " (the area is " +
+                               std::to_string(l.request_bytes) + " bytes at " + std::to_string(l.request(w)) + ")");
+  if (st.waiting[wi]) [[unlikely]]
+    fail_word(writers[wi], "sent a request for dynamic variable '" + dynamic[d].name + "' to ps:" +
+                               std::to_string(ps_index) + " while its last update of the sync round was pending");
+  serve_request(d, w, static_cast<const char*>(data), bytes, true, st.seen[wi] + 1);
 }
 
 // ---- client ---------------------------------------------------------------------------------
@@ -235,6 +291,11 @@ void ClientCore::wait_dynamic(std::size_t d, int p, const char* op) {
   const std::int64_t sent = dyn_sent[d][static_cast<std::size_t>(p)];
   if (acked >= sent) return;
   const int peer = ps_rank[static_cast<std::size_t>(p)];
+  if (dyn_readback_pending[d][static_cast<std::size_t>(p)]) {
+    transport->flush(*region, peer);  // the read-back of the last put_notify
+    take_readback(d, p);
+    if (acked >= sent) return;
+  }
   const std::uint64_t ack = layout.dynamic(d, p).ack(worker);
   wait_for([&] { return (acked = transport->atomic_read(*region, peer, ack)) >= sent; },
            std::string(op) + ": request " + std::to_string(sent) + " for dynamic variable '" + dynamic[d].name +
@@ -246,25 +307,40 @@ void ClientCore::send_dynamic(std::size_t d, int p, DynamicRequestKind kind, con
                               const float* rows, std::int64_t step, bool last) {
   wait_dynamic(d, p, kind_name(kind));
   const DynamicLayout& l = layout.dynamic(d, p);
-  const int peer = ps_rank[static_cast<std::size_t>(p)];
+  const auto pi = static_cast<std::size_t>(p);
+  const int peer = ps_rank[pi];
   const std::uint64_t area = l.request(worker);
-  // Header and ids in one put: the ids follow the 64-byte header directly.
-  std::vector<std::int64_t> head(dynamic_header::kBytes / 8 + n, 0);
-  head[dynamic_header::kCount / 8] = static_cast<std::int64_t>(n);
-  head[dynamic_header::kKind / 8] = static_cast<std::int64_t>(kind);
-  head[dynamic_header::kStep / 8] = step;
-  head[dynamic_header::kLast / 8] = last ? 1 : 0;
-  if (n > 0) std::memcpy(head.data() + dynamic_header::kBytes / 8, ids, 8 * n);
-  transport->put(*region, peer, area, head.data(), 8 * head.size());
-  if (rows && n > 0) transport->put(*region, peer, area + l.rows, rows, 4 * n * static_cast<std::size_t>(l.dim));
+  // header | ids | (update) gradient rows, one contiguous message.
+  const std::size_t row_floats = rows ? n * static_cast<std::size_t>(l.dim) : 0;
+  std::vector<std::int64_t>& msg = dyn_message;
+  msg.assign(dynamic_header::kBytes / 8 + n + (row_floats + 1) / 2, 0);
+  msg[dynamic_header::kCount / 8] = static_cast<std::int64_t>(n);
+  msg[dynamic_header::kKind / 8] = static_cast<std::int64_t>(kind);
+  msg[dynamic_header::kStep / 8] = step;
+  msg[dynamic_header::kLast / 8] = last ? 1 : 0;
+  if (n > 0) std::memcpy(msg.data() + dynamic_header::kBytes / 8, ids, 8 * n);
+  if (row_floats > 0) std::memcpy(msg.data() + dynamic_header::kBytes / 8 + n, rows, 4 * row_floats);
+  const std::size_t bytes = dynamic_header::kBytes + 8 * n + 4 * row_floats;
   if (transport->ordered_to(peer)) {
-    const std::int64_t one = 1;
-    transport->accumulate(*region, peer, l.doorbell(worker), &one, 1, comm::ElemType::kI64);
+    // One message (the doorbell is its counter), answered with the ack word once the PS took it:
+    // between nodes over tcp the PS serves it on arrival, so the answer usually says done.
+    transport->put_notify(*region, peer, area, msg.data(), bytes, bytes, l.doorbell(worker), &dyn_readback[d][pi],
+                          l.ack(worker));
+    dyn_readback_pending[d][pi] = 1;
   } else {
+    // The request must be remotely complete before the doorbell rings.
+    transport->put(*region, peer, area, msg.data(), bytes);
     transport->flush(*region, peer);
     transport->fetch_add(*region, peer, l.doorbell(worker), 1);
   }
-  ++dyn_sent[d][static_cast<std::size_t>(p)];
+  ++dyn_sent[d][pi];
+}
+
+void ClientCore::take_readback(std::size_t d, int p) {
+  const auto pi = static_cast<std::size_t>(p);
+  if (!dyn_readback_pending[d][pi]) return;
+  dyn_acked[d][pi] = std::max(dyn_acked[d][pi], dyn_readback[d][pi]);
+  dyn_readback_pending[d][pi] = 0;
 }
 
 namespace {
@@ -320,15 +396,32 @@ void ClientCore::lookup_dynamic(std::size_t d, const std::int64_t* ids, std::siz
       count[pi] = std::min(max_ids, g.ids[pi].size() - pos[pi]);
       if (count[pi] > 0) send_dynamic(d, p, kind, g.ids[pi].data() + pos[pi], count[pi], nullptr, 0, true);
     }
+    // Where operations reach the PS in issue order and it serves requests on arrival (tcp between
+    // nodes), the rows are read at once: one round trip for the request and the answer together,
+    // valid when the request's read-back says it was served.
+    bool speculated = false;
+    for (int p = 0; p < P; ++p) {
+      const auto pi = static_cast<std::size_t>(p);
+      answer[pi].resize(count[pi] * dim);
+      if (count[pi] == 0 || !dyn_readback_pending[d][pi]) continue;
+      const DynamicLayout& l = layout.dynamic(d, p);
+      transport->get(*region, ps_rank[pi], l.request(worker) + l.rows, answer[pi].data(), 4 * count[pi] * dim);
+      speculated = true;
+    }
+    if (speculated) transport->flush_all(*region);
+    bool fetched = false;
     for (int p = 0; p < P; ++p) {
       const auto pi = static_cast<std::size_t>(p);
       if (count[pi] == 0) continue;
+      const bool was_speculated = dyn_readback_pending[d][pi] != 0;
+      take_readback(d, p);
+      if (was_speculated && dyn_acked[d][pi] >= dyn_sent[d][pi]) continue;
       wait_dynamic(d, p, "lookup_dynamic");
-      answer[pi].resize(count[pi] * dim);
       const DynamicLayout& l = layout.dynamic(d, p);
       transport->get(*region, ps_rank[pi], l.request(worker) + l.rows, answer[pi].data(), 4 * count[pi] * dim);
+      fetched = true;
     }
-    transport->flush_all(*region);
+    if (fetched) transport->flush_all(*region);
     for (int p = 0; p < P; ++p) {
       const auto pi = static_cast<std::size_t>(p);
       for (std::size_t i = 0; i < count[pi]; ++i)

@@ -292,6 +292,8 @@ ParameterServers ParameterServers::materialize(const Runtime& runtime, const PsO
     client->readback_pending.assign(shards, 0);
     client->dyn_sent.assign(impl->dynamic.size(), std::vector<std::int64_t>(impl->ps_rank.size(), 0));
     client->dyn_acked = client->dyn_sent;
+    client->dyn_readback = client->dyn_sent;
+    client->dyn_readback_pending.assign(impl->dynamic.size(), std::vector<char>(impl->ps_rank.size(), 0));
   }
   if (server) {
     server->rounds.assign(shards, 0);

@@ -49,7 +49,8 @@ struct ServerCore final : PsCore {
   // Dynamic variables (dynamic_service.cc): this PS's shard of each, in declaration order.
   struct DynamicState {
     std::unique_ptr<DynamicTable> table;
-    std::vector<std::int64_t> seen;  // per worker: requests taken (the doorbell value last served)
+    std::vector<std::int64_t> seen;   // per worker: requests taken (its ack word once answered)
+    std::vector<std::int64_t> bells;  // per worker: requests taken through the doorbell
     // Sync: per worker, whether its round's last update request arrived (its ack waits for the
     // round), and the ids, gradient rows and steps of its requests of the round, copied out.
     std::vector<char> waiting;
@@ -64,6 +65,12 @@ struct ServerCore final : PsCore {
   void prepare_dynamic();
   // One pass over dynamic variable d's doorbells; true when it served something. apply_mu held.
   bool serve_dynamic(std::size_t d);
+  // Serves worker w's request `number` of variable d: header, ids and (update) gradient rows at
+  // `req`, `bytes` readable there (exact: the message is exactly that long). Checks every word
+  // first (Error naming the writer). apply_mu held.
+  void serve_request(std::size_t d, int w, const char* req, std::size_t bytes, bool exact, std::int64_t number);
+  // A request handed over by the transport's thread (consume_notified): served there, under apply_mu.
+  void consume_dynamic(std::size_t d, int w, std::uint64_t offset, const void* data, std::size_t bytes);
   // Sync: applies the round of dynamic variable d (every worker's requests, in worker order) and
   // acknowledges every worker's last request. Called once every worker's last one arrived.
   void apply_dynamic_round(std::size_t d);
