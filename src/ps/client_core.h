@@ -61,6 +61,8 @@ struct ClientCore final : PsCore {
   std::vector<std::vector<std::int64_t>> dyn_readback;
   std::vector<std::vector<char>> dyn_readback_pending;
   std::vector<std::int64_t> dyn_message;  // the request being sent (reused)
+  std::vector<std::int64_t> dyn_keys;     // deduplication scratch (reused)
+  std::vector<std::uint32_t> dyn_slots;
   // Takes a drained read-back of PS p into dyn_acked (call after a flush).
   void take_readback(std::size_t d, int p);
   // Writes one request into this worker's area on PS p (after the previous one was answered) and
