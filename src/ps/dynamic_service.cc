@@ -269,6 +269,18 @@ bool ServerCore::serve_dynamic(std::size_t d) {
 
 void ServerCore::consume_dynamic(std::size_t d, int w, std::uint64_t offset, const void* data, std::size_t bytes) {
   std::lock_guard<std::mutex> lock(apply_mu);
+  if (!dynamic_failure.empty()) return;  // the job is ending: the service loop throws it
+  try {
+    consume_dynamic_locked(d, w, offset, data, bytes);
+  } catch (const Error& e) {
+    // Thrown from the service loop (serve_once), as a malformed request found there would be,
+    // rather than from the transport's thread, which would abort the job without serve() saying why.
+    dynamic_failure = e.message();
+  }
+}
+
+void ServerCore::consume_dynamic_locked(std::size_t d, int w, std::uint64_t offset, const void* data,
+                                        std::size_t bytes) {
   DynamicState& st = dynamic_state[d];
   const DynamicLayout& l = layout.dynamic(d, ps_index);
   const auto wi = static_cast<std::size_t>(w);

@@ -364,6 +364,13 @@ void ParameterServersTestPeer::put(PsEndpoint& endpoint, int rank, std::uint64_t
   m.transport->flush(*m.region, rank);
 }
 
+void ParameterServersTestPeer::put_notify(PsEndpoint& endpoint, int rank, std::uint64_t offset, const void* src,
+                                          std::size_t bytes, std::uint64_t counter) {
+  PsCore& m = *endpoint.core_;
+  m.transport->put_notify(*m.region, rank, offset, src, bytes, bytes, counter, nullptr, 0);
+  m.transport->flush(*m.region, rank);
+}
+
 std::int64_t ParameterServersTestPeer::fetch_add(PsEndpoint& endpoint, int rank, std::uint64_t offset,
                                                  std::int64_t value) {
   PsCore& m = *endpoint.core_;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -71,6 +72,10 @@ struct ServerCore final : PsCore {
   void serve_request(std::size_t d, int w, const char* req, std::size_t bytes, bool exact, std::int64_t number);
   // A request handed over by the transport's thread (consume_notified): served there, under apply_mu.
   void consume_dynamic(std::size_t d, int w, std::uint64_t offset, const void* data, std::size_t bytes);
+  void consume_dynamic_locked(std::size_t d, int w, std::uint64_t offset, const void* data, std::size_t bytes);
+  // What a request handed over by the transport's thread was refused for ("" if none) (apply_mu);
+  // serve_once throws it.
+  std::string dynamic_failure;
   // Sync: applies the round of dynamic variable d (every worker's requests, in worker order) and
   // acknowledges every worker's last request. Called once every worker's last one arrived.
   void apply_dynamic_round(std::size_t d);

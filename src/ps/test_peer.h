@@ -40,6 +40,10 @@ struct ParameterServersTestPeer {
   // Raw one-sided operations on the PS region (remote completion included).
   static void put(PsEndpoint& endpoint, int rank, std::uint64_t offset, const void* src, std::size_t bytes);
   static std::int64_t fetch_add(PsEndpoint& endpoint, int rank, std::uint64_t offset, std::int64_t value);
+  // A put_notify of `bytes` as one piece counted at `counter` (remote completion included): how a
+  // worker sends a dynamic request where the transport keeps its operations in order.
+  static void put_notify(PsEndpoint& endpoint, int rank, std::uint64_t offset, const void* src, std::size_t bytes,
+                         std::uint64_t counter);
 };
 
 }  // namespace strata::ps

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -367,6 +368,54 @@ TEST_P(DynamicTransport, MalformedRequestsAreRefused) {
     }
     STRATA_EXPECT_ALL(comm.get(), !is_ps0 || (error.find("worker:0 (rank ") == 0 && error.find(c.want) != std::string::npos));
     STRATA_EXPECT_ALL(comm.get(), untouched);
+  }
+}
+
+// Between nodes over tcp a request is one put_notify that the PS serves on its transport's
+// thread: a message shorter or longer than its header says is refused there, and serve() throws
+// it naming the writer. (Elsewhere the message lands in the area and its length is not visible.)
+TEST_P(DynamicTransport, MessagesOfTheWrongLengthAreRefused) {
+  TestComm comm;
+  if (comm.size() < 2) GTEST_SKIP() << "needs a PS and a worker";
+  const char* remote = std::getenv("STRATA_TCP_FORCE_REMOTE");
+  if (GetParam() != "tcp" || !remote || std::string(remote) != "1")
+    GTEST_SKIP() << "only the tcp transport between nodes hands requests over as messages";
+  using Peer = ParameterServersTestPeer;
+  struct Case {
+    std::vector<std::int64_t> message;
+    std::string want;
+  };
+  std::vector<std::int64_t> update = {2, 3, 5, 1, 0, 0, 0, 0, 11, 12};  // 2 ids, no gradient rows
+  std::vector<std::int64_t> lookup = {1, 1, 0, 0, 0, 0, 0, 0};          // 1 id said, none sent
+  const std::vector<Case> cases = {
+      {lookup, "sent a request of 64 bytes for dynamic variable 'e' to ps:0 whose header says 1 ids (72 bytes)"},
+      {update, "sent a request of 80 bytes for dynamic variable 'e' to ps:0 whose header says 2 ids (112 bytes)"},
+  };
+  for (const Case& c : cases) {
+    Job job = start(comm);
+    PsOptions options;
+    options.transport = GetParam();
+    auto ps = ParameterServers::materialize(*job.runtime, options, {}, {dyn("e", 4, 8)});
+    std::string error;
+    if (ps.is_ps()) {
+      try {
+        ps.server->serve();
+      } catch (const Error& e) {
+        error = e.message();
+      }
+    } else {
+      if (ps.client->worker_index() == 0) {
+        const Peer::DynamicWords words = Peer::dynamic_words(*ps.client, "e", 0);
+        Peer::put_notify(*ps.client, words.rank, words.request, c.message.data(), c.message.size() * 8, words.doorbell);
+      }
+      ps.client->done();
+    }
+    ps.endpoint().barrier();
+    const bool is_ps0 = ps.server && ps.server->ps_index() == 0;
+    if (is_ps0) {
+      EXPECT_NE(error.find(c.want), std::string::npos) << error;
+    }
+    STRATA_EXPECT_ALL(comm.get(), !is_ps0 || (error.find("worker:0 (rank ") == 0 && error.find(c.want) != std::string::npos));
   }
 }
 
