@@ -297,6 +297,7 @@ struct PlanePhase {
   const char* name;
   std::int64_t ops = 0;    // ids, duplicates included, this worker (summed over workers below)
   std::int64_t calls = 0;  // timed calls
+  std::int64_t distinct = 0;  // distinct ids of the timed calls (what crosses the network and the PS serves)
   double seconds = 0;      // wall clock of the timed calls
   std::int64_t wrong = 0;
   double link_us = 0;      // raw TCP round trip of the same bytes (between nodes)
@@ -386,12 +387,16 @@ int run_dynamic_plane_bench(const DynamicBenchConfig& cfg, int* argc, char*** ar
       }
       return wrong;
     };
-    auto timed = [](PlanePhase& p, std::int64_t n, const auto& call) {
+    std::vector<std::int64_t> sorted;
+    auto timed = [&](PlanePhase& p, std::int64_t n, const auto& call) {
       const auto t0 = Clock::now();
       call();
       p.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
       p.ops += n;
       ++p.calls;
+      sorted.assign(ids.begin(), ids.begin() + n);
+      std::sort(sorted.begin(), sorted.end());
+      p.distinct += std::unique(sorted.begin(), sorted.end()) - sorted.begin();
     };
     // insert: this worker's share of the support, batch by batch
     std::int64_t k = 0;
@@ -437,6 +442,7 @@ int run_dynamic_plane_bench(const DynamicBenchConfig& cfg, int* argc, char*** ar
   for (PlanePhase* p : {&insert, &lookup, &update}) {
     STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &p->ops, 1, MPI_INT64_T, MPI_SUM, comm));
     STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &p->calls, 1, MPI_INT64_T, MPI_SUM, comm));
+    STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &p->distinct, 1, MPI_INT64_T, MPI_SUM, comm));
     STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &p->seconds, 1, MPI_DOUBLE, MPI_SUM, comm));
     STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &p->wrong, 1, MPI_INT64_T, MPI_SUM, comm));
   }
@@ -460,13 +466,14 @@ int run_dynamic_plane_bench(const DynamicBenchConfig& cfg, int* argc, char*** ar
        << cfg.iters << "\n";
     os << "# transport: " << transport << "\n";
     os << "# time_us: one call of a batch (deduplicated, grouped per PS; a lookup returns with the rows, an update "
-          "once applied), averaged over calls and workers; algbw: the batch's row bytes / time_us"
+          "once applied), averaged over calls and workers; distinct: distinct ids per call; algbw: the batch's row bytes / "
+          "time_us"
        << (remote ? "; link: raw TCP of the same bytes between the same ranks, same run (pull shape for lookups, "
                     "push shape for updates)"
                   : "")
        << "\n";
     os << std::setw(10) << "operation" << std::setw(12) << "ids" << std::setw(12) << "time_us" << std::setw(11)
-       << "Mops_s" << std::setw(10) << "algbw" << std::setw(8) << "#wrong";
+       << "Mops_s" << std::setw(10) << "distinct" << std::setw(10) << "algbw" << std::setw(8) << "#wrong";
     if (remote) os << std::setw(10) << "link" << std::setw(9) << "vs_link";
     os << "\n";
     nlohmann::json json_rows = nlohmann::json::array();
@@ -479,9 +486,10 @@ int run_dynamic_plane_bench(const DynamicBenchConfig& cfg, int* argc, char*** ar
       const double algbw = time_us > 0 ? static_cast<double>(row_bytes) / (time_us * 1e3) : 0.0;
       const double link = p->link_us > 0 ? static_cast<double>(row_bytes) / (p->link_us * 1e3) : 0.0;
       const double vs_link = link > 0 ? algbw / link : 0.0;
+      const double distinct = p->calls > 0 ? static_cast<double>(p->distinct) / static_cast<double>(p->calls) : 0.0;
       os << std::setw(10) << p->name << std::setw(12) << p->ops << std::fixed << std::setprecision(2) << std::setw(12)
-         << time_us << std::setprecision(3) << std::setw(11) << ops_per_s / 1e6 << std::setprecision(2) << std::setw(10)
-         << algbw << std::setw(8) << p->wrong;
+         << time_us << std::setprecision(3) << std::setw(11) << ops_per_s / 1e6 << std::setprecision(0) << std::setw(10)
+         << distinct << std::setprecision(2) << std::setw(10) << algbw << std::setw(8) << p->wrong;
       if (remote) os << std::setw(10) << link << std::setw(9) << vs_link;
       os << "\n";
       wrong += p->wrong;
@@ -490,6 +498,7 @@ int run_dynamic_plane_bench(const DynamicBenchConfig& cfg, int* argc, char*** ar
                            {"plane", true},
                            {"ops", p->ops},
                            {"time_us", time_us},
+                           {"distinct_per_call", distinct},
                            {"ops_per_s", ops_per_s},
                            {"algbw_GBps", algbw},
                            {"bytes", row_bytes},
