@@ -11,20 +11,27 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <unordered_map>
 #include <vector>
 
 #include "cli/bench_checkpoint.h"
+#include "cli/bench_link.h"
 #include "ps/dynamic_table.h"
+#include "strata/cluster/resolve.h"
+#include "strata/cluster/runtime.h"
+#include "strata/common/env.h"
 #include "strata/common/error.h"
 #include "strata/common/parse.h"
 #include "strata/ps/optimizer.h"
+#include "strata/ps/parameter_servers.h"
 #include "strata/ps/variable.h"
 
 namespace strata::cli {
@@ -282,12 +289,255 @@ int run_dynamic_bench(const DynamicBenchConfig& cfg) {
   return status;
 }
 
-int run_dynamic_bench_command(const BenchFlags& f) {
+// ---- the data plane under mpirun ----------------------------------------------------------------
+
+namespace {
+
+struct PlanePhase {
+  const char* name;
+  std::int64_t ops = 0;    // ids, duplicates included, this worker (summed over workers below)
+  std::int64_t calls = 0;  // timed calls
+  std::int64_t distinct = 0;  // distinct ids of the timed calls (what crosses the network and the PS serves)
+  double seconds = 0;      // wall clock of the timed calls
+  std::int64_t wrong = 0;
+  double link_us = 0;      // raw TCP round trip of the same bytes (between nodes)
+};
+
+}  // namespace
+
+int run_dynamic_plane_bench(const DynamicBenchConfig& cfg, int* argc, char*** argv) {
+  MpiSession mpi(argc, argv);
+  BootstrapOptions boot;
+  boot.resolve.resolver = cluster::ResolverKind::kMpi;
+  boot.resolve.num_ps = cfg.num_ps;
+  boot.timeout_s = cfg.timeout_s;
+  std::unique_ptr<Runtime> rt;
+  try {
+    rt = Runtime::bootstrap(MPI_COMM_WORLD, Env::from_process(), boot);
+  } catch (const ConfigError& e) {
+    int world_rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    if (world_rank == 0) std::fprintf(stderr, "strata bench: error: %s\n", e.message().c_str());
+    return kExitUsage;
+  }
+  MPI_Comm comm = rt->comms().runtime();
+  const int rank = rt->rank();
+  const int num_ps = rt->count_role(Role::kPs);
+  const int workers = rt->size() - num_ps;
+  if (num_ps < 1 || workers < 1) {
+    if (rank == 0) std::fprintf(stderr, "strata bench: error: --op dynamic under mpirun needs a PS and a worker rank\n");
+    return kExitUsage;
+  }
+  // Worker 0 (rank num_ps under the mpi resolver) and PS 0 (rank 0) on different nodes?
+  bool remote = false;
+  {
+    MPI_Comm node;
+    STRATA_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+    int leader = rank;
+    STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, node));
+    MPI_Comm_free(&node);
+    std::vector<int> leaders(static_cast<std::size_t>(rt->size()));
+    STRATA_CHECK_MPI(MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, comm));
+    remote = leaders[0] != leaders[static_cast<std::size_t>(num_ps)];
+  }
+  const bool is_worker = rt->role() == Role::kChief || rt->role() == Role::kWorker;
+  MPI_Comm worker_comm = MPI_COMM_NULL;  // the workers' barrier between phases
+  STRATA_CHECK_MPI(MPI_Comm_split(comm, is_worker ? 1 : MPI_UNDEFINED, rank, &worker_comm));
+
+  ps::PsOptions options;
+  options.transport = cfg.transport;
+  options.timeout_s = cfg.timeout_s;
+  ps::DynamicVariableSpec spec;
+  spec.name = "bench/emb";
+  spec.dim = cfg.dim;
+  spec.init = ps::Initializer::uniform(-0.05, 0.05, 2024);
+  spec.capacity = std::min<std::int64_t>(ps::DynamicTableConfig::kMaxCapacity, cfg.rows + 1);
+  spec.max_ids = std::min<std::int64_t>(cfg.batch, ps::DynamicVariableSpec::kMaxIds);
+  std::unique_ptr<ps::ParameterServers> servers;
+  try {
+    options.optimizer = ps::OptimizerConfig::parse(cfg.optimizer);
+    servers = std::make_unique<ps::ParameterServers>(ps::ParameterServers::materialize(*rt, options, {}, {spec}));
+  } catch (const ConfigError& e) {
+    if (rank == 0) std::fprintf(stderr, "strata bench: error: %s\n", e.message().c_str());
+    if (worker_comm != MPI_COMM_NULL) MPI_Comm_free(&worker_comm);
+    return kExitUsage;
+  }
+  const std::string transport = servers->endpoint().transport_description();
+  const auto dim = static_cast<std::size_t>(cfg.dim);
+  const auto batch = static_cast<std::size_t>(cfg.batch);
+  PlanePhase insert{"insert"}, lookup{"lookup"}, update{"update"};
+  std::int64_t expected_updates = 0, ps_updates = 0, rejected = 0;
+  if (ps::PsServer* server = servers->server.get()) {
+    server->serve();
+    const ps::DynamicShardStats st = server->dynamic_stats(spec.name);
+    ps_updates = st.updates;
+    rejected = st.rejected_lookups + st.rejected_updates + st.rejected_full;
+  } else if (ps::PsClient* client = servers->client.get()) {
+    const int me = client->worker_index();
+    const ZipfDraws zipf(cfg.rows, cfg.zipf_s);
+    std::vector<std::int64_t> ids(batch);
+    std::vector<float> out(batch * dim), want(dim), grads(batch * dim);
+    ps::Initializer init = spec.init;
+    auto wrong_initial = [&](std::size_t n) {
+      std::int64_t wrong = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        init.seed = ps::row_seed(spec.init.seed, ids[i]);
+        ps::fill(init, ps::DType::kF32, {1, cfg.dim}, 0, 1, want.data());
+        wrong += std::memcmp(want.data(), out.data() + i * dim, dim * sizeof(float)) != 0;
+      }
+      return wrong;
+    };
+    std::vector<std::int64_t> sorted;
+    auto timed = [&](PlanePhase& p, std::int64_t n, const auto& call) {
+      const auto t0 = Clock::now();
+      call();
+      p.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+      p.ops += n;
+      ++p.calls;
+      sorted.assign(ids.begin(), ids.begin() + n);
+      std::sort(sorted.begin(), sorted.end());
+      p.distinct += std::unique(sorted.begin(), sorted.end()) - sorted.begin();
+    };
+    // insert: this worker's share of the support, batch by batch
+    std::int64_t k = 0;
+    for (std::int64_t begin = 0; begin < cfg.rows; begin += cfg.batch, ++k) {
+      if (k % workers != me) continue;
+      const auto n = static_cast<std::size_t>(std::min<std::int64_t>(cfg.batch, cfg.rows - begin));
+      for (std::size_t i = 0; i < n; ++i) ids[i] = id_of_rank(static_cast<std::uint64_t>(begin) + i);
+      timed(insert, static_cast<std::int64_t>(n), [&] { client->lookup_dynamic(spec.name, ids.data(), n, out.data()); });
+      insert.wrong += wrong_initial(n);
+    }
+    STRATA_CHECK_MPI(MPI_Barrier(worker_comm));
+    // lookup: Zipf batches of present ids
+    for (int b = 0; b < cfg.warmup + cfg.iters; ++b) {
+      for (std::size_t i = 0; i < batch; ++i)
+        ids[i] = id_of_rank(zipf.rank(1 + 1000 * static_cast<std::uint64_t>(me), static_cast<std::uint64_t>(b) * batch + i));
+      if (b >= cfg.warmup)
+        timed(lookup, cfg.batch, [&] { client->lookup_dynamic(spec.name, ids.data(), batch, out.data()); });
+      else
+        client->lookup_dynamic(spec.name, ids.data(), batch, out.data());
+      lookup.wrong += wrong_initial(batch);
+    }
+    STRATA_CHECK_MPI(MPI_Barrier(worker_comm));
+    // update: Zipf batches of gradients; every distinct id of a batch is one row update on its PS
+    for (int b = 0; b < cfg.warmup + cfg.iters; ++b) {
+      for (std::size_t i = 0; i < batch; ++i)
+        ids[i] = id_of_rank(zipf.rank(2 + 1000 * static_cast<std::uint64_t>(me), static_cast<std::uint64_t>(b) * batch + i));
+      for (std::size_t i = 0; i < grads.size(); ++i)
+        grads[i] = static_cast<float>(static_cast<double>(ps::dynamic_mix64(static_cast<std::uint64_t>(b) * grads.size() + i) >> 40) * 0x1.0p-24 - 0.5) * 0.1f;
+      if (b >= cfg.warmup)
+        timed(update, cfg.batch, [&] { client->update_dynamic(spec.name, ids.data(), batch, grads.data(), b + 1); });
+      else
+        client->update_dynamic(spec.name, ids.data(), batch, grads.data(), b + 1);
+      std::vector<std::int64_t> sorted(ids);
+      std::sort(sorted.begin(), sorted.end());
+      expected_updates += std::unique(sorted.begin(), sorted.end()) - sorted.begin();
+    }
+    client->done();
+  }
+  servers->endpoint().barrier();
+  servers.reset();
+  if (worker_comm != MPI_COMM_NULL) MPI_Comm_free(&worker_comm);
+  // Sums over the workers (and the PS ranks' counters).
+  for (PlanePhase* p : {&insert, &lookup, &update}) {
+    STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &p->ops, 1, MPI_INT64_T, MPI_SUM, comm));
+    STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &p->calls, 1, MPI_INT64_T, MPI_SUM, comm));
+    STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &p->distinct, 1, MPI_INT64_T, MPI_SUM, comm));
+    STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &p->seconds, 1, MPI_DOUBLE, MPI_SUM, comm));
+    STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &p->wrong, 1, MPI_INT64_T, MPI_SUM, comm));
+  }
+  STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &expected_updates, 1, MPI_INT64_T, MPI_SUM, comm));
+  STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &ps_updates, 1, MPI_INT64_T, MPI_SUM, comm));
+  STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &rejected, 1, MPI_INT64_T, MPI_SUM, comm));
+  update.wrong += std::llabs(ps_updates - expected_updates) + rejected;
+  const std::uint64_t row_bytes = batch * dim * sizeof(float);  // the rows one call carries
+  if (remote) {
+    const LinkTimes lt = measure_link(comm, 0, num_ps, row_bytes, cfg.warmup, cfg.iters, cfg.timeout_s);
+    insert.link_us = lookup.link_us = lt.pull_us;
+    update.link_us = lt.push_us;
+  }
+
+  int status = kExitOk;
+  if (rank == 0) {
+    std::ostringstream os;
+    os << "# strata bench: op dynamic (data plane: lookups and updates by id), " << num_ps << " PS + " << workers
+       << " worker(s), " << cfg.dim << "-float rows, optimizer " << cfg.optimizer << ", " << cfg.rows
+       << " ids (Zipf s=" << cfg.zipf_s << "), batches of " << cfg.batch << ", warmup " << cfg.warmup << ", iters "
+       << cfg.iters << "\n";
+    os << "# transport: " << transport << "\n";
+    os << "# time_us: one call of a batch (deduplicated, grouped per PS; a lookup returns with the rows, an update "
+          "once applied), averaged over calls and workers; distinct: distinct ids per call; algbw: the batch's row bytes / "
+          "time_us"
+       << (remote ? "; link: raw TCP of the same bytes between the same ranks, same run (pull shape for lookups, "
+                    "push shape for updates)"
+                  : "")
+       << "\n";
+    os << std::setw(10) << "operation" << std::setw(12) << "ids" << std::setw(12) << "time_us" << std::setw(11)
+       << "Mops_s" << std::setw(10) << "distinct" << std::setw(10) << "algbw" << std::setw(8) << "#wrong";
+    if (remote) os << std::setw(10) << "link" << std::setw(9) << "vs_link";
+    os << "\n";
+    nlohmann::json json_rows = nlohmann::json::array();
+    std::int64_t wrong = 0;
+    for (const PlanePhase* p : {&insert, &lookup, &update}) {
+      const double time_us = p->calls > 0 ? p->seconds * 1e6 / static_cast<double>(p->calls) : 0.0;
+      // ids per second of the job: every worker's ids over the mean worker's time
+      const double ops_per_s =
+          p->seconds > 0 ? static_cast<double>(p->ops) / (p->seconds / static_cast<double>(workers)) : 0.0;
+      const double algbw = time_us > 0 ? static_cast<double>(row_bytes) / (time_us * 1e3) : 0.0;
+      const double link = p->link_us > 0 ? static_cast<double>(row_bytes) / (p->link_us * 1e3) : 0.0;
+      const double vs_link = link > 0 ? algbw / link : 0.0;
+      const double distinct = p->calls > 0 ? static_cast<double>(p->distinct) / static_cast<double>(p->calls) : 0.0;
+      os << std::setw(10) << p->name << std::setw(12) << p->ops << std::fixed << std::setprecision(2) << std::setw(12)
+         << time_us << std::setprecision(3) << std::setw(11) << ops_per_s / 1e6 << std::setprecision(0) << std::setw(10)
+         << distinct << std::setprecision(2) << std::setw(10) << algbw << std::setw(8) << p->wrong;
+      if (remote) os << std::setw(10) << link << std::setw(9) << vs_link;
+      os << "\n";
+      wrong += p->wrong;
+      json_rows.push_back({{"op", "dynamic"},
+                           {"operation", p->name},
+                           {"plane", true},
+                           {"ops", p->ops},
+                           {"time_us", time_us},
+                           {"distinct_per_call", distinct},
+                           {"ops_per_s", ops_per_s},
+                           {"algbw_GBps", algbw},
+                           {"bytes", row_bytes},
+                           {"link_GBps", link},
+                           {"vs_link", vs_link},
+                           {"remote", remote},
+                           {"wrong", p->wrong},
+                           {"dim", cfg.dim},
+                           {"batch", cfg.batch},
+                           {"num_ps", num_ps},
+                           {"workers", workers},
+                           {"optimizer", cfg.optimizer}});
+    }
+    os << "# " << (wrong == 0 ? "all results correct" : std::to_string(wrong) + " wrong row(s) or update(s)") << "\n";
+    std::cout << os.str() << std::flush;
+    if (wrong != 0) status = kExitFailure;
+    if (!cfg.json_path.empty()) {
+      std::ofstream file(cfg.json_path);
+      file << nlohmann::json{{"rows", json_rows}}.dump(2) << "\n";
+      if (!file) {
+        std::fprintf(stderr, "strata bench: cannot write %s\n", cfg.json_path.c_str());
+        status = kExitFailure;
+      }
+    }
+  }
+  STRATA_CHECK_MPI(MPI_Bcast(&status, 1, MPI_INT, 0, comm));
+  return status;
+}
+
+int run_dynamic_bench_command(const BenchFlags& f, int* argc, char*** argv) {
   DynamicBenchConfig cfg;
-  if (!f.max_bytes.empty() || !f.factor.empty() || !f.num_ps.empty() || !f.transport.empty() || !f.dir.empty() ||
-      f.keep || !f.timeout.empty() || !f.ps_threads.empty() || !f.model.empty() || !f.batch.empty())
-    throw ConfigError("--op dynamic runs in one process: only --rows, --row-elems, -b (ids per batch), -w, -n, "
-                      "--optimizer and --json apply");
+  const Env env = Env::from_process();
+  const bool launched = cluster::launcher_size_hint(env) >= 2;
+  if (!f.max_bytes.empty() || !f.factor.empty() || !f.dir.empty() || f.keep || !f.ps_threads.empty() ||
+      !f.model.empty() || !f.batch.empty())
+    throw ConfigError("--op dynamic: only --rows, --row-elems, -b (ids per batch), -w, -n, --optimizer and --json "
+                      "apply (and under mpirun --num-ps, --transport and --timeout)");
+  if (!launched && (!f.num_ps.empty() || !f.transport.empty() || !f.timeout.empty()))
+    throw ConfigError("--op dynamic in one process: --num-ps, --transport and --timeout apply under mpirun only");
   if (!f.rows.empty()) {
     const std::uint64_t rows = parse_bytes(f.rows, "--rows");  // suffixes: 1M = 1048576 ids
     if (rows < 1 || rows > static_cast<std::uint64_t>(ps::DynamicTableConfig::kMaxCapacity))
@@ -304,7 +554,13 @@ int run_dynamic_bench_command(const BenchFlags& f) {
   if (!f.iters.empty()) cfg.iters = parse_int(f.iters, "-n", 1, 1 << 20);
   if (!f.optimizer.empty()) cfg.optimizer = f.optimizer;
   cfg.json_path = f.json;
-  return run_dynamic_bench(cfg);
+  if (!launched) return run_dynamic_bench(cfg);
+  if (!f.num_ps.empty()) cfg.num_ps = parse_int(f.num_ps, "--num-ps", 1, 1 << 20);
+  cfg.transport = f.transport.empty() ? env.get_string("STRATA_TRANSPORT", "auto") : f.transport;
+  cfg.timeout_s = resolve_timeout(f.timeout, env);
+  if (f.rows.empty()) cfg.rows = std::int64_t{1} << 18;  // the support crosses the network once
+  if (f.iters.empty()) cfg.iters = 64;
+  return run_dynamic_plane_bench(cfg, argc, argv);
 }
 
 }  // namespace strata::cli

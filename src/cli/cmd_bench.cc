@@ -549,7 +549,7 @@ static int run_step_bench_command(const BenchFlags& f) {
 int run_bench_command(const BenchFlags& f, int* argc, char*** argv) {
   Env env = Env::from_process();
   if (f.op == "step") return run_step_bench_command(f);
-  if (f.op == "dynamic") return run_dynamic_bench_command(f);
+  if (f.op == "dynamic") return run_dynamic_bench_command(f, argc, argv);
   if (!f.model.empty() || !f.batch.empty()) throw ConfigError("--model and --batch apply to --op step only");
   if (f.op == "checkpoint") return run_checkpoint_bench_command(f, argc, argv);
   if (f.op == "apply") return run_apply_bench_command(f);

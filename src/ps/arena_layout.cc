@@ -20,7 +20,8 @@ bool takes_gradients(const ShardMap& map, const Shard& shard) {
 
 std::uint64_t ArenaLayout::control_bytes() const { return align_up(stats() + control::kStatsBytes); }
 
-ArenaLayout ArenaLayout::build(const ShardMap& map, int num_workers, int num_ps, OptimizerKind optimizer, PushPath path) {
+ArenaLayout ArenaLayout::build(const ShardMap& map, int num_workers, int num_ps, OptimizerKind optimizer, PushPath path,
+                               const std::vector<DynamicVariableSpec>& dynamic) {
   ArenaLayout out;
   out.workers_ = num_workers;
   const int num_slots_per_var = ps::num_slots(optimizer);
@@ -64,6 +65,40 @@ ArenaLayout ArenaLayout::build(const ShardMap& map, int num_workers, int num_ps,
       l.chunk_bytes = kStreamChunkBytes;
       l.chunks = top;
       top = grow(top, 8 * workers);
+    }
+  }
+  // Dynamic variables: on every PS, after its own shards (so the offsets differ per PS).
+  out.num_ps_ = num_ps;
+  for (const DynamicVariableSpec& spec : dynamic) {
+    for (int p = 0; p < num_ps; ++p) {
+      std::uint64_t& top = out.arena_bytes_[static_cast<std::size_t>(p)];
+      auto too_big = [&]() -> std::uint64_t {
+        throw ConfigError("cannot place dynamic variable '" + spec.name + "': ps:" + std::to_string(p) +
+                          "'s arena would exceed 2^64 bytes");
+      };
+      auto grow = [&](std::uint64_t a, std::uint64_t b) {
+        std::uint64_t sum = 0;
+        return add_fits(a, b, &sum) && add_fits(sum, kArenaAlign - 1, &sum) ? align_up(a + b) : too_big();
+      };
+      auto times = [&](std::uint64_t a, std::uint64_t b) {
+        std::uint64_t product = 0;
+        return mul_fits(a, b, &product) ? product : too_big();
+      };
+      if (spec.max_ids < 1 || spec.dim < 1) too_big();  // validated before; a layout never sees them
+      DynamicLayout l;
+      l.max_ids = spec.max_ids;
+      l.dim = spec.dim;
+      const auto ids = static_cast<std::uint64_t>(spec.max_ids);
+      l.ids = dynamic_header::kBytes;
+      l.rows = grow(l.ids, times(8, ids));
+      l.request_bytes = grow(l.rows, times(times(4, static_cast<std::uint64_t>(spec.dim)), ids));
+      l.requests = top;
+      top = grow(top, times(l.request_bytes, workers));
+      l.doorbells = top;
+      top = grow(top, 8 * workers);
+      l.acks = top;
+      top = grow(top, 8 * workers);
+      out.dynamic_.push_back(l);
     }
   }
   return out;

@@ -37,6 +37,16 @@
 //   Inboxes, doorbells and acks exist only when pushes go through the PS (a stateful optimizer or
 //   sync consistency); chunk counters only for streamed shards (streams_shard below).
 //
+//   then, per dynamic variable (DynamicVariableSpec), in declaration order, on every PS (each PS
+//   serves the ids of its shard, shard_of(id, num_ps) == its index; offsets differ per PS):
+//     requests               W x request bytes; a request is a 64-byte header (dynamic_header's
+//                            words: id count n, kind, step, last-of-round flag), then the n ids
+//                            (i64) and, for an update, the n gradient rows (dim f32) right after
+//                            them; a lookup's answer (n rows) goes to `rows`, past max_ids ids
+//     doorbells              i64 per worker: requests sent
+//     acks                   i64 per worker: requests answered (written by the PS)
+//   A job without dynamic variables has none of this: its arenas are byte for byte what they were.
+//
 // Every offset and size is computed with checked arithmetic: shapes come from the chief's variable
 // list, and a layout that wrapped would put shards outside the arena. A layout that does not fit is
 // the same ConfigError on every rank.
@@ -99,6 +109,32 @@ struct ShardLayout {
   std::uint64_t chunk_counter(int w) const { return chunks + 8ull * static_cast<std::uint64_t>(w); }
 };
 
+// Where one dynamic variable's pieces live in one PS's arena (dynamic_service.cc uses them).
+struct DynamicLayout {
+  std::uint64_t requests = 0;       // worker w's request area at requests + w * request_bytes
+  std::uint64_t request_bytes = 0;  // header | ids (| gradients) ... | answer rows
+  std::uint64_t ids = 0;            // offset of the ids inside a request (after the header)
+  std::uint64_t rows = 0;           // offset of a lookup's answer rows inside a request
+  std::uint64_t doorbells = 0;      // i64 per worker: requests sent
+  std::uint64_t acks = 0;           // i64 per worker: requests answered
+  std::int64_t max_ids = 0;
+  std::int64_t dim = 0;
+
+  std::uint64_t request(int w) const { return requests + static_cast<std::uint64_t>(w) * request_bytes; }
+  std::uint64_t doorbell(int w) const { return doorbells + 8ull * static_cast<std::uint64_t>(w); }
+  std::uint64_t ack(int w) const { return acks + 8ull * static_cast<std::uint64_t>(w); }
+};
+
+// The words of a dynamic request's header (byte offsets inside the request).
+namespace dynamic_header {
+constexpr std::uint64_t kCount = 0;  // ids in this request, [0, max_ids]
+constexpr std::uint64_t kKind = 8;   // DynamicRequestKind
+constexpr std::uint64_t kStep = 16;  // update: the optimizer step, >= 1
+constexpr std::uint64_t kLast = 24;  // update: 1 on the last request of this worker's batch (sync round)
+constexpr std::uint64_t kBytes = 64;
+}  // namespace dynamic_header
+enum class DynamicRequestKind : std::int64_t { kLookupTrain = 1, kLookupInference = 2, kUpdate = 3 };
+
 // Whether a shard takes gradients (a trainable float variable; int64 variables take assign only).
 bool takes_gradients(const ShardMap& map, const Shard& shard);
 
@@ -112,9 +148,14 @@ class ArenaLayout {
  public:
   ArenaLayout() = default;
   // ConfigError when a PS's arena would exceed 2^64 bytes.
-  static ArenaLayout build(const ShardMap& map, int num_workers, int num_ps, OptimizerKind optimizer, PushPath path);
+  // `dynamic`: the dynamic variables, placed after every shard on every PS.
+  static ArenaLayout build(const ShardMap& map, int num_workers, int num_ps, OptimizerKind optimizer, PushPath path,
+                           const std::vector<DynamicVariableSpec>& dynamic = {});
 
   const ShardLayout& shard(std::size_t s) const { return shards_[s]; }
+  const DynamicLayout& dynamic(std::size_t d, int ps) const {
+    return dynamic_[d * static_cast<std::size_t>(num_ps_) + static_cast<std::size_t>(ps)];
+  }
   std::uint64_t arena_bytes(int ps) const { return arena_bytes_[static_cast<std::size_t>(ps)]; }
   int num_workers() const { return workers_; }
 
@@ -129,6 +170,8 @@ class ArenaLayout {
  private:
   std::vector<ShardLayout> shards_;        // per shard (index into map.shards())
   std::vector<std::uint64_t> arena_bytes_;  // per PS index
+  std::vector<DynamicLayout> dynamic_;      // per dynamic variable, per PS index
+  int num_ps_ = 0;
   int workers_ = 0;
 };
 

@@ -53,6 +53,27 @@ struct ClientCore final : PsCore {
   template <typename T>
   void push_rows_typed(const VariableSpec& spec, const std::vector<std::int64_t>& rows, const T* grads);
 
+  // ---- dynamic variables (dynamic_service.cc) ----
+  std::vector<std::vector<std::int64_t>> dyn_sent;   // per dynamic variable, per PS: requests sent
+  std::vector<std::vector<std::int64_t>> dyn_acked;  // per dynamic variable, per PS: answers seen
+  // Per dynamic variable, per PS: the ack word a put_notify request reads back (valid after a
+  // flush; pending says one is on its way). Sized once: the transport writes into it.
+  std::vector<std::vector<std::int64_t>> dyn_readback;
+  std::vector<std::vector<char>> dyn_readback_pending;
+  std::vector<std::int64_t> dyn_message;  // the request being sent (reused)
+  std::vector<std::int64_t> dyn_keys;     // deduplication scratch (reused)
+  std::vector<std::uint32_t> dyn_slots;
+  // Takes a drained read-back of PS p into dyn_acked (call after a flush).
+  void take_readback(std::size_t d, int p);
+  // Writes one request into this worker's area on PS p (after the previous one was answered) and
+  // rings the doorbell. `rows`: the gradients of an update (n * dim floats), null for a lookup.
+  void send_dynamic(std::size_t d, int p, DynamicRequestKind kind, const std::int64_t* ids, std::size_t n,
+                    const float* rows, std::int64_t step, bool last);
+  // Waits until PS p answered every request of variable d this worker sent.
+  void wait_dynamic(std::size_t d, int p, const char* op);
+  void lookup_dynamic(std::size_t d, const std::int64_t* ids, std::size_t n, float* out, DynamicRequestKind kind);
+  void update_dynamic(std::size_t d, const std::int64_t* ids, std::size_t n, const float* grads, std::int64_t step);
+
   // ---- clocks (ps_client.cc) ----
   std::int64_t read_slowest(std::vector<int>* who);
   bool wait_staleness(bool yield_to_save);

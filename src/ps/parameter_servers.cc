@@ -140,7 +140,8 @@ bool PsEndpoint::save_error_stopped() const { return core_->save_error_stop; }
 // ---- materialisation ----------------------------------------------------------------------------
 
 ParameterServers ParameterServers::materialize(const Runtime& runtime, const PsOptions& options,
-                                               const std::vector<VariableSpec>& specs) {
+                                               const std::vector<VariableSpec>& specs,
+                                               const std::vector<DynamicVariableSpec>& dynamic) {
   // The role decides the part this rank gets; everything until the allocation is common.
   const bool is_ps = runtime.role() == Role::kPs;
   std::unique_ptr<ServerCore> server;
@@ -219,12 +220,36 @@ ParameterServers ParameterServers::materialize(const Runtime& runtime, const PsO
     throw ConfigError("variable creation differs from worker 0 (rank " + std::to_string(worker_ranks[0]) +
                       ") on " + mismatch + " (every worker must create the same variables in the same order)");
 
+  // The same for the dynamic variables; the reference list is validated on every rank alike
+  // (dynamic_specs_from_json), so a bad spec is the same ConfigError everywhere.
+  {
+    const std::string dyn_mine = worker >= 0 ? dynamic_specs_to_json(dynamic) : std::string();
+    std::vector<std::string> dyn_all = allgather_strings(comm, dyn_mine, timeout, "dynamic variable check");
+    const std::string& dyn_reference = dyn_all[worker_ranks[0]];
+    std::string dyn_mismatch;
+    for (int w = 1; w < impl->num_workers; ++w)
+      if (dyn_all[worker_ranks[w]] != dyn_reference)
+        dyn_mismatch += (dyn_mismatch.empty() ? "" : ", ") + std::string("worker ") + std::to_string(w) + " (rank " +
+                        std::to_string(worker_ranks[w]) + ")";
+    if (!dyn_mismatch.empty())
+      throw ConfigError("dynamic variables differ from worker 0 (rank " + std::to_string(worker_ranks[0]) + ") on " +
+                        dyn_mismatch + " (every worker must declare the same dynamic variables in the same order)");
+    impl->dynamic = dynamic_specs_from_json(dyn_reference);
+    for (const auto& d : impl->dynamic) {
+      if (ref_specs.end() != std::find_if(ref_specs.begin(), ref_specs.end(), [&](const VariableSpec& v) { return v.name == d.name; }))
+        throw ConfigError("dynamic variable '" + d.name + "' has the name of a variable");
+      if (std::count_if(impl->dynamic.begin(), impl->dynamic.end(), [&](const DynamicVariableSpec& e) { return e.name == d.name; }) > 1)
+        throw ConfigError("dynamic variable '" + d.name + "' is declared twice");
+    }
+  }
+
   impl->uses_inbox = impl->options.optimizer.kind != OptimizerKind::kSgd ||
                      impl->options.consistency.mode == Consistency::kSync;
   impl->map = ShardMap::build(ref_specs, static_cast<int>(impl->ps_rank.size()), options.placement);
   impl->layout = ArenaLayout::build(impl->map, impl->num_workers, static_cast<int>(impl->ps_rank.size()),
                                     impl->options.optimizer.kind,
-                                    PushPath{impl->uses_inbox, impl->options.consistency.mode == Consistency::kSync});
+                                    PushPath{impl->uses_inbox, impl->options.consistency.mode == Consistency::kSync},
+                                    impl->dynamic);
   for (const Shard& sh : impl->map.shards()) impl->shard_names.push_back(ShardName{sh.variable, sh.part, sh.row_end - sh.row_begin});
 
   // Each PS checks that its arena fits before anyone allocates: a refusal is reported on every rank
@@ -265,12 +290,17 @@ ParameterServers ParameterServers::materialize(const Runtime& runtime, const PsO
     client->acked.assign(shards, 0);
     client->ack_readback.assign(shards, 0);
     client->readback_pending.assign(shards, 0);
+    client->dyn_sent.assign(impl->dynamic.size(), std::vector<std::int64_t>(impl->ps_rank.size(), 0));
+    client->dyn_acked = client->dyn_sent;
+    client->dyn_readback = client->dyn_sent;
+    client->dyn_readback_pending.assign(impl->dynamic.size(), std::vector<char>(impl->ps_rank.size(), 0));
   }
   if (server) {
     server->rounds.assign(shards, 0);
     server->step_base.assign(shards, 0);
     server->initialise_local_shards();
     server->prepare_service();
+    server->prepare_dynamic();
   }
   // Values must be in place before any worker pulls, and stream consumers registered before any
   // worker pushes.
@@ -306,6 +336,18 @@ ParameterServersTestPeer::InboxWords ParameterServersTestPeer::inbox_words(PsCli
   throw Error("inbox_words: no shard named '" + std::string(shard_name) + "'");
 }
 
+ParameterServersTestPeer::DynamicWords ParameterServersTestPeer::dynamic_words(PsClient& client, std::string_view name,
+                                                                               int ps) {
+  const PsEndpoint& endpoint = client;
+  const auto& m = static_cast<const ClientCore&>(*endpoint.core_);
+  const DynamicLayout& l = m.layout.dynamic(m.dynamic_index(name, "dynamic_words"), ps);
+  DynamicWords words;
+  words.rank = m.ps_rank[static_cast<std::size_t>(ps)];
+  words.request = l.request(m.worker);
+  words.doorbell = l.doorbell(m.worker);
+  return words;
+}
+
 ParameterServersTestPeer::ControlWords ParameterServersTestPeer::control_words(PsEndpoint& endpoint) {
   const PsCore& m = *endpoint.core_;
   ControlWords words;
@@ -319,6 +361,13 @@ void ParameterServersTestPeer::put(PsEndpoint& endpoint, int rank, std::uint64_t
                                    std::size_t bytes) {
   PsCore& m = *endpoint.core_;
   m.transport->put(*m.region, rank, offset, src, bytes);
+  m.transport->flush(*m.region, rank);
+}
+
+void ParameterServersTestPeer::put_notify(PsEndpoint& endpoint, int rank, std::uint64_t offset, const void* src,
+                                          std::size_t bytes, std::uint64_t counter) {
+  PsCore& m = *endpoint.core_;
+  m.transport->put_notify(*m.region, rank, offset, src, bytes, bytes, counter, nullptr, 0);
   m.transport->flush(*m.region, rank);
 }
 

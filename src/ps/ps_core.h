@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -64,6 +65,8 @@ struct PsCore {
   // what a check of a word read from an arena names when it fails (arena_checks.h).
   std::vector<WordWriter> writers;
   std::vector<ShardName> shard_names;
+  // The dynamic variables (the chief's list), in declaration order; layout.dynamic(d, ps) places them.
+  std::vector<DynamicVariableSpec> dynamic;
   // Checkpoint outcomes as this rank saw them (checkpoint_protocol.cc).
   std::int64_t saves_failed = 0;  // worker: saves joined that failed; PS: saves that failed here
   bool save_error_stop = false;   // a failed save stopped the job (stop_on_save_error)
@@ -79,6 +82,9 @@ struct PsCore {
   void release() noexcept;
 
   int ps0() const { return ps_rank[0]; }
+  int num_ps() const { return static_cast<int>(ps_rank.size()); }
+  // Index of dynamic variable `name` in `dynamic`; Error naming `op` when there is none.
+  std::size_t dynamic_index(std::string_view name, const char* op) const;
   std::int64_t read_ps0(std::uint64_t offset) { return transport->atomic_read(*region, ps0(), offset); }
   char* base() { return static_cast<char*>(region->local_base()); }
   const Shard& shard(std::size_t s) const { return map.shards()[s]; }

@@ -369,6 +369,9 @@ bool ServerCore::serve_once() {
     else
       worked |= f32 ? serve_shard_async<float>(ls, s) : serve_shard_async<double>(ls, s);
   }
+  for (std::size_t d = 0; d < dynamic_state.size(); ++d) worked |= serve_dynamic(d);
+  if (!dynamic_failure.empty()) [[unlikely]]
+    throw Error(dynamic_failure);
   if (worked) transport->sync_local(*region);
   return worked;
 }

@@ -10,10 +10,12 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include "ps/apply_team.h"
+#include "ps/dynamic_table.h"
 #include "ps/ps_core.h"
 
 namespace strata::ps {
@@ -45,6 +47,41 @@ struct ServerCore final : PsCore {
     if constexpr (std::is_same_v<T, float>) return round_sum_f32;
     else return round_sum_f64;
   }
+  // Dynamic variables (dynamic_service.cc): this PS's shard of each, in declaration order.
+  struct DynamicState {
+    std::unique_ptr<DynamicTable> table;
+    std::vector<std::int64_t> seen;   // per worker: requests taken (its ack word once answered)
+    std::vector<std::int64_t> bells;  // per worker: requests taken through the doorbell
+    // Sync: per worker, whether its round's last update request arrived (its ack waits for the
+    // round), and the ids, gradient rows and steps of its requests of the round, copied out.
+    std::vector<char> waiting;
+    std::vector<std::vector<std::int64_t>> staged_ids;
+    std::vector<std::vector<float>> staged_rows;
+    std::vector<std::vector<std::int64_t>> staged_steps;  // per staged request: step, then its id count
+    std::int64_t next_evict = 0;     // ttl: the step of the next eviction scan
+    std::int64_t requests = 0;       // requests served
+  };
+  std::vector<DynamicState> dynamic_state;
+  // Builds the tables and the service state (materialisation).
+  void prepare_dynamic();
+  // One pass over dynamic variable d's doorbells; true when it served something. apply_mu held.
+  bool serve_dynamic(std::size_t d);
+  // Serves worker w's request `number` of variable d: header, ids and (update) gradient rows at
+  // `req`, `bytes` readable there (exact: the message is exactly that long). Checks every word
+  // first (Error naming the writer). apply_mu held.
+  void serve_request(std::size_t d, int w, const char* req, std::size_t bytes, bool exact, std::int64_t number);
+  // A request handed over by the transport's thread (consume_notified): served there, under apply_mu.
+  void consume_dynamic(std::size_t d, int w, std::uint64_t offset, const void* data, std::size_t bytes);
+  void consume_dynamic_locked(std::size_t d, int w, std::uint64_t offset, const void* data, std::size_t bytes);
+  // What a request handed over by the transport's thread was refused for ("" if none) (apply_mu);
+  // serve_once throws it.
+  std::string dynamic_failure;
+  // Sync: applies the round of dynamic variable d (every worker's requests, in worker order) and
+  // acknowledges every worker's last request. Called once every worker's last one arrived.
+  void apply_dynamic_round(std::size_t d);
+  // One update of table d (and its ttl scan).
+  void apply_dynamic(std::size_t d, const std::int64_t* ids, std::size_t n, const float* rows, std::int64_t step);
+
   // Checkpoint protocol (checkpoint_protocol.cc).
   std::int64_t saves_done = 0;  // saves this PS took part in
   bool stopped = false;         // a preemption save happened

@@ -75,4 +75,52 @@ std::vector<VariableSpec> specs_from_json(const std::string& text) {
   return specs;
 }
 
+std::string dynamic_specs_to_json(const std::vector<DynamicVariableSpec>& specs) {
+  json out = json::array();
+  for (const auto& s : specs) {
+    out.push_back({{"name", s.name},
+                   {"dim", s.dim},
+                   {"init", initializer_json(s.init)},
+                   {"admit_after", s.admit_after},
+                   {"capacity", s.capacity},
+                   {"ttl", s.ttl},
+                   {"max_ids", s.max_ids}});
+  }
+  return out.dump();
+}
+
+std::vector<DynamicVariableSpec> dynamic_specs_from_json(const std::string& text) {
+  std::vector<DynamicVariableSpec> specs;
+  try {
+    json doc = json::parse(text);
+    if (!doc.is_array()) throw Error("malformed dynamic variable list from the chief: not a JSON array");
+    for (const auto& v : doc) {
+      DynamicVariableSpec s;
+      s.name = v.at("name").get<std::string>();
+      s.dim = v.at("dim").get<std::int64_t>();
+      const auto& i = v.at("init");
+      const int kind = i.at("kind").get<int>();
+      if (kind < 0 || kind > static_cast<int>(Initializer::Kind::kGlorotUniform))
+        throw Error("malformed dynamic variable list from the chief: initializer kind " + std::to_string(kind) +
+                    " of '" + s.name + "'");
+      s.init.kind = static_cast<Initializer::Kind>(kind);
+      s.init.value = i.at("value").get<double>();
+      s.init.minval = i.at("minval").get<double>();
+      s.init.maxval = i.at("maxval").get<double>();
+      s.init.mean = i.at("mean").get<double>();
+      s.init.stddev = i.at("stddev").get<double>();
+      s.init.seed = i.at("seed").get<std::uint64_t>();
+      s.admit_after = v.at("admit_after").get<std::int64_t>();
+      s.capacity = v.at("capacity").get<std::int64_t>();
+      s.ttl = v.at("ttl").get<std::int64_t>();
+      s.max_ids = v.at("max_ids").get<std::int64_t>();
+      specs.push_back(std::move(s));
+    }
+  } catch (const json::exception& e) {
+    throw Error(std::string("malformed dynamic variable list from the chief: ") + e.what());
+  }
+  for (const auto& s : specs) s.validate();
+  return specs;
+}
+
 }  // namespace strata::ps

@@ -23,6 +23,13 @@ struct ParameterServersTestPeer {
     std::uint64_t chunk_bytes = 0;
   };
   static InboxWords inbox_words(PsClient& client, std::string_view shard_name);
+  // This worker's request area and doorbell for dynamic variable `name` on PS `ps`.
+  struct DynamicWords {
+    int rank = -1;              // the PS's transport rank
+    std::uint64_t request = 0;  // header (count, kind, step, last), ids at +64
+    std::uint64_t doorbell = 0;
+  };
+  static DynamicWords dynamic_words(PsClient& client, std::string_view name, int ps);
   // PS 0's control words (its rank is ps_rank): the chief's save request id and every worker's clock.
   struct ControlWords {
     int ps_rank = -1;
@@ -33,6 +40,10 @@ struct ParameterServersTestPeer {
   // Raw one-sided operations on the PS region (remote completion included).
   static void put(PsEndpoint& endpoint, int rank, std::uint64_t offset, const void* src, std::size_t bytes);
   static std::int64_t fetch_add(PsEndpoint& endpoint, int rank, std::uint64_t offset, std::int64_t value);
+  // A put_notify of `bytes` as one piece counted at `counter` (remote completion included): how a
+  // worker sends a dynamic request where the transport keeps its operations in order.
+  static void put_notify(PsEndpoint& endpoint, int rank, std::uint64_t offset, const void* src, std::size_t bytes,
+                         std::uint64_t counter);
 };
 
 }  // namespace strata::ps

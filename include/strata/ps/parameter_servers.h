@@ -163,6 +163,27 @@ struct ServeStats {
   std::int64_t max_threads = 1;    // most threads one application used
 };
 
+// One PS's part of a dynamic variable (counters of its DynamicTable, docs/DYNAMIC.md).
+struct DynamicShardStats {
+  std::int64_t rows = 0;              // live rows now
+  std::int64_t admitted = 0;          // rows created for admitted ids
+  std::int64_t lookups = 0;           // ids looked up (training and inference)
+  std::int64_t updates = 0;           // row updates applied (one per distinct id of a batch)
+  std::int64_t rejected_lookups = 0;  // training lookups answered with zeros (not admitted yet)
+  std::int64_t rejected_updates = 0;  // gradients dropped (not admitted yet)
+  std::int64_t rejected_full = 0;     // ids refused at capacity
+  std::int64_t evicted_ttl = 0;
+  std::int64_t evicted_capacity = 0;
+  std::int64_t bytes = 0;             // memory the table holds
+  std::int64_t requests = 0;          // lookup and update requests served
+};
+
+// How a lookup of a dynamic variable treats ids without a row.
+enum class DynamicLookup {
+  kTrain,      // counts the ids for admission and creates the rows of admitted ids
+  kInference,  // reads only: a missing row reads as zeros; nothing counted or created
+};
+
 // What both roles share: the placement, the transport, the job-wide barrier and the checkpoint
 // outcomes. Destroying one is collective over the job (it frees the region).
 class PsEndpoint {
@@ -214,6 +235,9 @@ class PsServer final : public PsEndpoint {
   bool serve();
   // Statistics of this PS's service loop.
   std::int64_t applied_updates() const;
+  // This PS's part of dynamic variable `name` (its shard of the ids): the table's counters.
+  // Error for an unknown name. Read it on the PS's own thread (after serve() returned, say).
+  DynamicShardStats dynamic_stats(std::string_view name) const;
 
  private:
   friend struct ParameterServers;
@@ -259,6 +283,28 @@ class PsClient final : public PsEndpoint {
   // Writes values straight into the variable (all shards), bypassing the optimizer: for
   // non-trainable variables and tests.
   void assign(std::string_view variable, const void* values, std::size_t bytes);
+
+  // ---- dynamic variables (DynamicVariableSpec) ----
+  // The ids are deduplicated, grouped per PS (shard_of(id, num_ps)), and every PS's request is
+  // sent before any answer is waited for: one round trip per PS (more only when a PS gets more
+  // distinct ids than the spec's max_ids, which are sent in several requests). Every wait has the
+  // job's timeout and names the PS. Ids are any int64; n == 0 is a no-op except under sync (below).
+  // Errors (strata::Error): unknown variable, null pointers with n > 0, step < 1.
+  //
+  // Rows of ids[0..n) into out[i * dim ..] in the caller's order (duplicates get the same row).
+  void lookup_dynamic(std::string_view variable, const std::int64_t* ids, std::size_t n, float* out,
+                      DynamicLookup mode = DynamicLookup::kTrain);
+  // One optimizer update of the rows of ids[0..n) with gradient rows grads[i * dim ..]: the
+  // gradients of a repeated id are summed in order of appearance (from the first), then its row
+  // gets one update; `step` (>= 1) is the optimizer's step (Adam's t) and the rows' stamp.
+  // Returns once every PS applied it. Sync consistency: every worker calls it once per step (with
+  // n == 0 if it has nothing), and a PS applies a round's batches in worker order once all of them
+  // arrived, so the result equals one table fed worker 0's batch, then worker 1's, ... each step;
+  // it returns once the whole round is applied. Async: applied as each arrives.
+  void update_dynamic(std::string_view variable, const std::int64_t* ids, std::size_t n, const float* grads,
+                      std::int64_t step);
+  // Floats per row of dynamic variable `variable` (Error when unknown).
+  std::int64_t dynamic_dim(std::string_view variable) const;
 
   // Global step on PS 0: read, and fetch-and-add by one (returns the new value).
   std::int64_t global_step();
@@ -344,8 +390,12 @@ class PsClient final : public PsEndpoint {
 struct ParameterServers {
   // Collective over the runtime's communicator (see the lifecycle above). `specs` is read on the
   // chief and workers and ignored on PS ranks.
+  // `dynamic`: the dynamic variables (same rules: read on the chief and workers, compared across
+  // them, ignored on PS ranks). Without any, the arenas are exactly what they are without this
+  // argument.
   static ParameterServers materialize(const Runtime& runtime, const PsOptions& options,
-                                      const std::vector<VariableSpec>& specs);
+                                      const std::vector<VariableSpec>& specs,
+                                      const std::vector<DynamicVariableSpec>& dynamic = {});
 
   std::unique_ptr<PsServer> server;
   std::unique_ptr<PsClient> client;
@@ -364,5 +414,9 @@ struct ParameterServers {
 // variable list to the PS ranks, and how workers compare theirs.
 std::string specs_to_json(const std::vector<VariableSpec>& specs);
 std::vector<VariableSpec> specs_from_json(const std::string& json);
+// The same for dynamic variable specs (from_json: Error on a malformed list, ConfigError on an
+// invalid spec).
+std::string dynamic_specs_to_json(const std::vector<DynamicVariableSpec>& specs);
+std::vector<DynamicVariableSpec> dynamic_specs_from_json(const std::string& json);
 
 }  // namespace strata::ps

@@ -159,6 +159,34 @@ struct VariableSpec {
   void validate() const;
 };
 
+// ---- dynamic variables --------------------------------------------------------------------
+
+// A dynamic embedding table (issue 22): rows of `dim` floats keyed by arbitrary int64 ids, with
+// no vocabulary and no shape. Every PS holds the rows of the ids id with
+// shard_of(id, num_ps) == its PS index (src/ps/dynamic_table.h; the PS count is the shard count),
+// and workers reach them through PsClient::lookup_dynamic / update_dynamic. Declared next to the
+// dense variables (ParameterServers::materialize's `dynamic` list), in the same order on every
+// worker. The job's optimizer (PsOptions::optimizer) updates its rows.
+struct DynamicVariableSpec {
+  std::string name;
+  std::int64_t dim = 16;  // floats per row, in [1, 65536]
+  // A row's initial values: a pure function of (init, id). Any kind except glorot_uniform.
+  Initializer init = Initializer::uniform(-0.05, 0.05, 0);
+  std::int64_t admit_after = 0;                   // an id gets a row once seen this often (0/1: at once)
+  std::int64_t capacity = std::int64_t{1} << 24;  // most rows per PS (least-recently-updated evicted)
+  std::int64_t ttl = 0;                           // rows not updated for ttl steps go; 0: never
+  // Most distinct ids one request to one PS carries (a larger batch goes in several requests):
+  // sizes the per-worker request area of every PS, max_ids * (8 + 4 * dim) bytes per worker.
+  std::int64_t max_ids = 4096;
+
+  static constexpr std::int64_t kMaxIds = std::int64_t{1} << 20;
+  static constexpr std::int64_t kMaxTtl = std::int64_t{1} << 40;
+
+  // ConfigError naming the variable, the field and the value when anything is out of range (the
+  // initializer and the table's own limits included).
+  void validate() const;
+};
+
 // ConfigError unless `name` is a usable variable name: non-empty, no whitespace or control
 // characters, no leading or trailing '/', no empty path component ("a//b").
 void validate_variable_name(std::string_view name);

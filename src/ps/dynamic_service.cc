@@ -1,0 +1,554 @@
+// The data plane of dynamic variables (issue 22, item 3): lookups and updates by id between the
+// workers and the PS ranks' DynamicTables.
+//
+// Protocol, per dynamic variable d, worker w and PS p (areas in arena_layout.h):
+//   worker  waits until p answered its previous request (it always has: every call below waits
+//           for its answers before returning) and sends the request, header | ids | (update)
+//           gradient rows, as one message into its area on p, to every PS before waiting on any:
+//           where the transport keeps this worker's operations to p in order (tcp between nodes)
+//           as one put_notify whose counter is the doorbell and which reads the ack word back;
+//           elsewhere as a put, a flush and a fetch_add of the doorbell, as the dense inboxes do.
+//   PS      checks every header word (the writer is hostile, arena_checks.h), then: a lookup
+//           writes the rows into the area's answer rows, an update applies the gradients; then it
+//           stores the ack. Between nodes over tcp the transport's thread hands the message over
+//           on arrival (consume_notified) and the PS serves it there, before the transport serves
+//           the worker's next operation; otherwise the service loop finds the doorbell.
+//   worker  a lookup reads the answer with one get: between nodes issued right behind the
+//           request (one round trip for both; used when the read-back ack says it was served),
+//           else after waiting for the ack (the job's timeout, naming the PS).
+// Sync consistency: a PS applies a round only once every worker's batch for it arrived, then in
+// worker order (one table fed worker 0's batch, then worker 1's, ...), so no lookup ever sees part
+// of a round. The PS copies every update request of a round out of the worker's area; those before
+// the last one of the worker's batch are acknowledged at once (the area takes the next), the last
+// one once the round is applied: update_dynamic returns on that ack, when the whole round is
+// applied on that PS, so a lookup that follows sees all of it.
+// Admission: the client deduplicates, so one call counts each distinct id once.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ps/client_core.h"
+#include "ps/server_core.h"
+#include "strata/common/error.h"
+
+namespace strata::ps {
+
+namespace {
+
+constexpr std::int64_t kMaxStep = std::int64_t{1} << 62;
+
+const char* kind_name(DynamicRequestKind kind) {
+  switch (kind) {
+    case DynamicRequestKind::kLookupTrain: return "lookup";
+    case DynamicRequestKind::kLookupInference: return "inference lookup";
+    case DynamicRequestKind::kUpdate: return "update";
+  }
+  return "?";
+}
+
+DynamicTableConfig table_config(const DynamicVariableSpec& spec, const OptimizerConfig& optimizer) {
+  DynamicTableConfig config;
+  config.dim = spec.dim;
+  config.init = spec.init;
+  config.optimizer = optimizer;
+  config.capacity = spec.capacity;
+  config.admit_after = spec.admit_after;
+  return config;
+}
+
+// A request's header as the PS read it, checked.
+struct Request {
+  std::int64_t count = 0;
+  DynamicRequestKind kind = DynamicRequestKind::kLookupTrain;
+  std::int64_t step = 0;
+  bool last = true;
+};
+
+Request checked_request(const char* header, const DynamicLayout& l, const std::string& variable, int ps,
+                        std::int64_t number, const WordWriter& writer) {
+  std::int64_t words[4];
+  std::memcpy(words, header, sizeof words);
+  const std::string where = " in its request " + std::to_string(number) + " for dynamic variable '" + variable +
+                            "' to ps:" + std::to_string(ps);
+  Request r;
+  r.count = words[dynamic_header::kCount / 8];
+  if (r.count < 0 || r.count > l.max_ids) [[unlikely]]
+    fail_word(writer, "wrote an id count of " + std::to_string(r.count) + where + " (at most " +
+                          std::to_string(l.max_ids) + " ids per request)");
+  const std::int64_t kind = words[dynamic_header::kKind / 8];
+  if (kind < 1 || kind > 3) [[unlikely]]
+    fail_word(writer, "wrote a request kind of " + std::to_string(kind) + where +
+                          " (1 lookup, 2 inference lookup, 3 update)");
+  r.kind = static_cast<DynamicRequestKind>(kind);
+  if (r.kind != DynamicRequestKind::kUpdate) return r;
+  r.step = words[dynamic_header::kStep / 8];
+  if (r.step < 1 || r.step > kMaxStep) [[unlikely]]
+    fail_word(writer, "wrote an update step of " + std::to_string(r.step) + where + " (steps are in [1, 2^62])");
+  const std::int64_t last = words[dynamic_header::kLast / 8];
+  if (last != 0 && last != 1) [[unlikely]]
+    fail_word(writer, "wrote a last-of-batch flag of " + std::to_string(last) + where + " (0 or 1)");
+  r.last = last == 1;
+  return r;
+}
+
+}  // namespace
+
+// ---- spec -----------------------------------------------------------------------------------
+
+void DynamicVariableSpec::validate() const {
+  validate_variable_name(name);
+  const std::string who = "dynamic variable '" + name + "': ";
+  if (max_ids < 1 || max_ids > kMaxIds)
+    throw ConfigError(who + "max_ids = " + std::to_string(max_ids) + " is out of range [1, 2^20]");
+  if (ttl < 0 || ttl > kMaxTtl)
+    throw ConfigError(who + "ttl = " + std::to_string(ttl) + " is out of range [0, 2^40] (0: no ttl)");
+  try {
+    table_config(*this, OptimizerConfig::defaults(OptimizerKind::kSgd)).validate();
+  } catch (const ConfigError& e) {
+    throw ConfigError(who + e.message());
+  }
+}
+
+std::size_t PsCore::dynamic_index(std::string_view name, const char* op) const {
+  for (std::size_t d = 0; d < dynamic.size(); ++d)
+    if (dynamic[d].name == name) return d;
+  throw Error(std::string(op) + ": unknown dynamic variable '" + std::string(name) + "'");
+}
+
+// ---- server ---------------------------------------------------------------------------------
+
+void ServerCore::prepare_dynamic() {
+  dynamic_state.clear();
+  dynamic_state.resize(dynamic.size());
+  for (std::size_t d = 0; d < dynamic.size(); ++d) {
+    DynamicState& st = dynamic_state[d];
+    st.table = std::make_unique<DynamicTable>(table_config(dynamic[d], options.optimizer));
+    const auto workers = static_cast<std::size_t>(num_workers);
+    st.seen.assign(workers, 0);
+    st.bells.assign(workers, 0);
+    st.waiting.assign(workers, 0);
+    st.staged_ids.resize(workers);
+    st.staged_rows.resize(workers);
+    st.staged_steps.resize(workers);
+  }
+  // Between nodes over tcp, requests are handed to the transport's thread as they arrive and
+  // served there (consume_dynamic), so the answer is ready before any later operation of the
+  // worker is served: a lookup's get of the rows can follow its request with no wait between.
+  for (std::size_t d = 0; d < dynamic.size(); ++d) {
+    const DynamicLayout& l = layout.dynamic(d, ps_index);
+    for (int w = 0; w < num_workers; ++w) {
+      comm::Transport::PieceHandler h = [this, d, w](std::uint64_t off, const void* data, std::size_t n) {
+        consume_dynamic(d, w, off, data, n);
+      };
+      if (!transport->consume_notified(*region, l.doorbell(w), std::move(h))) return;
+    }
+  }
+}
+
+void ServerCore::apply_dynamic(std::size_t d, const std::int64_t* ids, std::size_t n, const float* rows,
+                               std::int64_t step) {
+  DynamicState& st = dynamic_state[d];
+  const DynamicVariableSpec& spec = dynamic[d];
+  st.table->apply(ids, n, rows, step);
+  if (spec.ttl > 0 && step >= st.next_evict) {
+    // A scan of the table: every ttl/8 steps, so a row outlives its ttl by at most that.
+    st.table->evict_older_than(step, spec.ttl);
+    st.next_evict = step + std::max<std::int64_t>(1, spec.ttl / 8);
+  }
+  ++applied;
+  applied_elements += static_cast<std::int64_t>(n) * spec.dim;
+}
+
+void ServerCore::apply_dynamic_round(std::size_t d) {
+  DynamicState& st = dynamic_state[d];
+  const DynamicLayout& l = layout.dynamic(d, ps_index);
+  const auto dim = static_cast<std::size_t>(dynamic[d].dim);
+  for (int w = 0; w < num_workers; ++w) {
+    const auto wi = static_cast<std::size_t>(w);
+    // Its requests of the round, in the order sent.
+    std::size_t at = 0;
+    const std::vector<std::int64_t>& steps = st.staged_steps[wi];
+    for (std::size_t k = 0; k + 1 < steps.size(); k += 2) {
+      const auto n = static_cast<std::size_t>(steps[k + 1]);
+      apply_dynamic(d, st.staged_ids[wi].data() + at, n, st.staged_rows[wi].data() + at * dim, steps[k]);
+      at += n;
+    }
+    st.staged_ids[wi].clear();
+    st.staged_rows[wi].clear();
+    st.staged_steps[wi].clear();
+  }
+  for (int w = 0; w < num_workers; ++w) {
+    const auto wi = static_cast<std::size_t>(w);
+    st.waiting[wi] = 0;
+    ++st.requests;
+    st.seen[wi] += 1;
+    store_i64(base() + l.ack(w), st.seen[wi]);
+  }
+}
+
+void ServerCore::serve_request(std::size_t d, int w, const char* req, std::size_t bytes, bool exact,
+                               std::int64_t number) {
+  DynamicState& st = dynamic_state[d];
+  const DynamicLayout& l = layout.dynamic(d, ps_index);
+  const DynamicVariableSpec& spec = dynamic[d];
+  const auto wi = static_cast<std::size_t>(w);
+  if (bytes < dynamic_header::kBytes) [[unlikely]]
+    fail_word(writers[wi], "sent a request of " + std::to_string(bytes) + " bytes for dynamic variable '" + spec.name +
+                               "' to ps:" + std::to_string(ps_index) + " (a header alone is 64)");
+  const Request r = checked_request(req, l, spec.name, ps_index, number, writers[wi]);
+  const auto n = static_cast<std::size_t>(r.count);
+  const auto dim = static_cast<std::size_t>(spec.dim);
+  // header | ids | (update) gradient rows; count <= max_ids keeps it inside the request area.
+  const std::size_t need = dynamic_header::kBytes + 8 * n + (r.kind == DynamicRequestKind::kUpdate ? 4 * n * dim : 0);
+  if (need > bytes || (exact && need != bytes)) [[unlikely]]
+    fail_word(writers[wi], "sent a request of " + std::to_string(bytes) + " bytes for dynamic variable '" + spec.name +
+                               "' to ps:" + std::to_string(ps_index) + " whose header says " + std::to_string(n) +
+                               " ids (" + std::to_string(need) + " bytes)");
+  const auto t0 = Clock::now();
+  const auto* ids = reinterpret_cast<const std::int64_t*>(req + dynamic_header::kBytes);
+  const auto* grads = reinterpret_cast<const float*>(req + dynamic_header::kBytes + 8 * n);
+  const bool sync = options.consistency.mode == Consistency::kSync;
+  if (r.kind == DynamicRequestKind::kUpdate && sync) {
+    // Copied out (the round reads only these copies, never words the worker could rewrite after
+    // they were checked), and acknowledged now unless it is the batch's last request.
+    st.staged_ids[wi].insert(st.staged_ids[wi].end(), ids, ids + n);
+    st.staged_rows[wi].insert(st.staged_rows[wi].end(), grads, grads + n * dim);
+    st.staged_steps[wi].push_back(r.step);
+    st.staged_steps[wi].push_back(r.count);
+    busy_s += std::chrono::duration<double>(Clock::now() - t0).count();
+    if (r.last) {
+      st.waiting[wi] = 1;  // acknowledged with the round
+      if (std::all_of(st.waiting.begin(), st.waiting.end(), [](char c) { return c != 0; })) {
+        const auto t1 = Clock::now();
+        apply_dynamic_round(d);
+        busy_s += std::chrono::duration<double>(Clock::now() - t1).count();
+      }
+      return;
+    }
+  } else if (r.kind == DynamicRequestKind::kUpdate) {
+    apply_dynamic(d, ids, n, grads, r.step);
+    busy_s += std::chrono::duration<double>(Clock::now() - t0).count();
+  } else {
+    // The answer goes to the rows of the worker's area (past every id it could send).
+    auto* out = reinterpret_cast<float*>(base() + l.request(w) + l.rows);
+    st.table->lookup(ids, n, out,
+                     r.kind == DynamicRequestKind::kLookupTrain ? DynamicTable::LookupMode::kTrain
+                                                                : DynamicTable::LookupMode::kInference);
+    busy_s += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  ++st.requests;
+  st.seen[wi] = number;
+  store_i64(base() + l.ack(w), number);
+}
+
+bool ServerCore::serve_dynamic(std::size_t d) {
+  DynamicState& st = dynamic_state[d];
+  const DynamicLayout& l = layout.dynamic(d, ps_index);
+  const DynamicVariableSpec& spec = dynamic[d];
+  bool worked = false;
+  for (int w = 0; w < num_workers; ++w) {
+    const auto wi = static_cast<std::size_t>(w);
+    if (st.waiting[wi]) continue;  // its round's last request, taken with the round
+    const std::int64_t bell = load_i64(base() + l.doorbell(w));
+    if (bell == st.bells[wi]) continue;
+    // One request in flight per worker: the doorbell reads the requests it announced that were
+    // served, or one more (requests handed over by the transport never ring it).
+    if (bell != st.bells[wi] + 1) [[unlikely]]
+      fail_word(writers[wi], "rang its doorbell for dynamic variable '" + spec.name + "' on ps:" +
+                                 std::to_string(ps_index) + " to " + std::to_string(bell) + " after " +
+                                 std::to_string(st.bells[wi]) + " of its requests were served (it must read " +
+                                 std::to_string(st.bells[wi]) + " or " + std::to_string(st.bells[wi] + 1) + ")");
+    st.bells[wi] = bell;
+    serve_request(d, w, base() + l.request(w), static_cast<std::size_t>(l.request_bytes), false, st.seen[wi] + 1);
+    worked = true;
+  }
+  return worked;
+}
+
+void ServerCore::consume_dynamic(std::size_t d, int w, std::uint64_t offset, const void* data, std::size_t bytes) {
+  std::lock_guard<std::mutex> lock(apply_mu);
+  if (!dynamic_failure.empty()) return;  // the job is ending: the service loop throws it
+  try {
+    consume_dynamic_locked(d, w, offset, data, bytes);
+  } catch (const Error& e) {
+    // Thrown from the service loop (serve_once), as a malformed request found there would be,
+    // rather than from the transport's thread, which would abort the job without serve() saying why.
+    dynamic_failure = e.message();
+  }
+}
+
+void ServerCore::consume_dynamic_locked(std::size_t d, int w, std::uint64_t offset, const void* data,
+                                        std::size_t bytes) {
+  DynamicState& st = dynamic_state[d];
+  const DynamicLayout& l = layout.dynamic(d, ps_index);
+  const auto wi = static_cast<std::size_t>(w);
+  if (offset != l.request(w) || bytes > l.request_bytes) [[unlikely]]
+    fail_word(writers[wi], "sent " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
+                               " with the doorbell of its request area for dynamic variable '" + dynamic[d].name +
+                               "' on ps:" + std::to_string(ps_index) + " (the area is " +
+                               std::to_string(l.request_bytes) + " bytes at " + std::to_string(l.request(w)) + ")");
+  if (st.waiting[wi]) [[unlikely]]
+    fail_word(writers[wi], "sent a request for dynamic variable '" + dynamic[d].name + "' to ps:" +
+                               std::to_string(ps_index) + " while its last update of the sync round was pending");
+  serve_request(d, w, static_cast<const char*>(data), bytes, true, st.seen[wi] + 1);
+}
+
+// ---- client ---------------------------------------------------------------------------------
+
+void ClientCore::wait_dynamic(std::size_t d, int p, const char* op) {
+  std::int64_t& acked = dyn_acked[d][static_cast<std::size_t>(p)];
+  const std::int64_t sent = dyn_sent[d][static_cast<std::size_t>(p)];
+  if (acked >= sent) return;
+  const int peer = ps_rank[static_cast<std::size_t>(p)];
+  if (dyn_readback_pending[d][static_cast<std::size_t>(p)]) {
+    transport->flush(*region, peer);  // the read-back of the last put_notify
+    take_readback(d, p);
+    if (acked >= sent) return;
+  }
+  const std::uint64_t ack = layout.dynamic(d, p).ack(worker);
+  wait_for([&] { return (acked = transport->atomic_read(*region, peer, ack)) >= sent; },
+           std::string(op) + ": request " + std::to_string(sent) + " for dynamic variable '" + dynamic[d].name +
+               "' to ps:" + std::to_string(p) + " (rank " + std::to_string(peer) + ") was not answered",
+           {peer});
+}
+
+void ClientCore::send_dynamic(std::size_t d, int p, DynamicRequestKind kind, const std::int64_t* ids, std::size_t n,
+                              const float* rows, std::int64_t step, bool last) {
+  wait_dynamic(d, p, kind_name(kind));
+  const DynamicLayout& l = layout.dynamic(d, p);
+  const auto pi = static_cast<std::size_t>(p);
+  const int peer = ps_rank[pi];
+  const std::uint64_t area = l.request(worker);
+  // header | ids | (update) gradient rows, one contiguous message.
+  const std::size_t row_floats = rows ? n * static_cast<std::size_t>(l.dim) : 0;
+  std::vector<std::int64_t>& msg = dyn_message;
+  msg.assign(dynamic_header::kBytes / 8 + n + (row_floats + 1) / 2, 0);
+  msg[dynamic_header::kCount / 8] = static_cast<std::int64_t>(n);
+  msg[dynamic_header::kKind / 8] = static_cast<std::int64_t>(kind);
+  msg[dynamic_header::kStep / 8] = step;
+  msg[dynamic_header::kLast / 8] = last ? 1 : 0;
+  if (n > 0) std::memcpy(msg.data() + dynamic_header::kBytes / 8, ids, 8 * n);
+  if (row_floats > 0) std::memcpy(msg.data() + dynamic_header::kBytes / 8 + n, rows, 4 * row_floats);
+  const std::size_t bytes = dynamic_header::kBytes + 8 * n + 4 * row_floats;
+  if (transport->ordered_to(peer)) {
+    // One message (the doorbell is its counter), answered with the ack word once the PS took it:
+    // between nodes over tcp the PS serves it on arrival, so the answer usually says done.
+    transport->put_notify(*region, peer, area, msg.data(), bytes, bytes, l.doorbell(worker), &dyn_readback[d][pi],
+                          l.ack(worker));
+    dyn_readback_pending[d][pi] = 1;
+  } else {
+    // The request must be remotely complete before the doorbell rings.
+    transport->put(*region, peer, area, msg.data(), bytes);
+    transport->flush(*region, peer);
+    transport->fetch_add(*region, peer, l.doorbell(worker), 1);
+  }
+  ++dyn_sent[d][pi];
+}
+
+void ClientCore::take_readback(std::size_t d, int p) {
+  const auto pi = static_cast<std::size_t>(p);
+  if (!dyn_readback_pending[d][pi]) return;
+  dyn_acked[d][pi] = std::max(dyn_acked[d][pi], dyn_readback[d][pi]);
+  dyn_readback_pending[d][pi] = 0;
+}
+
+namespace {
+
+// A batch's distinct ids grouped per PS, in order of first appearance within each PS.
+struct Grouped {
+  std::vector<std::uint32_t> slot_of;          // per input id: its distinct id's index
+  std::vector<std::vector<std::int64_t>> ids;  // per PS: distinct ids
+  std::vector<std::vector<std::uint32_t>> at;  // per PS: their distinct index
+  std::size_t distinct = 0;
+};
+
+// Deduplicates with an open-addressing table of at least 2n slots (linear probing on mix64 of the
+// id): a batch of 4096 ids costs tens of microseconds, where std::unordered_map's node per id
+// cost several times that. `keys`/`slots` are scratch kept across calls.
+Grouped group(const std::int64_t* ids, std::size_t n, int num_ps, std::vector<std::int64_t>& keys,
+              std::vector<std::uint32_t>& slots) {
+  constexpr std::uint32_t kEmpty = ~std::uint32_t{0};
+  Grouped g;
+  g.slot_of.resize(n);
+  g.ids.resize(static_cast<std::size_t>(num_ps));
+  g.at.resize(static_cast<std::size_t>(num_ps));
+  std::size_t cap = 16;
+  while (cap < 2 * n) cap <<= 1;
+  keys.resize(cap);
+  slots.assign(cap, kEmpty);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t id = ids[i];
+    std::size_t h = static_cast<std::size_t>(dynamic_mix64(static_cast<std::uint64_t>(id))) & (cap - 1);
+    while (slots[h] != kEmpty && keys[h] != id) h = (h + 1) & (cap - 1);
+    if (slots[h] == kEmpty) {
+      keys[h] = id;
+      slots[h] = static_cast<std::uint32_t>(g.distinct);
+      const auto p = static_cast<std::size_t>(num_ps == 1 ? 0 : shard_of(id, num_ps));
+      g.ids[p].push_back(id);
+      g.at[p].push_back(slots[h]);
+      ++g.distinct;
+    }
+    g.slot_of[i] = slots[h];
+  }
+  return g;
+}
+
+}  // namespace
+
+void ClientCore::lookup_dynamic(std::size_t d, const std::int64_t* ids, std::size_t n, float* out,
+                                DynamicRequestKind kind) {
+  if (n == 0) return;
+  if (!ids || !out) throw Error("lookup_dynamic '" + dynamic[d].name + "': null ids or out with n = " + std::to_string(n));
+  if (n > (std::size_t{1} << 31)) throw Error("lookup_dynamic '" + dynamic[d].name + "': " + std::to_string(n) + " ids in one call (at most 2^31)");
+  // A sync worker reads after its own pushed rounds are applied, as pull does.
+  settle_sync("lookup_dynamic");
+  const auto dim = static_cast<std::size_t>(dynamic[d].dim);
+  const int P = num_ps();
+  const Grouped g = group(ids, n, P, dyn_keys, dyn_slots);
+  std::vector<float> rows(g.distinct * dim);
+  const auto max_ids = static_cast<std::size_t>(dynamic[d].max_ids);
+  std::vector<std::size_t> pos(static_cast<std::size_t>(P), 0), count(static_cast<std::size_t>(P), 0);
+  std::vector<std::vector<float>> answer(static_cast<std::size_t>(P));
+  for (bool more = true; more;) {
+    more = false;
+    for (int p = 0; p < P; ++p) {
+      const auto pi = static_cast<std::size_t>(p);
+      count[pi] = std::min(max_ids, g.ids[pi].size() - pos[pi]);
+      if (count[pi] > 0) send_dynamic(d, p, kind, g.ids[pi].data() + pos[pi], count[pi], nullptr, 0, true);
+    }
+    // Where operations reach the PS in issue order and it serves requests on arrival (tcp between
+    // nodes), the rows are read at once: one round trip for the request and the answer together,
+    // valid when the request's read-back says it was served.
+    bool speculated = false;
+    for (int p = 0; p < P; ++p) {
+      const auto pi = static_cast<std::size_t>(p);
+      answer[pi].resize(count[pi] * dim);
+      if (count[pi] == 0 || !dyn_readback_pending[d][pi]) continue;
+      const DynamicLayout& l = layout.dynamic(d, p);
+      transport->get(*region, ps_rank[pi], l.request(worker) + l.rows, answer[pi].data(), 4 * count[pi] * dim);
+      speculated = true;
+    }
+    if (speculated) transport->flush_all(*region);
+    bool fetched = false;
+    for (int p = 0; p < P; ++p) {
+      const auto pi = static_cast<std::size_t>(p);
+      if (count[pi] == 0) continue;
+      const bool was_speculated = dyn_readback_pending[d][pi] != 0;
+      take_readback(d, p);
+      if (was_speculated && dyn_acked[d][pi] >= dyn_sent[d][pi]) continue;
+      wait_dynamic(d, p, "lookup_dynamic");
+      const DynamicLayout& l = layout.dynamic(d, p);
+      transport->get(*region, ps_rank[pi], l.request(worker) + l.rows, answer[pi].data(), 4 * count[pi] * dim);
+      fetched = true;
+    }
+    if (fetched) transport->flush_all(*region);
+    for (int p = 0; p < P; ++p) {
+      const auto pi = static_cast<std::size_t>(p);
+      for (std::size_t i = 0; i < count[pi]; ++i)
+        std::memcpy(rows.data() + std::size_t{g.at[pi][pos[pi] + i]} * dim, answer[pi].data() + i * dim, 4 * dim);
+      pos[pi] += count[pi];
+      more |= pos[pi] < g.ids[pi].size();
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) std::memcpy(out + i * dim, rows.data() + std::size_t{g.slot_of[i]} * dim, 4 * dim);
+}
+
+void ClientCore::update_dynamic(std::size_t d, const std::int64_t* ids, std::size_t n, const float* grads,
+                                std::int64_t step) {
+  const std::string& name = dynamic[d].name;
+  if (step < 1 || step > kMaxStep)
+    throw Error("update_dynamic '" + name + "': step " + std::to_string(step) + " is out of range [1, 2^62]");
+  if (n > 0 && (!ids || !grads)) throw Error("update_dynamic '" + name + "': null ids or grads with n = " + std::to_string(n));
+  if (n > (std::size_t{1} << 31)) throw Error("update_dynamic '" + name + "': " + std::to_string(n) + " ids in one call (at most 2^31)");
+  const bool sync = options.consistency.mode == Consistency::kSync;
+  if (n == 0 && !sync) return;
+  const auto dim = static_cast<std::size_t>(dynamic[d].dim);
+  const int P = num_ps();
+  const Grouped g = group(ids, n, P, dyn_keys, dyn_slots);
+  // Sum the gradients of each distinct id in order of appearance, starting from the first (as the
+  // table does, so a batch summed here equals the same batch summed there, bit for bit).
+  std::vector<float> sum(g.distinct * dim);
+  std::vector<char> started(g.distinct, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    float* acc = sum.data() + std::size_t{g.slot_of[i]} * dim;
+    const float* gr = grads + i * dim;
+    if (!started[g.slot_of[i]]) {
+      std::memcpy(acc, gr, 4 * dim);
+      started[g.slot_of[i]] = 1;
+    } else {
+      for (std::size_t c = 0; c < dim; ++c) acc[c] += gr[c];
+    }
+  }
+  const auto max_ids = static_cast<std::size_t>(dynamic[d].max_ids);
+  std::vector<std::size_t> requests(static_cast<std::size_t>(P));
+  std::size_t waves = 0;
+  for (int p = 0; p < P; ++p) {
+    const auto pi = static_cast<std::size_t>(p);
+    requests[pi] = (g.ids[pi].size() + max_ids - 1) / max_ids;
+    if (sync) requests[pi] = std::max<std::size_t>(1, requests[pi]);  // every PS takes part in every round
+    waves = std::max(waves, requests[pi]);
+  }
+  std::vector<float> payload;
+  for (std::size_t k = 0; k < waves; ++k) {
+    for (int p = 0; p < P; ++p) {
+      const auto pi = static_cast<std::size_t>(p);
+      if (k >= requests[pi]) continue;
+      const std::size_t begin = k * max_ids;
+      const std::size_t count = std::min(max_ids, g.ids[pi].size() - std::min(begin, g.ids[pi].size()));
+      payload.resize(count * dim);
+      for (std::size_t i = 0; i < count; ++i)
+        std::memcpy(payload.data() + i * dim, sum.data() + std::size_t{g.at[pi][begin + i]} * dim, 4 * dim);
+      send_dynamic(d, p, DynamicRequestKind::kUpdate, g.ids[pi].data() + begin, count, payload.data(), step,
+                   k + 1 == requests[pi]);
+    }
+    // Between waves, wait for the requests that are not a PS's last (a last one may be held
+    // until the round completes, which can need this worker's later waves elsewhere).
+    for (int p = 0; p < P; ++p)
+      if (k + 1 < requests[static_cast<std::size_t>(p)]) wait_dynamic(d, p, "update_dynamic");
+  }
+  for (int p = 0; p < P; ++p) wait_dynamic(d, p, "update_dynamic");
+}
+
+// ---- public ---------------------------------------------------------------------------------
+
+void PsClient::lookup_dynamic(std::string_view variable, const std::int64_t* ids, std::size_t n, float* out,
+                              DynamicLookup mode) {
+  ClientCore& m = core();
+  m.lookup_dynamic(m.dynamic_index(variable, "lookup_dynamic"), ids, n, out,
+                   mode == DynamicLookup::kTrain ? DynamicRequestKind::kLookupTrain
+                                                 : DynamicRequestKind::kLookupInference);
+}
+
+void PsClient::update_dynamic(std::string_view variable, const std::int64_t* ids, std::size_t n, const float* grads,
+                              std::int64_t step) {
+  ClientCore& m = core();
+  m.update_dynamic(m.dynamic_index(variable, "update_dynamic"), ids, n, grads, step);
+}
+
+std::int64_t PsClient::dynamic_dim(std::string_view variable) const {
+  const ClientCore& m = core();
+  return m.dynamic[m.dynamic_index(variable, "dynamic_dim")].dim;
+}
+
+DynamicShardStats PsServer::dynamic_stats(std::string_view name) const {
+  const ServerCore& m = core();
+  const ServerCore::DynamicState& st = m.dynamic_state[m.dynamic_index(name, "dynamic_stats")];
+  const DynamicTableStats t = st.table->stats();
+  DynamicShardStats s;
+  s.rows = t.rows;
+  s.admitted = t.admitted;
+  s.lookups = t.lookups;
+  s.updates = t.updates;
+  s.rejected_lookups = t.rejected_lookups;
+  s.rejected_updates = t.rejected_updates;
+  s.rejected_full = t.rejected_full;
+  s.evicted_ttl = t.evicted_ttl;
+  s.evicted_capacity = t.evicted_capacity;
+  s.bytes = t.bytes;
+  s.requests = st.requests;
+  return s;
+}
+
+}  // namespace strata::ps

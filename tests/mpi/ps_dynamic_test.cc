@@ -1,0 +1,458 @@
+// Dynamic variables end to end under mpirun (1 PS + workers at 3 ranks, 2 PS at 4 or more), over
+// every compiled transport (test names end in it; the tcp ones also run with every rank its own
+// node): sync rounds bit-equal to one DynamicTable fed the same batches in worker order, async
+// updates that lose nothing (exact per-row sums), batches split over several requests, every
+// int64 id usable, malformed request words refused by the PS naming the writer, and the errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "mpi/mpi_test.h"
+#include "ps/dynamic_table.h"
+#include "ps/test_peer.h"
+#include "strata/cluster/runtime.h"
+#include "strata/comm/transport.h"
+#include "strata/common/error.h"
+#include "strata/ps/parameter_servers.h"
+
+namespace strata::ps {
+namespace {
+
+using testing::TestComm;
+
+struct Job {
+  std::unique_ptr<Runtime> runtime;
+  int num_ps = 1;
+  int workers = 0;
+};
+
+Job start(const TestComm& comm) {
+  Job job;
+  job.num_ps = comm.size() >= 4 ? 2 : 1;
+  BootstrapOptions options;
+  options.resolve.resolver = cluster::ResolverKind::kMpi;
+  options.resolve.num_ps = job.num_ps;
+  options.timeout_s = 30;
+  job.runtime = Runtime::bootstrap(comm.get(), Env(), options);
+  job.workers = comm.size() - job.num_ps;
+  return job;
+}
+
+DynamicVariableSpec dyn(const std::string& name, std::int64_t dim, std::int64_t max_ids,
+                        Initializer init = Initializer::uniform(-0.5, 0.5, 11)) {
+  DynamicVariableSpec s;
+  s.name = name;
+  s.dim = dim;
+  s.max_ids = max_ids;
+  s.init = init;
+  return s;
+}
+
+// A small pool of ids spread over the whole int64 range, extremes included.
+std::vector<std::int64_t> id_pool(std::size_t n) {
+  std::vector<std::int64_t> pool = {std::numeric_limits<std::int64_t>::min(), -1, 0,
+                                    std::numeric_limits<std::int64_t>::max()};
+  std::uint64_t x = 0x9E3779B97F4A7C15ull;
+  while (pool.size() < n) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    pool.push_back(static_cast<std::int64_t>(x ^ (x >> 29)));
+  }
+  return pool;
+}
+
+// Worker w's batch at step t: `n` draws from the pool (with repeats).
+std::vector<std::int64_t> batch(const std::vector<std::int64_t>& pool, int w, int t, std::size_t n) {
+  std::vector<std::int64_t> out(n);
+  std::uint64_t x = 0xD1B54A32D192ED03ull * static_cast<std::uint64_t>(w * 1000 + t + 1);
+  for (auto& id : out) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    id = pool[(x >> 33) % pool.size()];
+  }
+  return out;
+}
+
+std::vector<float> grads_of(int w, int t, std::size_t n, std::int64_t dim) {
+  std::vector<float> g(n * static_cast<std::size_t>(dim));
+  for (std::size_t i = 0; i < g.size(); ++i)
+    g[i] = static_cast<float>(static_cast<int>((i * 7 + static_cast<std::size_t>(w) * 3 + static_cast<std::size_t>(t)) % 11) - 5) * 0.0625f +
+           0.01f * static_cast<float>(w + 1);
+  return g;
+}
+
+// The reference's lookup of a batch as the client makes it: each distinct id once (admission
+// counts a call's distinct ids), the rows scattered back in the batch's order.
+void ref_lookup(DynamicTable& table, const std::vector<std::int64_t>& ids, float* out) {
+  std::vector<std::int64_t> distinct;
+  std::map<std::int64_t, std::size_t> at;
+  for (auto id : ids)
+    if (at.emplace(id, distinct.size()).second) distinct.push_back(id);
+  const auto dim = static_cast<std::size_t>(table.dim());
+  std::vector<float> rows(distinct.size() * dim);
+  table.lookup(distinct.data(), distinct.size(), rows.data());
+  for (std::size_t i = 0; i < ids.size(); ++i) std::memcpy(out + i * dim, rows.data() + at[ids[i]] * dim, 4 * dim);
+}
+
+#define SKIP_WITHOUT_TWO_WORKERS(comm) \
+  if ((comm).size() < 3) GTEST_SKIP() << "needs a PS and two workers"
+
+// (transport, admit_after)
+class DynamicSync : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+// Sync: every step each worker looks up its batch, then updates it; a PS applies a round's batches
+// in worker order. The reference is one DynamicTable fed, each step, every worker's lookup and
+// then every worker's update in worker order. Batches of 300 draws over 12-id requests: split.
+TEST_P(DynamicSync, MatchesOneTableBitForBit) {
+  TestComm comm;
+  SKIP_WITHOUT_TWO_WORKERS(comm);
+  Job job = start(comm);
+  PsOptions options;
+  options.transport = std::get<0>(GetParam());
+  options.optimizer = OptimizerConfig::parse("adagrad:lr=0.1");
+  options.consistency = ConsistencyConfig::parse("sync");
+  DynamicVariableSpec spec = dyn("user/emb", 5, 12);
+  spec.admit_after = std::get<1>(GetParam());
+  auto ps = ParameterServers::materialize(*job.runtime, options, {}, {spec});
+  const std::vector<std::int64_t> pool = id_pool(160);
+  const int steps = 5;
+  const std::size_t n = 300;
+  bool ok = true;
+  std::string first_diff;
+  if (ps.is_ps()) {
+    ps.server->serve();
+  } else {
+    DynamicTableConfig config;
+    config.dim = spec.dim;
+    config.init = spec.init;
+    config.optimizer = options.optimizer;
+    config.capacity = spec.capacity;
+    config.admit_after = spec.admit_after;
+    DynamicTable ref(config);
+    const int me = ps.client->worker_index();
+    for (int t = 0; t < steps; ++t) {
+      std::vector<std::vector<float>> ref_rows(static_cast<std::size_t>(job.workers));
+      for (int w = 0; w < job.workers; ++w) {
+        const auto ids = batch(pool, w, t, n);
+        ref_rows[static_cast<std::size_t>(w)].resize(n * 5);
+        ref_lookup(ref, ids, ref_rows[static_cast<std::size_t>(w)].data());
+      }
+      const auto ids = batch(pool, me, t, n);
+      std::vector<float> got(n * 5);
+      ps.client->lookup_dynamic("user/emb", ids.data(), n, got.data());
+      // With admission, which of two workers sees an id's N-th sighting first is a race: compare
+      // the final state only.
+      if (spec.admit_after <= 1 && std::memcmp(got.data(), ref_rows[static_cast<std::size_t>(me)].data(), got.size() * 4) != 0) {
+        ok = false;
+        if (first_diff.empty()) first_diff = "lookup at step " + std::to_string(t);
+      }
+      for (int w = 0; w < job.workers; ++w) {
+        const auto wids = batch(pool, w, t, n);
+        const auto g = grads_of(w, t, n, 5);
+        ref.apply(wids.data(), n, g.data(), t + 1);
+      }
+      const auto g = grads_of(me, t, n, 5);
+      ps.client->update_dynamic("user/emb", ids.data(), n, g.data(), t + 1);
+    }
+    // The final rows of every id of the pool (inference: nothing created).
+    std::vector<float> got(pool.size() * 5), want(pool.size() * 5);
+    ps.client->lookup_dynamic("user/emb", pool.data(), pool.size(), got.data(), DynamicLookup::kInference);
+    ref.lookup(pool.data(), pool.size(), want.data(), DynamicTable::LookupMode::kInference);
+    if (std::memcmp(got.data(), want.data(), got.size() * 4) != 0) {
+      ok = false;
+      first_diff += " final rows";
+    }
+    // Something was trained: not every final row is its initial value or zeros.
+    std::size_t nonzero = 0;
+    for (float v : got) nonzero += v != 0.0f;
+    ok = ok && nonzero > got.size() / 2;
+    ps.client->done();
+  }
+  ps.endpoint().barrier();
+  EXPECT_TRUE(ok) << first_diff;
+  STRATA_EXPECT_ALL(comm.get(), ok);
+}
+
+INSTANTIATE_TEST_SUITE_P(Compiled, DynamicSync,
+                         ::testing::Combine(::testing::ValuesIn(strata::comm::compiled_transports()),
+                                            ::testing::Values(0, 2)),
+                         [](const auto& info) {
+                           return "admit" + std::to_string(std::get<1>(info.param)) + "_" + std::get<0>(info.param);
+                         });
+
+class DynamicTransport : public ::testing::TestWithParam<std::string> {};
+
+// Async SGD with lr 1 on zero rows and gradients of 1: a row ends at minus the number of times it
+// was listed in any worker's batch, exactly (small integers in float), if and only if no update
+// was lost or doubled. The PS's row-update counters add up to the distinct ids of every batch.
+TEST_P(DynamicTransport, AsyncUpdatesAreNeverLost) {
+  TestComm comm;
+  if (comm.size() < 2) GTEST_SKIP() << "needs a PS and a worker";
+  Job job = start(comm);
+  // The workers agree among themselves that all updates are in before reading (the PS ranks keep
+  // serving meanwhile): ranks >= num_ps are the workers.
+  MPI_Comm workers = MPI_COMM_NULL;
+  MPI_Comm_split(comm.get(), comm.rank() >= job.num_ps ? 1 : MPI_UNDEFINED, comm.rank(), &workers);
+  PsOptions options;
+  options.transport = GetParam();
+  options.optimizer = OptimizerConfig::parse("sgd:lr=1");
+  auto ps = ParameterServers::materialize(*job.runtime, options, {}, {dyn("item/emb", 3, 50, Initializer::zeros())});
+  const std::vector<std::int64_t> pool = id_pool(200);
+  const int steps = 20;
+  const std::size_t n = 257;
+  std::vector<double> count(pool.size(), 0.0);  // times each pool id was listed, this rank
+  double distinct_updates = 0;                  // distinct ids per batch, summed, this rank
+  std::vector<std::int64_t> listed;
+  if (ps.is_ps()) {
+    ps.server->serve();
+  } else {
+    const int me = ps.client->worker_index();
+    std::map<std::int64_t, std::size_t> where;
+    for (std::size_t i = 0; i < pool.size(); ++i) where[pool[i]] = i;
+    for (int t = 0; t < steps; ++t) {
+      const auto ids = batch(pool, me + 100, t, n);
+      std::vector<float> ones(n * 3, 1.0f);
+      ps.client->update_dynamic("item/emb", ids.data(), n, ones.data(), t + 1);
+      for (auto id : ids) count[where[id]] += 1;
+      distinct_updates += static_cast<double>(std::set<std::int64_t>(ids.begin(), ids.end()).size());
+    }
+  }
+  bool ok = true;
+  if (ps.client) {
+    MPI_Allreduce(MPI_IN_PLACE, count.data(), static_cast<int>(count.size()), MPI_DOUBLE, MPI_SUM, workers);
+    std::vector<float> got(pool.size() * 3);
+    ps.client->lookup_dynamic("item/emb", pool.data(), pool.size(), got.data(), DynamicLookup::kInference);
+    for (std::size_t i = 0; i < pool.size(); ++i)
+      for (int c = 0; c < 3; ++c) ok = ok && got[i * 3 + static_cast<std::size_t>(c)] == static_cast<float>(-count[i]);
+    ps.client->done();
+    MPI_Comm_free(&workers);
+  }
+  ps.endpoint().barrier();
+  MPI_Allreduce(MPI_IN_PLACE, &distinct_updates, 1, MPI_DOUBLE, MPI_SUM, comm.get());
+  double updates = 0;
+  if (ps.server) updates = static_cast<double>(ps.server->dynamic_stats("item/emb").updates);
+  ps.endpoint().barrier();
+  MPI_Allreduce(MPI_IN_PLACE, &updates, 1, MPI_DOUBLE, MPI_SUM, comm.get());
+  STRATA_EXPECT_ALL(comm.get(), ok);
+  STRATA_EXPECT_ALL(comm.get(), updates == distinct_updates);
+}
+
+// A lookup returns the rows in the caller's order, duplicates included, each row the initializer's
+// for its id (row_seed), whichever PS holds it; ids of a batch larger than a request go in several.
+TEST_P(DynamicTransport, LookupScattersRowsInCallerOrder) {
+  TestComm comm;
+  if (comm.size() < 2) GTEST_SKIP() << "needs a PS and a worker";
+  Job job = start(comm);
+  PsOptions options;
+  options.transport = GetParam();
+  options.optimizer = OptimizerConfig::parse("adam:lr=0.01");
+  const DynamicVariableSpec spec = dyn("q/emb", 16, 7);
+  auto ps = ParameterServers::materialize(*job.runtime, options, {}, {spec});
+  bool ok = true;
+  if (ps.is_ps()) {
+    ps.server->serve();
+  } else {
+    const std::vector<std::int64_t> pool = id_pool(40);
+    std::vector<std::int64_t> ids;
+    for (int r = 0; r < 3; ++r)
+      for (std::size_t i = 0; i < pool.size(); ++i) ids.push_back(pool[(i * 13 + static_cast<std::size_t>(r)) % pool.size()]);
+    std::vector<float> got(ids.size() * 16, -9.0f);
+    ps.client->lookup_dynamic("q/emb", ids.data(), ids.size(), got.data());
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      std::vector<float> want(16);
+      Initializer init = spec.init;
+      init.seed = row_seed(spec.init.seed, ids[i]);
+      fill(init, DType::kF32, {1, 16}, 0, 1, want.data());
+      ok = ok && std::memcmp(want.data(), got.data() + i * 16, 64) == 0;
+    }
+    ok = ok && ps.client->dynamic_dim("q/emb") == 16;
+    ps.client->done();
+  }
+  ps.endpoint().barrier();
+  STRATA_EXPECT_ALL(comm.get(), ok);
+}
+
+// Misuse on the worker side is one Error naming the variable; nothing reaches the PS.
+TEST_P(DynamicTransport, BadCallsAreErrors) {
+  TestComm comm;
+  if (comm.size() < 2) GTEST_SKIP() << "needs a PS and a worker";
+  Job job = start(comm);
+  PsOptions options;
+  options.transport = GetParam();
+  auto ps = ParameterServers::materialize(*job.runtime, options, {}, {dyn("e", 4, 8)});
+  bool ok = true;
+  if (ps.is_ps()) {
+    ps.server->serve();
+    ok = ps.server->dynamic_stats("e").requests == 0;
+    try {
+      ps.server->dynamic_stats("nope");
+      ok = false;
+    } catch (const Error& e) {
+      ok = ok && std::string(e.what()).find("unknown dynamic variable 'nope'") != std::string::npos;
+    }
+  } else {
+    auto expect_error = [&](const std::function<void()>& f, const std::string& want) {
+      try {
+        f();
+        ok = false;
+      } catch (const Error& e) {
+        ok = ok && std::string(e.what()).find(want) != std::string::npos;
+      }
+    };
+    std::int64_t id = 5;
+    float g[4] = {1, 2, 3, 4};
+    expect_error([&] { ps.client->lookup_dynamic("nope", &id, 1, g); }, "unknown dynamic variable 'nope'");
+    expect_error([&] { ps.client->update_dynamic("e", &id, 1, g, 0); }, "update_dynamic 'e': step 0 is out of range");
+    expect_error([&] { ps.client->update_dynamic("e", nullptr, 1, g, 1); }, "null ids or grads");
+    expect_error([&] { ps.client->lookup_dynamic("e", &id, 1, nullptr); }, "null ids or out");
+    ps.client->done();
+  }
+  ps.endpoint().barrier();
+  STRATA_EXPECT_ALL(comm.get(), ok);
+}
+
+// A malformed request (written raw, as a hostile worker would) makes the PS's serve() throw one
+// Error naming the writer, the variable and the value, before it touches its table.
+TEST_P(DynamicTransport, MalformedRequestsAreRefused) {
+  TestComm comm;
+  if (comm.size() < 2) GTEST_SKIP() << "needs a PS and a worker";
+  using Peer = ParameterServersTestPeer;
+  struct Case {
+    std::vector<std::int64_t> header;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {{9, 1, 0, 0}, "wrote an id count of 9 in its request 1 for dynamic variable 'e' to ps:0 (at most 8 ids per request)"},
+      {{-1, 1, 0, 0}, "wrote an id count of -1 in its request 1"},
+      {{1, 4, 0, 0}, "wrote a request kind of 4 in its request 1"},
+      {{1, 3, 0, 1}, "wrote an update step of 0 in its request 1"},
+      {{1, 3, 2, 7}, "wrote a last-of-batch flag of 7 in its request 1"},
+      {{}, "rang its doorbell for dynamic variable 'e' on ps:0 to 2 after 0 of its requests were served"},
+  };
+  for (const Case& c : cases) {
+    Job job = start(comm);
+    PsOptions options;
+    options.transport = GetParam();
+    auto ps = ParameterServers::materialize(*job.runtime, options, {}, {dyn("e", 4, 8)});
+    std::string error;
+    bool untouched = true;
+    if (ps.is_ps()) {
+      try {
+        ps.server->serve();
+      } catch (const Error& e) {
+        error = e.message();
+      }
+      if (job.num_ps == 1) untouched = ps.server->dynamic_stats("e").requests == 0 && ps.server->dynamic_stats("e").rows == 0;
+    } else {
+      if (ps.client->worker_index() == 0) {
+        const Peer::DynamicWords words = Peer::dynamic_words(*ps.client, "e", 0);
+        if (!c.header.empty()) {
+          Peer::put(*ps.client, words.rank, words.request, c.header.data(), c.header.size() * 8);
+          Peer::fetch_add(*ps.client, words.rank, words.doorbell, 1);
+        } else {
+          Peer::fetch_add(*ps.client, words.rank, words.doorbell, 2);
+        }
+      }
+      ps.client->done();
+    }
+    ps.endpoint().barrier();
+    const bool is_ps0 = ps.server && ps.server->ps_index() == 0;
+    if (is_ps0) {
+      EXPECT_NE(error.find(c.want), std::string::npos) << error;
+    }
+    STRATA_EXPECT_ALL(comm.get(), !is_ps0 || (error.find("worker:0 (rank ") == 0 && error.find(c.want) != std::string::npos));
+    STRATA_EXPECT_ALL(comm.get(), untouched);
+  }
+}
+
+// Between nodes over tcp a request is one put_notify that the PS serves on its transport's
+// thread: a message shorter or longer than its header says is refused there, and serve() throws
+// it naming the writer. (Elsewhere the message lands in the area and its length is not visible.)
+TEST_P(DynamicTransport, MessagesOfTheWrongLengthAreRefused) {
+  TestComm comm;
+  if (comm.size() < 2) GTEST_SKIP() << "needs a PS and a worker";
+  const char* remote = std::getenv("STRATA_TCP_FORCE_REMOTE");
+  if (GetParam() != "tcp" || !remote || std::string(remote) != "1")
+    GTEST_SKIP() << "only the tcp transport between nodes hands requests over as messages";
+  using Peer = ParameterServersTestPeer;
+  struct Case {
+    std::vector<std::int64_t> message;
+    std::string want;
+  };
+  std::vector<std::int64_t> update = {2, 3, 5, 1, 0, 0, 0, 0, 11, 12};  // 2 ids, no gradient rows
+  std::vector<std::int64_t> lookup = {1, 1, 0, 0, 0, 0, 0, 0};          // 1 id said, none sent
+  const std::vector<Case> cases = {
+      {lookup, "sent a request of 64 bytes for dynamic variable 'e' to ps:0 whose header says 1 ids (72 bytes)"},
+      {update, "sent a request of 80 bytes for dynamic variable 'e' to ps:0 whose header says 2 ids (112 bytes)"},
+  };
+  for (const Case& c : cases) {
+    Job job = start(comm);
+    PsOptions options;
+    options.transport = GetParam();
+    auto ps = ParameterServers::materialize(*job.runtime, options, {}, {dyn("e", 4, 8)});
+    std::string error;
+    if (ps.is_ps()) {
+      try {
+        ps.server->serve();
+      } catch (const Error& e) {
+        error = e.message();
+      }
+    } else {
+      if (ps.client->worker_index() == 0) {
+        const Peer::DynamicWords words = Peer::dynamic_words(*ps.client, "e", 0);
+        Peer::put_notify(*ps.client, words.rank, words.request, c.message.data(), c.message.size() * 8, words.doorbell);
+      }
+      ps.client->done();
+    }
+    ps.endpoint().barrier();
+    const bool is_ps0 = ps.server && ps.server->ps_index() == 0;
+    if (is_ps0) {
+      EXPECT_NE(error.find(c.want), std::string::npos) << error;
+    }
+    STRATA_EXPECT_ALL(comm.get(), !is_ps0 || (error.find("worker:0 (rank ") == 0 && error.find(c.want) != std::string::npos));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Compiled, DynamicTransport, ::testing::ValuesIn(strata::comm::compiled_transports()),
+                         [](const auto& info) { return info.param; });
+
+// Dynamic variable lists that differ between workers, or a bad spec, are one ConfigError on every
+// rank before anything is allocated.
+TEST(DynamicVariables, MismatchAndBadSpecsAreConfigErrors) {
+  TestComm comm;
+  SKIP_WITHOUT_TWO_WORKERS(comm);
+  auto expect_config_error = [&](const std::function<std::vector<DynamicVariableSpec>(int rank)>& specs_of,
+                                 const std::vector<VariableSpec>& dense, const std::string& want) {
+    Job job = start(comm);
+    std::string error;
+    try {
+      auto ps = ParameterServers::materialize(*job.runtime, PsOptions(), dense, specs_of(comm.rank()));
+    } catch (const ConfigError& e) {
+      error = e.message();
+    }
+    EXPECT_NE(error.find(want), std::string::npos) << error;
+    STRATA_EXPECT_ALL(comm.get(), error.find(want) != std::string::npos);
+  };
+  expect_config_error([&](int rank) { return std::vector<DynamicVariableSpec>{dyn("e", rank == comm.size() - 1 ? 8 : 4, 8)}; },
+                      {}, "dynamic variables differ from worker 0");
+  expect_config_error([&](int) { return std::vector<DynamicVariableSpec>{dyn("e", 0, 8)}; }, {},
+                      "dynamic table: dim = 0");
+  expect_config_error([&](int) { return std::vector<DynamicVariableSpec>{dyn("e", 4, 0)}; }, {},
+                      "dynamic variable 'e': max_ids = 0 is out of range");
+  expect_config_error([&](int) { return std::vector<DynamicVariableSpec>{dyn("e", 4, 8), dyn("e", 4, 8)}; }, {},
+                      "dynamic variable 'e' is declared twice");
+  VariableSpec dense;
+  dense.name = "e";
+  dense.shape = {4};
+  expect_config_error([&](int) { return std::vector<DynamicVariableSpec>{dyn("e", 4, 8)}; }, {dense},
+                      "dynamic variable 'e' has the name of a variable");
+}
+
+}  // namespace
+}  // namespace strata::ps
