@@ -235,6 +235,30 @@ FeatureColumn categorical_column_with_hash_bucket(std::string key, std::int64_t 
   return c;
 }
 
+std::int64_t dynamic_hash_id(std::string_view text) {
+  const auto id = static_cast<std::int64_t>(fingerprint64(text) & static_cast<std::uint64_t>(kDynamicVocabulary));
+  return id == kDynamicVocabulary ? kDynamicVocabulary - 1 : id;
+}
+
+FeatureColumn categorical_column_with_dynamic_hash(std::string key, const DynamicIdOptions& options) {
+  check_key("categorical_column_with_dynamic_hash", key);
+  const std::string what = column_what("categorical_column_with_dynamic_hash", key);
+  constexpr std::int64_t kMaxAdmit = (std::int64_t{1} << 31) - 1, kMax40 = std::int64_t{1} << 40;
+  if (options.admit_after < 0 || options.admit_after > kMaxAdmit)
+    bad(what, "admit_after is " + std::to_string(options.admit_after) + ", expected in [0, 2^31)");
+  if (options.capacity < 1 || options.capacity > kMax40)
+    bad(what, "capacity is " + std::to_string(options.capacity) + ", expected in [1, 2^40]");
+  if (options.ttl < 0 || options.ttl > kMax40)
+    bad(what, "ttl is " + std::to_string(options.ttl) + ", expected in [0, 2^40] (0: never)");
+  FeatureColumn c;
+  c.kind = ColumnKind::kHashBucket;
+  c.key = std::move(key);
+  c.num_buckets = kDynamicVocabulary;
+  c.dynamic = true;
+  c.dynamic_options = options;
+  return c;
+}
+
 namespace {
 
 FeatureColumn vocabulary_column(const char* factory, std::string key, std::vector<std::string> vocabulary,
@@ -357,6 +381,9 @@ FeatureColumn indicator_column(const FeatureColumn& categorical) {
   if (!categorical.is_categorical())
     throw ConfigError("indicator_column: needs a categorical column, got a " + std::string(to_string(categorical.kind)) +
                       " column");
+  if (categorical.kind == ColumnKind::kHashBucket && categorical.dynamic)
+    throw ConfigError("indicator_column('" + categorical.name() +
+                      "'): a dynamic hash column has no vocabulary to count over; use an embedding_column");
   FeatureColumn c;
   c.kind = ColumnKind::kIndicator;
   c.categorical = std::make_shared<const FeatureColumn>(categorical);
@@ -548,6 +575,10 @@ class RowWriter {
             text = text_;
           }
           if (text.empty()) continue;
+          if (fc.kind == ColumnKind::kHashBucket && fc.dynamic) {
+            ids.push_back(dynamic_hash_id(text));
+            continue;
+          }
           if (fc.kind == ColumnKind::kHashBucket) {
             ids.push_back(static_cast<std::int64_t>(fingerprint64(text) % static_cast<std::uint64_t>(fc.num_buckets)));
             continue;
@@ -687,6 +718,13 @@ FeatureTransform::FeatureTransform(std::vector<FeatureColumn> columns, LabelSpec
       cl.vocabulary_size = fc.vocabulary_size();
       slots += b.slots;
       layout_.sparse_vocab = std::max(layout_.sparse_vocab, cl.vocabulary_size);
+    }
+    {
+      const FeatureColumn* cat = fc.categorical ? fc.categorical.get() : &fc;
+      if (cat->kind == ColumnKind::kHashBucket && cat->dynamic) {
+        cl.dynamic = true;
+        cl.dynamic_options = cat->dynamic_options;
+      }
     }
     if (fc.kind == ColumnKind::kEmbedding) {
       cl.dimension = fc.dimension;

@@ -62,8 +62,25 @@ class Reader {
         if (j.contains("default_value")) def = integer(j["default_value"], path + ".default_value", 0, kMaxBuckets);
         return categorical_column_with_identity(key(j, path), integer(required(j, path, "num_buckets"), path + ".num_buckets", 1, kMaxBuckets), def);
       }
+      const bool dynamic_hash = type == "dynamic_hash" || type == "categorical_column_with_dynamic_hash";
+      if (dynamic_hash || ((type == "hash_bucket" || type == "categorical_column_with_hash_bucket") && j.contains("dynamic"))) {
+        if (!dynamic_hash) {
+          const Json& d = j["dynamic"];
+          if (!d.is_boolean()) fail(path + ".dynamic", "expected true or false, got " + excerpt(d));
+        }
+        if (dynamic_hash || j["dynamic"].get<bool>()) {
+          members(j, path, {"type", "key", "dynamic", "admit_after", "capacity", "ttl"});
+          if (dynamic_hash && j.contains("dynamic") && !(j["dynamic"].is_boolean() && j["dynamic"].get<bool>()))
+            fail(path + ".dynamic", "a " + type + " column is dynamic; expected true or no member, got " + excerpt(j["dynamic"]));
+          DynamicIdOptions o;
+          o.admit_after = optional_int(j, path, "admit_after", o.admit_after, 0, (std::int64_t{1} << 31) - 1);
+          o.capacity = optional_int(j, path, "capacity", o.capacity, 1, std::int64_t{1} << 40);
+          o.ttl = optional_int(j, path, "ttl", o.ttl, 0, std::int64_t{1} << 40);
+          return categorical_column_with_dynamic_hash(key(j, path), o);
+        }
+      }
       if (type == "hash_bucket" || type == "categorical_column_with_hash_bucket") {
-        members(j, path, {"type", "key", "hash_bucket_size"});
+        members(j, path, {"type", "key", "hash_bucket_size", "dynamic"});
         return categorical_column_with_hash_bucket(
             key(j, path), integer(required(j, path, "hash_bucket_size"), path + ".hash_bucket_size", 1, kMaxBuckets));
       }
@@ -136,7 +153,7 @@ class Reader {
     }
     fail(path + ".type",
          "unknown column type " + excerpt(*type_it) +
-             " (numeric, bucketized, identity, hash_bucket, vocabulary_list, vocabulary_file, crossed, embedding, indicator)");
+             " (numeric, bucketized, identity, hash_bucket, dynamic_hash, vocabulary_list, vocabulary_file, crossed, embedding, indicator)");
   }
 
  private:

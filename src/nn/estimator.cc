@@ -123,6 +123,16 @@ class Builder {
     throw ConfigError(what_ + ": column '" + name + "' is not in the data's layout (not given to the transform)");
   }
   Ids ids_of(const data::ColumnLayout& l) { return graph_.ids_input(l.first_slot, l.num_slots); }
+  // The table of a categorical column's embedding: a dynamic table over a dynamic hash column
+  // (ids without a vocabulary), else a [vocabulary_size, dim] one.
+  Table table_of(const data::ColumnLayout& l, int dim, std::optional<ps::Initializer> init = std::nullopt) {
+    if (!l.dynamic) return graph_.embedding_table(l.vocabulary_size, dim, segment(l.name), init);
+    DynamicTableOptions o;
+    o.admit_after = l.dynamic_options.admit_after;
+    o.capacity = l.dynamic_options.capacity;
+    o.ttl = l.dynamic_options.ttl;
+    return graph_.dynamic_embedding_table(dim, segment(l.name), init, o);
+  }
 
   Tensor linear() {
     auto scope = graph_.name_scope("linear");
@@ -132,11 +142,10 @@ class Builder {
       if (c.kind == data::ColumnKind::kNumeric) {
         dense_terms.push_back(graph_.dense_input(l.dense_offset, l.dense_width));
       } else if (is_categorical_kind(c.kind) || c.kind == data::ColumnKind::kIndicator) {
-        const Table t = graph_.embedding_table(l.vocabulary_size, outputs_, segment(l.name), ps::Initializer::zeros());
+        const Table t = table_of(l, outputs_, ps::Initializer::zeros());
         sums.push_back(graph_.embedding(ids_of(l), t, Combiner::kSum));
       } else if (c.kind == data::ColumnKind::kEmbedding) {
-        dense_terms.push_back(graph_.embedding(ids_of(l), l.vocabulary_size, l.dimension, combiner_of(l.combiner),
-                                               segment(l.name)));
+        dense_terms.push_back(graph_.embedding(ids_of(l), table_of(l, l.dimension), combiner_of(l.combiner)));
       } else {
         throw ConfigError(what_ + ": linear column '" + l.name + "' of kind " + data::to_string(c.kind) +
                           " cannot enter a linear model");
@@ -161,8 +170,7 @@ class Builder {
       if (c.kind == data::ColumnKind::kNumeric) {
         (dlrm ? *numeric : xs).push_back(graph_.dense_input(l.dense_offset, l.dense_width));
       } else if (c.kind == data::ColumnKind::kEmbedding) {
-        xs.push_back(graph_.embedding(ids_of(l), l.vocabulary_size, l.dimension, combiner_of(l.combiner),
-                                      segment(l.name)));
+        xs.push_back(graph_.embedding(ids_of(l), table_of(l, l.dimension), combiner_of(l.combiner)));
       } else if (c.kind == data::ColumnKind::kIndicator && !dlrm) {
         xs.push_back(graph_.indicator(ids_of(l), l.vocabulary_size));
       } else {

@@ -57,7 +57,12 @@ std::string layer_path(GraphDef& def, Op op, const std::string& name) {
 int add_var(GraphDef& def, std::string name, ps::Shape shape, ps::Initializer init, bool sparse) {
   for (const Var& v : def.vars)
     if (v.name == name) throw ConfigError("nn: variable name '" + name + "' is used twice in one graph");
-  def.vars.push_back(Var{std::move(name), std::move(shape), init, sparse});
+  Var v;
+  v.name = std::move(name);
+  v.shape = std::move(shape);
+  v.init = init;
+  v.sparse = sparse;
+  def.vars.push_back(std::move(v));
   return static_cast<int>(def.vars.size()) - 1;
 }
 
@@ -160,10 +165,32 @@ Table Graph::embedding_table(std::int64_t vocab, int dim, const std::string& nam
   return Table{add_var(*def_, var, {vocab, dim}, i, true), vocab, dim};
 }
 
+Table Graph::dynamic_embedding_table(int dim, const std::string& name, std::optional<ps::Initializer> init,
+                                     const DynamicTableOptions& options) {
+  check_positive("embedding dim", dim);
+  const std::string var = layer_path(*def_, Op::kEmbedding, name) + "/embeddings";
+  ps::Initializer i = init ? *init : ps::Initializer::uniform(-0.05, 0.05, 0);
+  if (i.seed == 0) i.seed = model::derive_seed(def_->seed, var);
+  ps::DynamicVariableSpec spec;
+  spec.name = var;
+  spec.dim = dim;
+  spec.init = i;
+  spec.admit_after = options.admit_after;
+  spec.capacity = options.capacity;
+  spec.ttl = options.ttl;
+  spec.max_ids = options.max_ids;
+  spec.validate();
+  const int v = add_var(*def_, var, {0, dim}, i, true);
+  def_->vars[static_cast<std::size_t>(v)].dynamic = true;
+  def_->vars[static_cast<std::size_t>(v)].dynamic_spec = std::move(spec);
+  return Table{v, 0, dim, true};
+}
+
 Tensor Graph::embedding(Ids ids, const Table& table, Combiner combiner) {
   check_ids(ids, "embedding");
   if (table.var < 0 || static_cast<std::size_t>(table.var) >= def_->vars.size() ||
       !def_->vars[static_cast<std::size_t>(table.var)].sparse ||
+      def_->vars[static_cast<std::size_t>(table.var)].dynamic != table.dynamic ||
       def_->vars[static_cast<std::size_t>(table.var)].shape != ps::Shape{table.vocab, table.dim})
     throw ConfigError("nn: embedding: the table is not a table of this graph");
   Node n;

@@ -30,6 +30,10 @@ struct Var {
   ps::Shape shape;
   ps::Initializer init;
   bool sparse = false;  // an embedding table
+  // A dynamic table (sparse too): shape {0, dim}; the PS-side spec (its name, dim and init are
+  // the fields above).
+  bool dynamic = false;
+  ps::DynamicVariableSpec dynamic_spec;
 };
 
 struct Node {
@@ -39,7 +43,7 @@ struct Node {
   int kernel = -1, bias = -1;    // kDense, kCross (kBias: bias only): variable indices
   int table = -1;                // kEmbedding: variable index
   Ids ids;                       // kEmbedding, kIndicator
-  std::int64_t vocab = 0;        // kEmbedding, kIndicator
+  std::int64_t vocab = 0;        // kEmbedding (0: a dynamic table), kIndicator
   int first_column = 0;          // kDenseInput
   Activation activation = Activation::kNone;
   Combiner combiner = Combiner::kMean;

@@ -205,13 +205,21 @@ std::vector<ps::VariableSpec> GraphModel::variables() const {
   std::vector<ps::VariableSpec> specs;
   const auto& vars = program_->def.vars;
   for (std::size_t v = 0; v < vars.size(); ++v) {
-    if (!program_->var_live[v]) continue;
+    if (!program_->var_live[v] || vars[v].dynamic) continue;
     ps::VariableSpec s;
     s.name = vars[v].name;
     s.shape = vars[v].shape;
     s.init = vars[v].init;
     specs.push_back(std::move(s));
   }
+  return specs;
+}
+
+std::vector<ps::DynamicVariableSpec> GraphModel::dynamic_variables() const {
+  std::vector<ps::DynamicVariableSpec> specs;
+  const auto& vars = program_->def.vars;
+  for (std::size_t v = 0; v < vars.size(); ++v)
+    if (program_->var_live[v] && vars[v].dynamic) specs.push_back(vars[v].dynamic_spec);
   return specs;
 }
 
@@ -284,7 +292,7 @@ std::vector<std::int64_t> GraphModel::rows_needed(const std::string& var, const 
         const std::int64_t id =
             inputs.sparse_ids[static_cast<std::size_t>(b) * inputs.num_fields + n.ids.first_field + s];
         if (id == kNoId) continue;
-        if (id < 0 || id >= n.vocab)
+        if (n.vocab > 0 && (id < 0 || id >= n.vocab))
           throw Error("nn: id " + std::to_string(id) + " (example " + std::to_string(b) + ", field " +
                       std::to_string(n.ids.first_field + s) + ") is outside [0, " + std::to_string(n.vocab) +
                       ") of '" + var + "'");
@@ -414,7 +422,7 @@ train::StepResult GraphModel::run(const train::Params& params, const train::Inpu
   for (int t : prog.tables) {
     const Var& var = def.vars[static_cast<std::size_t>(t)];
     detail::TableScratch& ts = ws.table[static_cast<std::size_t>(t)];
-    const std::int64_t vocab = var.shape[0];
+    const std::int64_t vocab = var.dynamic ? 0 : var.shape[0];  // 0: any id
     const int dim = static_cast<int>(var.shape[1]);
     std::size_t total = 0;
     for (std::size_t i = 0; i < num_nodes; ++i)
@@ -428,7 +436,7 @@ train::StepResult GraphModel::run(const train::Params& params, const train::Inpu
         for (int s = 0; s < n.ids.count; ++s) {
           const std::int64_t id = in.sparse_ids[static_cast<std::size_t>(b) * in.num_fields + n.ids.first_field + s];
           if (id == kNoId) continue;
-          if (id < 0 || id >= vocab)
+          if (vocab > 0 && (id < 0 || id >= vocab))
             throw Error("nn: id " + std::to_string(id) + " (example " + std::to_string(b) + ", field " +
                         std::to_string(n.ids.first_field + s) + ") is outside [0, " + std::to_string(vocab) +
                         ") of '" + var.name + "'");

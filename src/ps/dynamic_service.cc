@@ -532,6 +532,8 @@ std::int64_t PsClient::dynamic_dim(std::string_view variable) const {
   return m.dynamic[m.dynamic_index(variable, "dynamic_dim")].dim;
 }
 
+const std::vector<DynamicVariableSpec>& PsServer::dynamic_variables() const { return core().dynamic; }
+
 DynamicShardStats PsServer::dynamic_stats(std::string_view name) const {
   const ServerCore& m = core();
   const ServerCore::DynamicState& st = m.dynamic_state[m.dynamic_index(name, "dynamic_stats")];

@@ -168,6 +168,62 @@ void ReplicaContext::apply_sparse_gradient(const Variable& var, const std::vecto
   }
 }
 
+namespace {
+void check_dynamic_grads(const DynamicVariable& var, std::size_t ids, std::size_t grads) {
+  if (grads != ids * static_cast<std::size_t>(var.dim()))
+    throw Error("dynamic variable '" + var.name() + "': " + std::to_string(grads) + " gradient values for " +
+                std::to_string(ids) + " id(s) of " + std::to_string(var.dim()) + " floats");
+}
+}  // namespace
+
+void ReplicaContext::lookup(const DynamicVariable& var, const std::vector<std::int64_t>& ids, std::vector<float>& out,
+                            ps::DynamicLookup mode) {
+  out.resize(ids.size() * static_cast<std::size_t>(var.dim()));
+  std::lock_guard<std::mutex> lock(strategy_.ps_mutex_);
+  strategy_.ps_client().lookup_dynamic(var.name(), ids.data(), ids.size(), out.data(), mode);
+}
+
+void ReplicaContext::apply_dynamic_gradient(const DynamicVariable& var, const std::vector<std::int64_t>& ids,
+                                            const std::vector<float>& grads, std::int64_t step) {
+  check_dynamic_grads(var, ids.size(), grads.size());
+  auto& group = *strategy_.replicas_;
+  const int k = group.size();
+  group.barrier(replica_);
+  if (replica_ == 0) {
+    strategy_.gathered_rows_.assign(k, {});
+    strategy_.gathered_grads_.assign(k, {});
+  }
+  group.barrier(replica_);
+  strategy_.gathered_rows_[replica_] = ids;
+  strategy_.gathered_grads_[replica_] = grads;
+  group.barrier(replica_);
+  if (replica_ == 0) {
+    std::vector<std::int64_t> all_ids;
+    std::vector<float> all_grads;
+    const float inv = 1.0f / static_cast<float>(k);
+    for (int r = 0; r < k; ++r) {
+      all_ids.insert(all_ids.end(), strategy_.gathered_rows_[r].begin(), strategy_.gathered_rows_[r].end());
+      for (float g : strategy_.gathered_grads_[r]) all_grads.push_back(k == 1 ? g : g * inv);
+    }
+    std::lock_guard<std::mutex> lock(strategy_.ps_mutex_);
+    strategy_.ps_client().update_dynamic(var.name(), all_ids.data(), all_ids.size(), all_grads.data(), step);
+  }
+}
+
+void ParameterServerStrategy::lookup(const DynamicVariable& var, const std::vector<std::int64_t>& ids,
+                                     std::vector<float>& out, ps::DynamicLookup mode) {
+  out.resize(ids.size() * static_cast<std::size_t>(var.dim()));
+  std::lock_guard<std::mutex> lock(ps_mutex_);
+  ps_client().lookup_dynamic(var.name(), ids.data(), ids.size(), out.data(), mode);
+}
+
+void ParameterServerStrategy::update(const DynamicVariable& var, const std::vector<std::int64_t>& ids,
+                                     const std::vector<float>& grads, std::int64_t step) {
+  check_dynamic_grads(var, ids.size(), grads.size());
+  std::lock_guard<std::mutex> lock(ps_mutex_);
+  ps_client().update_dynamic(var.name(), ids.data(), ids.size(), grads.data(), step);
+}
+
 std::int64_t ReplicaContext::increment_global_step() {
   auto& group = *strategy_.replicas_;
   group.barrier(replica_);
@@ -360,6 +416,15 @@ Variable ParameterServerStrategy::create_variable(ps::VariableSpec spec) {
   return var;
 }
 
+DynamicVariable ParameterServerStrategy::create_dynamic_variable(ps::DynamicVariableSpec spec) {
+  if (scope_depth_ == 0) throw Error("create_dynamic_variable('" + spec.name + "') outside strategy.scope()");
+  spec.validate();
+  DynamicVariable var;
+  var.spec_ = spec;
+  pending_dynamic_.push_back(std::move(spec));
+  return var;
+}
+
 void ParameterServerStrategy::colocate_vars_with(const Variable& var, const std::function<void()>& body) {
   std::string saved = colocate_with_;
   colocate_with_ = var.name();
@@ -375,7 +440,7 @@ void ParameterServerStrategy::colocate_vars_with(const Variable& var, const std:
 void ParameterServerStrategy::materialize() {
   prepare_checkpoint_hooks();
   // PS ranks ignore what they declared; the chief's list is authoritative (checked on workers).
-  ps_ = std::make_unique<ps::ParameterServers>(ps::ParameterServers::materialize(runtime_, options_.ps, pending_));
+  ps_ = std::make_unique<ps::ParameterServers>(ps::ParameterServers::materialize(runtime_, options_.ps, pending_, pending_dynamic_));
   gather_restore_report();
   if (report_) last_save_global_step_ = report_->global_step;
   last_save_time_ = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -390,6 +455,12 @@ ps::PsClient& ParameterServerStrategy::ps_client() {
   if (!ps_) throw Error("variables are not materialised yet: create them in strategy.scope() first");
   if (!ps_->client) throw Error("the parameter-server client is a chief's or worker's; this rank is " + runtime_.task().str());
   return *ps_->client;
+}
+
+ps::PsServer& ParameterServerStrategy::ps_server() {
+  if (!ps_) throw Error("variables are not materialised yet: create them in strategy.scope() first");
+  if (!ps_->server) throw Error("the parameter-server service is a PS rank's; this rank is " + runtime_.task().str());
+  return *ps_->server;
 }
 
 const cluster::ResolvedCluster& ParameterServerStrategy::cluster_resolver() const { return runtime_.resolved(); }

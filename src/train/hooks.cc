@@ -253,6 +253,10 @@ void SummaryHook::end(RunContext& ctx) {
     summary["ps_busy_fraction"] = s.ps_busy_fraction;
   }
   summary["restarts"] = ctx.config->restarts;
+  if (!ctx.dynamic_variables.empty()) {
+    ctx.deferred_summary = summary.dump();
+    return;
+  }
   std::cout << summary.dump() << std::endl;
 }
 

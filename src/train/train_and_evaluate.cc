@@ -58,6 +58,7 @@ class BorrowedModel : public Model {
   std::string describe() const override { return m_.describe(); }
   std::vector<ps::VariableSpec> variables() const override { return m_.variables(); }
   std::vector<std::string> sparse_variables() const override { return m_.sparse_variables(); }
+  std::vector<ps::DynamicVariableSpec> dynamic_variables() const override { return m_.dynamic_variables(); }
   std::vector<std::int64_t> rows_needed(const std::string& var, const Inputs& in) const override {
     return m_.rows_needed(var, in);
   }
@@ -104,6 +105,129 @@ Params pull_params(const Model& model, ParameterServerStrategy& strategy, const 
     params.sparse[name] = std::move(sp);
   }
   return params;
+}
+
+// The rows of the dynamic tables that evaluating `ds` (its first max_batches batches of 1000, as
+// evaluate_params reads it) needs, added to `params`: read-only lookups (a missing row reads as
+// zeros, nothing is counted or created), so an evaluation never changes the tables.
+void add_dynamic_rows(const Model& model, ParameterServerStrategy& strategy, const std::vector<DynamicVariable>& dyn,
+                      const data::Dataset& ds, std::int64_t max_batches, Params& params) {
+  if (dyn.empty()) return;
+  std::vector<std::vector<std::int64_t>> ids(dyn.size());
+  std::vector<std::int64_t> all(static_cast<std::size_t>(ds.size));
+  for (std::int64_t i = 0; i < ds.size; ++i) all[static_cast<std::size_t>(i)] = i;
+  data::BatchIterator it(ds, all, 1000, false, 2);
+  data::Batch batch;
+  std::int64_t batches = 0;
+  while ((max_batches <= 0 || batches < max_batches) && it.next(batch)) {
+    const Inputs in = inputs_of(batch);
+    for (std::size_t d = 0; d < dyn.size(); ++d) {
+      const std::vector<std::int64_t> r = model.rows_needed(dyn[d].name(), in);
+      ids[d].insert(ids[d].end(), r.begin(), r.end());
+    }
+    ++batches;
+  }
+  for (std::size_t d = 0; d < dyn.size(); ++d) {
+    std::sort(ids[d].begin(), ids[d].end());
+    ids[d].erase(std::unique(ids[d].begin(), ids[d].end()), ids[d].end());
+    model::SparseParam& sp = params.sparse[dyn[d].name()];
+    sp.width = static_cast<int>(dyn[d].dim());
+    sp.rows = std::move(ids[d]);
+    strategy.lookup(dyn[d], sp.rows, sp.values, ps::DynamicLookup::kInference);
+  }
+}
+
+// Dynamic-table statistics, gathered to the chief once the PS ranks stopped serving: each PS
+// sends its counters of every dynamic variable (the job's list, declaration order) to the chief,
+// which sums them and keeps each shard's. Point-to-point on the runtime communicator with a tag of
+// its own; both waits poll against `timeout_s` and name the rank that did not answer.
+constexpr int kDynamicStatsTag = 0x4459;  // "DY"
+constexpr int kDynamicStatsFields = 8;
+
+std::vector<long long> pack_dynamic_stats(const ps::PsServer& server) {
+  std::vector<long long> out;
+  for (const auto& spec : server.dynamic_variables()) {
+    const ps::DynamicShardStats st = server.dynamic_stats(spec.name);
+    const long long fields[kDynamicStatsFields] = {st.rows,          st.admitted,         st.evicted_ttl,
+                                                   st.evicted_capacity, st.bytes,         st.rejected_lookups,
+                                                   st.rejected_updates, st.rejected_full};
+    out.insert(out.end(), fields, fields + kDynamicStatsFields);
+  }
+  return out;
+}
+
+void wait_request(MPI_Request& req, double timeout_s, const std::string& what, int peer) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+  int done = 0;
+  while (true) {
+    STRATA_CHECK_MPI(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    if (Clock::now() > deadline) {
+      MPI_Cancel(&req);
+      MPI_Request_free(&req);
+      throw TimeoutError(what + " did not complete within " + std::to_string(timeout_s) + " s", {peer});
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+void send_dynamic_stats(const Runtime& rt, const ps::PsServer& server, double timeout_s) {
+  std::vector<long long> mine = pack_dynamic_stats(server);
+  MPI_Request req;
+  STRATA_CHECK_MPI(MPI_Isend(mine.data(), static_cast<int>(mine.size()), MPI_LONG_LONG, rt.chief_rank(),
+                             kDynamicStatsTag, rt.comms().runtime(), &req));
+  wait_request(req, timeout_s,
+               "sending the dynamic-table statistics to the chief (rank " + std::to_string(rt.chief_rank()) + ")",
+               rt.chief_rank());
+}
+
+// The "dynamic" member of the summary: per variable, the sums over the PS ranks and "per_ps".
+nlohmann::ordered_json gather_dynamic_stats(const Runtime& rt, const std::vector<DynamicVariable>& dyn,
+                                            double timeout_s) {
+  std::vector<std::pair<int, int>> ps;  // (PS index, rank)
+  for (const auto& info : rt.ranks())
+    if (info.task.type == "ps") ps.emplace_back(info.task.index, info.rank);
+  std::sort(ps.begin(), ps.end());
+  const std::size_t n = dyn.size() * kDynamicStatsFields;
+  std::vector<std::vector<long long>> got(ps.size(), std::vector<long long>(n, 0));
+  for (std::size_t p = 0; p < ps.size(); ++p) {
+    MPI_Request req;
+    STRATA_CHECK_MPI(MPI_Irecv(got[p].data(), static_cast<int>(n), MPI_LONG_LONG, ps[p].second, kDynamicStatsTag,
+                               rt.comms().runtime(), &req));
+    wait_request(req, timeout_s,
+                 "the dynamic-table statistics of ps:" + std::to_string(ps[p].first) + " (rank " +
+                     std::to_string(ps[p].second) + ")",
+                 ps[p].second);
+  }
+  static const char* const kNames[kDynamicStatsFields] = {"rows",  "admitted",         "evicted_ttl",
+                                                         "evicted_capacity", "bytes", "rejected_lookups",
+                                                         "rejected_updates", "rejected_full"};
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (std::size_t d = 0; d < dyn.size(); ++d) {
+    nlohmann::ordered_json per_ps = nlohmann::ordered_json::array();
+    long long total[kDynamicStatsFields] = {};
+    for (std::size_t p = 0; p < ps.size(); ++p) {
+      nlohmann::ordered_json shard;
+      const long long* f = got[p].data() + d * kDynamicStatsFields;
+      for (int k = 0; k < kDynamicStatsFields; ++k) total[k] += f[k];
+      shard["rows"] = f[0];
+      shard["admitted"] = f[1];
+      shard["evicted"] = f[2] + f[3];
+      shard["bytes"] = f[4];
+      per_ps.push_back(std::move(shard));
+    }
+    nlohmann::ordered_json v;
+    v["dim"] = dyn[d].dim();
+    v["rows"] = total[0];
+    v["admitted"] = total[1];
+    v["evicted"] = total[2] + total[3];
+    v["bytes"] = total[4];
+    for (int k = 2; k < kDynamicStatsFields; ++k)
+      if (k != 4) v[kNames[k]] = total[k];
+    v["per_ps"] = std::move(per_ps);
+    out[dyn[d].name()] = std::move(v);
+  }
+  return out;
 }
 
 // The workers' meeting at the end of training. Workers finish at different times (async mode, a
@@ -399,6 +523,11 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
           throw ConfigError("--eval-best-metric auc: the model is not a binary classifier (AUC needs one); use "
                             "accuracy or loss");
         if (cfg.optimizer.empty()) sopt.ps.optimizer = ps::OptimizerConfig::parse(optimizer_spec(cfg, net.get()));
+        // Dynamic tables are not part of the checkpoints this layer saves and restores yet: a
+        // save would silently lose every row, a restore would start them afresh.
+        if (!net->dynamic_variables().empty() && (!cfg.model_dir.empty() || !cfg.restore.empty()))
+          throw ConfigError("the model has dynamic embedding tables ('" + net->dynamic_variables().front().name +
+                            "'...), which checkpoints do not hold yet: train it without --checkpoint-dir/--restore");
       }
       // The ranks that write checkpoints (the PS ranks, and the chief's checkpoint.json) really
       // write a file there now, so an unusable directory is a usage error before the first step,
@@ -448,8 +577,10 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
       strategy.restore(cfg.restore == "latest" ? cfg.model_dir : cfg.restore, ropt);
     }
     strategy.scope([&] {
-      if (trains)
+      if (trains) {
         for (auto& spec : net->variables()) vars.push_back(strategy.create_variable(spec));
+        for (auto& spec : net->dynamic_variables()) ctx.dynamic_variables.push_back(strategy.create_dynamic_variable(spec));
+      }
     });
   } catch (const ConfigError& e) {
     // Raised identically on every rank (restore verdicts are agreed before anything is allocated).
@@ -458,6 +589,9 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
   if (strategy.is_ps()) {
     liveness::set_phase(liveness::Phase::kServe);
     const bool preempted = strategy.serve();
+    // The chief's summary carries every PS's dynamic-table counters (the chief waits for them).
+    if (!strategy.ps_server().dynamic_variables().empty())
+      send_dynamic_stats(*rt, strategy.ps_server(), cfg.timeout_s);
     result.status = strategy.save_error_stopped() ? kStatusFailure : preempted ? kStatusPreempted : kStatusOk;
     return result;
   }
@@ -518,10 +652,14 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
   const int epochs = train_spec.epochs > 0 ? train_spec.epochs : net->default_epochs();
   ctx.epochs = epochs;
   const data::AutoShard policy = data::parse_auto_shard(cfg.shard, "--shard");
-  ctx.evaluate = [&](double* loss) {
-    return evaluate_params(*net, pull_params(*net, strategy, vars), eval_set, loss, eval_spec.steps);
+  const std::vector<DynamicVariable>& dyn_vars = ctx.dynamic_variables;
+  auto eval_params = [&] {
+    Params p = pull_params(*net, strategy, vars);
+    add_dynamic_rows(*net, strategy, dyn_vars, eval_set, eval_spec.steps, p);
+    return p;
   };
-  ctx.evaluate_all = [&] { return evaluate_metrics(*net, pull_params(*net, strategy, vars), eval_set, eval_spec.steps); };
+  ctx.evaluate = [&](double* loss) { return evaluate_params(*net, eval_params(), eval_set, loss, eval_spec.steps); };
+  ctx.evaluate_all = [&] { return evaluate_metrics(*net, eval_params(), eval_set, eval_spec.steps); };
 
   TrainSummary& summary = ctx.summary;
   summary.staleness_tracked = sopt.ps.consistency.mode != ps::Consistency::kSync;
@@ -659,6 +797,13 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
             sp.width = static_cast<int>(var.shape().size() > 1 ? var.shape()[1] : 1);
             rctx.read_rows(var, sp.rows, sp.values);
           }
+          // Dynamic tables: the batch's ids, by id (admission counting and row creation on the PS).
+          for (const DynamicVariable& dv : dyn_vars) {
+            model::SparseParam& sp = params.sparse[dv.name()];
+            sp.rows = net->rows_needed(dv.name(), in);
+            sp.width = static_cast<int>(dv.dim());
+            rctx.lookup(dv, sp.rows, sp.values);
+          }
         }
         auto bt = Clock::now();
         Grads& grads = replica_grads[r];
@@ -679,6 +824,13 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
             } else {
               rctx.apply_gradient(var, grads.dense[var.name()].value);
             }
+          }
+          // Every worker updates every dynamic table once per step (sync rounds need each
+          // worker's batch, empty or not); the optimizer step is the worker's step in the job
+          // (1-based), the same on every worker.
+          for (const DynamicVariable& dv : dyn_vars) {
+            auto& g = grads.sparse[dv.name()];
+            rctx.apply_dynamic_gradient(dv, g.rows, g.values, in.step + 1);
           }
           count_staleness(rctx.increment_global_step());
         }
@@ -782,6 +934,11 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
   result.global_step = strategy.global_step();  // every worker's increments are done by now
   result.final_checkpoint = strategy.final_checkpoint();
   strategy.finish(ctx.position);
+  if (ctx.is_chief && !dyn_vars.empty()) {
+    auto line = nlohmann::ordered_json::parse(ctx.deferred_summary.empty() ? "{}" : ctx.deferred_summary);
+    line["dynamic"] = gather_dynamic_stats(*rt, dyn_vars, cfg.timeout_s);
+    if (!ctx.deferred_summary.empty()) std::cout << line.dump() << std::endl;
+  }
   result.status = strategy.save_error_stopped() ? kStatusFailure : strategy.stopped() ? kStatusPreempted : kStatusOk;
   return result;
 }

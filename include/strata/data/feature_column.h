@@ -49,6 +49,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -83,6 +84,19 @@ struct Normalizer {
   double std = 1;  // > 0
 };
 
+// A dynamic hash column's table (categorical_column_with_dynamic_hash): admission and eviction,
+// the fields of ps::DynamicVariableSpec (docs/DYNAMIC.md).
+struct DynamicIdOptions {
+  std::int64_t admit_after = 0;                   // an id gets a row once seen this often, in [0, 2^31)
+  std::int64_t capacity = std::int64_t{1} << 24;  // most rows per PS, in [1, 2^40]
+  std::int64_t ttl = 0;                           // rows not updated for ttl steps go, in [0, 2^40]; 0: never
+};
+// The vocabulary size a dynamic column reports: its ids lie in [0, kDynamicVocabulary).
+inline constexpr std::int64_t kDynamicVocabulary = std::numeric_limits<std::int64_t>::max();
+// The id of `text` in a dynamic hash column: fingerprint64(text) with its top bit cleared (63
+// bits, no modulo, so never kNoId), the one value 2^63-1 folded to 2^63-2.
+std::int64_t dynamic_hash_id(std::string_view text);
+
 struct FeatureColumn;
 using FeatureColumnPtr = std::shared_ptr<const FeatureColumn>;
 
@@ -109,6 +123,11 @@ struct FeatureColumn {
   FeatureColumnPtr source;
   // identity: num_buckets; hash bucket and crossed: hash_bucket_size
   std::int64_t num_buckets = 0;
+  // hash bucket: dynamic (categorical_column_with_dynamic_hash): no buckets, ids are
+  // dynamic_hash_id(text), num_buckets is kDynamicVocabulary, and an embedding over it is a
+  // dynamic table with these options.
+  bool dynamic = false;
+  DynamicIdOptions dynamic_options;
   // identity and vocabulary: the id of an out-of-range / out-of-vocabulary value; -1 for none
   std::int64_t default_id = -1;
   bool has_default_id = false;  // identity only: false makes an out-of-range value an error
@@ -144,6 +163,12 @@ FeatureColumn bucketized_column(const FeatureColumn& source, std::vector<double>
 FeatureColumn categorical_column_with_identity(std::string key, std::int64_t num_buckets,
                                                std::optional<std::int64_t> default_value = std::nullopt);
 FeatureColumn categorical_column_with_hash_bucket(std::string key, std::int64_t hash_bucket_size);
+// The no-collision variant of categorical_column_with_hash_bucket (strata's own; TF has none):
+// every distinct string is its own id (dynamic_hash_id), and an embedding_column over it reads a
+// dynamic table on the parameter servers (rows created on first sight, admitted after
+// options.admit_after sightings, evicted by ttl and capacity). ConfigError naming the column and
+// the field for an option out of range. An indicator_column over it is refused (no vocabulary).
+FeatureColumn categorical_column_with_dynamic_hash(std::string key, const DynamicIdOptions& options = {});
 FeatureColumn categorical_column_with_vocabulary_list(std::string key, std::vector<std::string> vocabulary,
                                                       std::int64_t default_value = -1,
                                                       std::int64_t num_oov_buckets = 0);
@@ -176,6 +201,10 @@ struct ColumnLayout {
   std::int64_t vocabulary_size = 0;  // ids lie in [0, vocabulary_size)
   int dimension = 0;                 // embedding
   Combiner combiner = Combiner::kMean;
+  // A categorical column over a dynamic hash column (vocabulary_size is then kDynamicVocabulary):
+  // an embedding reads a dynamic table with these options.
+  bool dynamic = false;
+  DynamicIdOptions dynamic_options;
 };
 
 struct FeatureLayout {
@@ -265,6 +294,9 @@ std::int64_t csv_shard_rows(std::vector<std::string> paths, CsvOptions options, 
 //   {"type": "bucketized", "source": <numeric>, "boundaries": [b0, b1, ...]}
 //   {"type": "identity", "key": K, "num_buckets": N, "default_value": D?}
 //   {"type": "hash_bucket", "key": K, "hash_bucket_size": N}
+//   {"type": "hash_bucket", "key": K, "dynamic": true, "admit_after": 0?, "capacity": 2^24?,
+//    "ttl": 0?}, or the same as {"type": "dynamic_hash", ...}: categorical_column_with_dynamic_hash
+//    (no hash_bucket_size; "dynamic": false is the plain hash bucket)
 //   {"type": "vocabulary_list", "key": K, "vocabulary": ["a", ...], "num_oov_buckets": 0?,
 //    "default_value": -1?}
 //   {"type": "vocabulary_file", "key": K, "vocabulary_file": PATH, "vocabulary_size": N?,

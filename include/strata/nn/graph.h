@@ -64,11 +64,23 @@ struct Ids {
 };
 
 // An embedding table: a [vocab, dim] sparse variable held by the parameter servers (pulled and
-// pushed by rows). Several embedding() calls may read one table (shared embeddings).
+// pushed by rows), or a dynamic table (dynamic_embedding_table: vocab 0, rows keyed by any int64
+// id, looked up and updated by id). Several embedding() calls may read one table (shared
+// embeddings).
 struct Table {
   int var = -1;
-  std::int64_t vocab = 0;
+  std::int64_t vocab = 0;  // 0 for a dynamic table
   int dim = 0;
+  bool dynamic = false;
+};
+
+// Admission and eviction of a dynamic table (the fields of ps::DynamicVariableSpec, whose
+// validate() checks them: ConfigError naming the table and the field).
+struct DynamicTableOptions {
+  std::int64_t admit_after = 0;                   // an id gets a row once seen this often (0/1: at once)
+  std::int64_t capacity = std::int64_t{1} << 24;  // most rows per PS (least-recently-updated evicted)
+  std::int64_t ttl = 0;                           // rows not updated for ttl steps go; 0: never
+  std::int64_t max_ids = 4096;                    // most distinct ids per request to one PS
 };
 
 class Graph {
@@ -116,8 +128,16 @@ class Graph {
   // uniform(-0.05, 0.05), seeded from the variable's name when `init` has no seed of its own.
   Table embedding_table(std::int64_t vocab, int dim, const std::string& name = "",
                         std::optional<ps::Initializer> init = std::nullopt);
+  // A dynamic table of `dim` floats per row (variable "<layer>/embeddings", a
+  // ps::DynamicVariableSpec): no vocabulary, any int64 id other than kNoId is a row, created on
+  // the PS at its first (admitted) lookup from `init`, a pure function of (init, id). Default
+  // initializer uniform(-0.05, 0.05) seeded from the variable's name; glorot_uniform is refused
+  // (a row has no fan). The model lists it in dynamic_variables(), not variables().
+  Table dynamic_embedding_table(int dim, const std::string& name = "", std::optional<ps::Initializer> init = std::nullopt,
+                                const DynamicTableOptions& options = {});
   // An embedding bag: per example, the combination of the table rows of its ids -> [batch, dim].
-  // Ids outside [0, vocab) (other than kNoId) are an Error at step time naming the table.
+  // For a fixed table, ids outside [0, vocab) (other than kNoId) are an Error at step time naming
+  // the table; a dynamic table takes any id but kNoId.
   Tensor embedding(Ids ids, const Table& table, Combiner combiner = Combiner::kMean);
   // A new table read once: embedding(ids, embedding_table(vocab, dim, name), combiner).
   Tensor embedding(Ids ids, std::int64_t vocab, int dim, Combiner combiner = Combiner::kMean,

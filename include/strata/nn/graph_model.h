@@ -12,7 +12,9 @@
 // prediction (mse); prediction_width() values per example.
 //
 // Only the part of the graph the output depends on is part of the model: its variables, in the
-// order the graph created them, are variables(); its embedding tables are sparse_variables().
+// order the graph created them, are variables(); its embedding tables are sparse_variables(), and
+// its dynamic tables are both sparse_variables() and dynamic_variables() (their rows are keyed by
+// id: Params::sparse holds the ids rows_needed() returns, any int64 but kNoId).
 //
 // Thread-safety: every const member function may run concurrently on several threads (CPU
 // replicas). step() and predict() take a scratch workspace from a pool owned by the model and
@@ -66,6 +68,9 @@ class GraphModel : public train::Model {
   std::string describe() const override;
   std::vector<ps::VariableSpec> variables() const override;
   std::vector<std::string> sparse_variables() const override;
+  // The live dynamic tables (Graph::dynamic_embedding_table), creation order. They are sparse
+  // variables too (Params::sparse, rows keyed by id), but not in variables().
+  std::vector<ps::DynamicVariableSpec> dynamic_variables() const override;
   std::vector<std::int64_t> rows_needed(const std::string& var, const train::Inputs& inputs) const override;
   train::StepResult step(const train::Params& params, const train::Inputs& inputs,
                          train::Grads* grads) const override;
@@ -98,7 +103,8 @@ class GraphModel : public train::Model {
 
 // Every variable of `model` filled from its initializer in this process (sparse variables as
 // whole tables, rows 0..vocab-1), the values the parameter servers materialise: single-process
-// training and tests (model::init_local_params for any train::Model).
+// training and tests (model::init_local_params for any train::Model). Dynamic tables have no
+// whole table: they are left out (their rows are looked up by id on the PS).
 train::Params init_local_params(const train::Model& model);
 
 // ConfigError naming the first variable name both models declare: models trained against the

@@ -238,6 +238,8 @@ class PsServer final : public PsEndpoint {
   // This PS's part of dynamic variable `name` (its shard of the ids): the table's counters.
   // Error for an unknown name. Read it on the PS's own thread (after serve() returned, say).
   DynamicShardStats dynamic_stats(std::string_view name) const;
+  // The job's dynamic variables (the chief's list, declaration order): the names dynamic_stats takes.
+  const std::vector<DynamicVariableSpec>& dynamic_variables() const;
 
  private:
   friend struct ParameterServers;

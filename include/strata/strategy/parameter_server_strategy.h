@@ -74,6 +74,21 @@ class Variable {
   ps::VariableSpec spec_;
 };
 
+// A dynamic embedding table created in scope (ps::DynamicVariableSpec, docs/DYNAMIC.md): rows of
+// dim() floats keyed by arbitrary int64 ids, sharded over the PS ranks by a hash of the id. A value
+// type naming the variable; lookups and updates go through the strategy or a ReplicaContext.
+class DynamicVariable {
+ public:
+  DynamicVariable() = default;
+  const std::string& name() const { return spec_.name; }
+  std::int64_t dim() const { return spec_.dim; }
+  const ps::DynamicVariableSpec& spec() const { return spec_; }
+
+ private:
+  friend class ParameterServerStrategy;
+  ps::DynamicVariableSpec spec_;
+};
+
 // Checkpoints (DESIGN.md section 6; TF's CheckpointManager and Checkpoint.restore). The PS ranks
 // write `<directory>/ckpt-<global_step>.h5` collectively with parallel HDF5 while the job is
 // quiesced at a step boundary (ps::PsClient::at_step_boundary), so a checkpoint is one
@@ -251,6 +266,19 @@ class ReplicaContext {
   // push is the mean over replicas, as for dense gradients) and the first replica pushes them once.
   void apply_sparse_gradient(const Variable& var, const std::vector<std::int64_t>& rows,
                              const std::vector<float>& grads);
+  // Rows of dynamic variable `var` for ids[0..n) (any int64; duplicates get the same row) into
+  // out (n * dim floats, resized), in the caller's order. Not collective; thread-safe (the
+  // replicas' requests are serialised). kTrain counts the ids for admission and creates admitted
+  // rows; kInference only reads (a missing row reads as zeros).
+  void lookup(const DynamicVariable& var, const std::vector<std::int64_t>& ids, std::vector<float>& out,
+              ps::DynamicLookup mode = ps::DynamicLookup::kTrain);
+  // Collective: every replica's ids and gradient rows (grads.size() == ids.size() * dim) are
+  // gathered in replica order, each gradient divided by the replica count (the mean over
+  // replicas, as for dense gradients), and the first replica sends one update_dynamic with
+  // optimizer step `step` (>= 1). Under sync consistency every worker must call it once per step
+  // and variable, even with no ids. Error on a size mismatch (before any replica waits).
+  void apply_dynamic_gradient(const DynamicVariable& var, const std::vector<std::int64_t>& ids,
+                              const std::vector<float>& grads, std::int64_t step);
   // Collective: the first replica increments the global step on PS 0; all replicas get the value.
   std::int64_t increment_global_step();
 
@@ -277,6 +305,13 @@ class ParameterServerStrategy {
   bool in_scope() const { return scope_depth_ > 0; }
   // Declares a variable; only inside scope(), only before materialisation.
   Variable create_variable(ps::VariableSpec spec);
+  // Declares a dynamic embedding table (validated: ConfigError naming the field); only inside
+  // scope(), only before materialisation. Collected with the dense variables and materialised with
+  // them; every worker must declare the same dynamic variables in the same order, and a name may
+  // not be used twice nor by a dense variable (checked at materialisation: ConfigError naming it).
+  DynamicVariable create_dynamic_variable(ps::DynamicVariableSpec spec);
+  // The dynamic variables declared so far (creation order).
+  const std::vector<ps::DynamicVariableSpec>& dynamic_variables() const { return pending_dynamic_; }
   // TF's strategy.extended.colocate_vars_with(var): variables created in `body` share var's PS.
   void colocate_vars_with(const Variable& var, const std::function<void()>& body);
   ParameterServerStrategy& extended() { return *this; }
@@ -372,11 +407,20 @@ class ParameterServerStrategy {
 
   // Strategy-level (cross-replica context) reads and the global step.
   void read(const Variable& var, std::vector<float>& out);
+  // Cross-replica lookup of dynamic rows (see ReplicaContext::lookup); workers only.
+  void lookup(const DynamicVariable& var, const std::vector<std::int64_t>& ids, std::vector<float>& out,
+              ps::DynamicLookup mode = ps::DynamicLookup::kTrain);
+  // Cross-replica update of dynamic rows (ids, grads of ids.size() * dim floats, optimizer step
+  // >= 1): PsClient::update_dynamic, returning once every PS applied it. Workers only.
+  void update(const DynamicVariable& var, const std::vector<std::int64_t>& ids, const std::vector<float>& grads,
+              std::int64_t step);
   std::int64_t global_step();
   // This rank's part of the parameter servers, once materialised (Error before): the client on the
   // chief and workers (Error on other ranks), and what every role shares.
   ps::PsClient& ps_client();
   ps::PsEndpoint& ps_endpoint();
+  // The server part on a PS rank (Error before materialisation and on other ranks).
+  ps::PsServer& ps_server();
   const Runtime& runtime() const { return runtime_; }
 
  private:
@@ -408,6 +452,7 @@ class ParameterServerStrategy {
   std::vector<float> staging_;  // the first replica's host copy of device gradients, for the push
   std::unique_ptr<ps::ParameterServers> ps_;
   std::vector<ps::VariableSpec> pending_;
+  std::vector<ps::DynamicVariableSpec> pending_dynamic_;
   int scope_depth_ = 0;
   std::string colocate_with_;
   // Shared by the replicas of one collective (written by the first replica, read by all).

@@ -82,6 +82,11 @@ struct RunContext {
   StrategyOptions strategy_options;             // what the strategy was built with
   const Model* model = nullptr;                 // null on PS ranks
   std::vector<Variable> variables;              // the model's variables (workers), creation order
+  std::vector<DynamicVariable> dynamic_variables;  // the model's dynamic tables (workers), creation order
+  // With dynamic tables, the summary hook leaves its JSON line here instead of printing it: the
+  // training loop adds the PS ranks' table statistics ("dynamic"), which exist only once they
+  // stopped serving (after strategy.finish()), and prints the line then.
+  std::string deferred_summary;
   Role role = Role::kWorker;
   bool is_chief = false;
   std::string model_label;                      // "mlp", "softmax", "wide_deep" or the user's name

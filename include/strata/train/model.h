@@ -54,6 +54,10 @@ class Model {
   virtual std::vector<ps::VariableSpec> variables() const = 0;
   // Variables pulled and pushed by rows (embedding tables); empty for dense models.
   virtual std::vector<std::string> sparse_variables() const { return {}; }
+  // Dynamic embedding tables (ps::DynamicVariableSpec), created after variables() in this order;
+  // each is also named in sparse_variables(), and rows_needed() returns the ids it reads (any
+  // int64, unique ascending), looked up and updated by id on the PS.
+  virtual std::vector<ps::DynamicVariableSpec> dynamic_variables() const { return {}; }
   // Unique ascending rows of sparse variable `var` that `inputs` reads.
   virtual std::vector<std::int64_t> rows_needed(const std::string& var, const Inputs& inputs) const;
   // Forward (and backward unless grads is null) over one slice: the mean loss, the correct count,
