@@ -237,6 +237,50 @@ TEST(FeatureColumns, CategoricalColumnsByHand) {
   EXPECT_EQ(row(1, 5), std::vector<std::int64_t>{h("-1", 1000)});
 }
 
+TEST(FeatureColumns, DynamicHashGivesTheFull63BitFingerprintWithoutCollisions) {
+  const CsvTable t = small_table("t.csv", kRows);
+  const FeatureColumn dyn = categorical_column_with_dynamic_hash("tags", DynamicIdOptions{2, 1000, 50});
+  const FeatureColumn dyn_int = categorical_column_with_dynamic_hash("n");
+  const FeatureTransform ft({embedding_column(dyn, 4, Combiner::kSum), dyn_int}, LabelSpec{}, t);
+  const FeatureLayout& L = ft.layout();
+  ASSERT_EQ(L.columns.size(), 2u);
+  EXPECT_TRUE(L.columns[0].dynamic);
+  EXPECT_EQ(L.columns[0].dynamic_options.admit_after, 2);
+  EXPECT_EQ(L.columns[0].dynamic_options.capacity, 1000);
+  EXPECT_EQ(L.columns[0].dynamic_options.ttl, 50);
+  EXPECT_EQ(L.columns[0].vocabulary_size, kDynamicVocabulary);
+  EXPECT_TRUE(L.columns[1].dynamic);
+  EXPECT_EQ(L.columns[1].dynamic_options.admit_after, 0);
+  const Dataset d = ft.apply(t);  // validated: every id in [0, sparse_vocab)
+  const auto id = [](const char* s) {
+    return static_cast<std::int64_t>(fingerprint64(s) & 0x7fffffffffffffffULL);
+  };
+  EXPECT_EQ(dynamic_hash_id("b"), id("b"));
+  // "b" and "c" share bucket 2 of 10 (the test above); their dynamic ids differ.
+  EXPECT_NE(dynamic_hash_id("b"), dynamic_hash_id("c"));
+  const auto row = [&](int r, int column) {
+    const ColumnLayout& c = L.columns[static_cast<std::size_t>(column)];
+    const auto* p = d.sparse_ids.data() + r * d.num_fields + c.first_slot;
+    return std::vector<std::int64_t>(p, p + c.num_slots);
+  };
+  EXPECT_EQ(row(0, 0), (std::vector<std::int64_t>{id("b"), id("c"), kNoId}));
+  EXPECT_EQ(row(1, 0), (std::vector<std::int64_t>{kNoId, kNoId, kNoId}));
+  EXPECT_EQ(row(2, 0), (std::vector<std::int64_t>{id("a"), id("a"), id("d")}));
+  EXPECT_EQ(row(0, 1), std::vector<std::int64_t>{id("3")});  // an int64 column hashes its text
+  for (const char* s : {"", "a", "zz", "-1", "criteo"}) {
+    EXPECT_GE(dynamic_hash_id(s), 0) << s;
+    EXPECT_LT(dynamic_hash_id(s), kDynamicVocabulary) << s;
+  }
+  // Options out of range and an indicator over it are ConfigErrors naming the column and field.
+  EXPECT_TRUE(Contains(config_error([] { categorical_column_with_dynamic_hash("c", DynamicIdOptions{-1, 10, 0}); }),
+                       "categorical_column_with_dynamic_hash('c'): admit_after is -1"));
+  EXPECT_TRUE(Contains(config_error([] { categorical_column_with_dynamic_hash("c", DynamicIdOptions{0, 0, 0}); }),
+                       "capacity is 0, expected in [1, 2^40]"));
+  EXPECT_TRUE(Contains(config_error([] { categorical_column_with_dynamic_hash("c", DynamicIdOptions{0, 10, -3}); }),
+                       "ttl is -3"));
+  EXPECT_TRUE(Contains(config_error([&] { indicator_column(dyn); }), "indicator_column('tags'): a dynamic hash column"));
+}
+
 TEST(FeatureColumns, CrossedColumnIsTensorFlowsHashAndDeterministic) {
   const CsvTable t = small_table("t.csv", kRows);
   const FeatureColumn xb = bucketized_column(numeric_column("x"), {0.0, 8.0});
@@ -479,6 +523,47 @@ TEST(FeatureColumnJson, ParsesEveryColumnType) {
   EXPECT_EQ(c[5].vocabulary, (std::vector<std::string>{"x", "y"}));
   EXPECT_EQ(c[6].name(), "C1_X_I2_bucketized");
   EXPECT_EQ(c[6].hash_key, 18446744073709551615ULL);
+}
+
+TEST(FeatureColumnJson, ParsesDynamicHashColumns) {
+  const std::string text = R"([
+    {"type": "embedding", "categorical": {"type": "hash_bucket", "key": "C1", "dynamic": true, "admit_after": 3,
+      "capacity": 5000, "ttl": 100}, "dimension": 8},
+    {"type": "embedding", "categorical": {"type": "dynamic_hash", "key": "C2"}, "dimension": 4},
+    {"type": "hash_bucket", "key": "C3", "hash_bucket_size": 10, "dynamic": false}
+  ])";
+  const std::vector<FeatureColumn> c = parse_feature_columns_json(text, "spec.json");
+  ASSERT_EQ(c.size(), 3u);
+  ASSERT_TRUE(c[0].categorical->dynamic);
+  EXPECT_EQ(c[0].categorical->dynamic_options.admit_after, 3);
+  EXPECT_EQ(c[0].categorical->dynamic_options.capacity, 5000);
+  EXPECT_EQ(c[0].categorical->dynamic_options.ttl, 100);
+  EXPECT_EQ(c[0].vocabulary_size(), kDynamicVocabulary);
+  ASSERT_TRUE(c[1].categorical->dynamic);
+  EXPECT_EQ(c[1].categorical->dynamic_options.admit_after, 0);
+  EXPECT_EQ(c[1].categorical->dynamic_options.capacity, DynamicIdOptions{}.capacity);
+  EXPECT_FALSE(c[2].dynamic);
+  EXPECT_EQ(c[2].vocabulary_size(), 10);
+  struct Case {
+    std::string text, expect;
+  } cases[] = {
+      {R"([{"type": "hash_bucket", "key": "a", "dynamic": 1}])", "feature_columns[0].dynamic: expected true or false, got 1"},
+      {R"([{"type": "hash_bucket", "key": "a", "dynamic": true, "hash_bucket_size": 10}])",
+       "feature_columns[0].hash_bucket_size: unknown member"},
+      {R"([{"type": "hash_bucket", "key": "a", "dynamic": true, "admit_after": -1}])",
+       "feature_columns[0].admit_after: expected an integer in [0, 2147483647], got -1"},
+      {R"([{"type": "dynamic_hash", "key": "a", "capacity": 0}])", "feature_columns[0].capacity: expected an integer in [1, "},
+      {R"([{"type": "dynamic_hash", "key": "a", "ttl": "never"}])", "feature_columns[0].ttl: expected an integer"},
+      {R"([{"type": "dynamic_hash", "key": "a", "dynamic": false}])", "feature_columns[0].dynamic: a dynamic_hash column is dynamic"},
+      {R"([{"type": "dynamic_hash", "key": "a", "admitafter": 2}])", "feature_columns[0].admitafter: unknown member"},
+      {R"([{"type": "hash_bucket", "key": "a", "hash_bucket_size": 10, "dynamic": false, "ttl": 5}])",
+       "feature_columns[0].ttl: unknown member"},
+      {R"([{"type": "indicator", "categorical": {"type": "dynamic_hash", "key": "a"}}])", "a dynamic hash column has no vocabulary"},
+  };
+  for (const Case& k : cases) {
+    const std::string message = config_error([&] { parse_feature_columns_json(k.text, "spec.json"); });
+    EXPECT_TRUE(Contains(message, k.expect)) << k.text << " -> " << message;
+  }
 }
 
 TEST(FeatureColumnJson, ParsesCsvOptions) {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <thread>
@@ -695,6 +696,171 @@ TEST(NnGraphModel, WideAndDeepLearnsSyntheticClicks) {
   const train::StepResult r = m.step(p, slice(train_n, 2000), nullptr);
   const double accuracy = static_cast<double>(r.correct) / 2000;
   EXPECT_GT(accuracy, 0.75) << "chance is 0.5, the oracle about 0.92";
+}
+
+
+// ---- dynamic tables ----------------------------------------------------------------------------
+
+// An arbitrary int64 id for small id k (never kNoId): large, negative and beyond any vocabulary.
+std::int64_t far_id(std::int64_t k) {
+  if (k == kNoId) return kNoId;
+  return (k % 2 == 0) ? (k + 1) * 0x10000000001LL : -(k + 2) * 0x7000000000003LL;
+}
+
+// The batch with every id mapped by far_id.
+Batch far_batch(Batch b) {
+  for (auto& id : b.ids) id = far_id(id);
+  return b;
+}
+
+// Parameters of a model with dynamic tables: its dense variables and fixed tables from
+// random_params, and for every dynamic table the rows of the ids `in` reads (random too).
+train::Params dynamic_params(const GraphModel& m, const train::Inputs& in, std::uint32_t seed) {
+  train::Params p = random_params(m, seed);
+  std::mt19937 rng(seed + 1);
+  std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+  for (const ps::DynamicVariableSpec& d : m.dynamic_variables()) {
+    model::SparseParam& sp = p.sparse[d.name];
+    sp.rows = m.rows_needed(d.name, in);
+    sp.width = static_cast<int>(d.dim);
+    sp.values.resize(sp.rows.size() * static_cast<std::size_t>(d.dim));
+    for (float& v : sp.values) v = u(rng);
+  }
+  return p;
+}
+
+TEST(NnDynamicEmbedding, GradientsMatchCentralDifferencesForEveryCombiner) {
+  Graph g("dyn", 3);
+  const Table t = g.dynamic_embedding_table(3, "shared");
+  const Tensor a = g.embedding(g.ids_input(0, 3), t, Combiner::kSum);
+  const Tensor b = g.embedding(g.ids_input(2, 3), t, Combiner::kMean);
+  const Tensor c = g.embedding(g.ids_input(5, 1), g.dynamic_embedding_table(2), Combiner::kSqrtn);
+  const Tensor fixed = g.embedding(g.ids_input(1, 2), 9, 2, Combiner::kSqrtn);
+  const Tensor x = g.concatenate({g.dense_input(0, 3), a, b, c, fixed});
+  const Tensor out = g.dense(g.dense(x, 4, Activation::kTanh), 1);
+  GraphModel m(g, out, Loss::kSigmoidCrossEntropy);
+  Batch bin = far_batch(random_batch(6, 5, 6, 9, 2, 3));
+  // The fixed table reads fields 1..2: keep its ids in range.
+  const Batch plain = random_batch(6, 5, 6, 9, 2, 3);
+  for (int e = 0; e < bin.size; ++e)
+    for (int f = 1; f <= 2; ++f) bin.ids[static_cast<std::size_t>(e * 6 + f)] = plain.ids[static_cast<std::size_t>(e * 6 + f)];
+  // Fields 1..2 are read by the shared dynamic table too (fields 0..4): their ids are kept small
+  // there, which a dynamic table takes like any other.
+  const train::Params p = dynamic_params(m, bin.view(), 5);
+  ASSERT_EQ(m.dynamic_variables().size(), 2u);
+  std::string worst;
+  EXPECT_LE(gradient_error(m, p, bin.view(), 1e-2, {}, &worst), 1.0) << worst;
+  EXPECT_GT(gradient_error(m, p, bin.view(), 1e-2, corrupt_largest), 1.0) << "a corrupted gradient passed the check";
+}
+
+TEST(NnDynamicEmbedding, EqualsTheFixedTableOnTheSameRowsBitForBit) {
+  // The same graph with a fixed [10, 3] table and with a dynamic one whose id far_id(k) holds row
+  // k: losses, predictions and gradients are equal bit for bit, for every combiner.
+  for (Combiner comb : {Combiner::kSum, Combiner::kMean, Combiner::kSqrtn}) {
+    Graph gf("m", 9), gd("m", 9);
+    const Tensor ef = gf.embedding(gf.ids_input(0, 4), 10, 3, comb, "emb");
+    const Tensor ed = gd.embedding(gd.ids_input(0, 4), gd.dynamic_embedding_table(3, "emb"), comb);
+    GraphModel mf(gf, gf.dense(gf.concatenate({gf.dense_input(0, 2), ef}), 1), Loss::kSigmoidCrossEntropy);
+    GraphModel md(gd, gd.dense(gd.concatenate({gd.dense_input(0, 2), ed}), 1), Loss::kSigmoidCrossEntropy);
+    Batch b = random_batch(16, 2, 4, 10, 2, 21);
+    const Batch bd = far_batch(b);
+    train::Params pf = random_params(mf, 8);
+    train::Params pd = pf;
+    model::SparseParam& table = pd.sparse.at("m/emb/embeddings");
+    std::vector<std::pair<std::int64_t, int>> order;
+    for (int k = 0; k < 10; ++k) order.emplace_back(far_id(k), k);
+    std::sort(order.begin(), order.end());
+    std::vector<std::int64_t> rows;
+    std::vector<float> values;
+    for (const auto& [id, k] : order) {
+      rows.push_back(id);
+      for (int j = 0; j < 3; ++j) values.push_back(pf.sparse.at("m/emb/embeddings").values[static_cast<std::size_t>(k * 3 + j)]);
+    }
+    table.rows = rows;
+    table.values = values;
+    train::Grads gf_, gd_;
+    const train::StepResult rf = mf.step(pf, b.view(), &gf_);
+    const train::StepResult rd = md.step(pd, bd.view(), &gd_);
+    EXPECT_EQ(rf.loss, rd.loss);
+    EXPECT_EQ(rf.correct, rd.correct);
+    for (const auto& [name, d] : gf_.dense) EXPECT_EQ(d.value, gd_.dense.at(name).value) << name;
+    const model::SparseParam& sf = gf_.sparse.at("m/emb/embeddings");
+    const model::SparseParam& sd = gd_.sparse.at("m/emb/embeddings");
+    ASSERT_EQ(sf.rows.size(), sd.rows.size());
+    for (std::size_t r = 0; r < sd.rows.size(); ++r) {
+      const auto it = std::find(sf.rows.begin(), sf.rows.end(),
+                                std::find_if(order.begin(), order.end(), [&](const auto& o) { return o.first == sd.rows[r]; })->second);
+      ASSERT_NE(it, sf.rows.end());
+      const std::size_t k = static_cast<std::size_t>(it - sf.rows.begin());
+      for (int j = 0; j < 3; ++j) EXPECT_EQ(sd.values[r * 3 + j], sf.values[k * 3 + j]) << "id " << sd.rows[r];
+    }
+    EXPECT_TRUE(std::is_sorted(sd.rows.begin(), sd.rows.end()));
+    std::vector<float> pred_f(16), pred_d(16);
+    ASSERT_TRUE(mf.predict(pf, b.view(), pred_f.data()));
+    ASSERT_TRUE(md.predict(pd, bd.view(), pred_d.data()));
+    EXPECT_EQ(pred_f, pred_d);
+  }
+}
+
+TEST(NnDynamicEmbedding, DeclarationsIdsAndErrors) {
+  Graph g("s", 4);
+  DynamicTableOptions o;
+  o.admit_after = 3;
+  o.capacity = 1000;
+  o.ttl = 20;
+  const Table t = g.dynamic_embedding_table(4, "users", std::nullopt, o);
+  EXPECT_TRUE(t.dynamic);
+  EXPECT_EQ(t.vocab, 0);
+  const Tensor e = g.embedding(g.ids_input(0, 2), t, Combiner::kSum);
+  GraphModel m(g, g.dense(e, 1), Loss::kMeanSquaredError);
+  // Not a dense variable; a sparse one and a dynamic one, with the options and a seeded init.
+  for (const ps::VariableSpec& v : m.variables()) EXPECT_NE(v.name, "s/users/embeddings");
+  EXPECT_EQ(m.sparse_variables(), std::vector<std::string>{"s/users/embeddings"});
+  ASSERT_EQ(m.dynamic_variables().size(), 1u);
+  const ps::DynamicVariableSpec d = m.dynamic_variables()[0];
+  EXPECT_EQ(d.name, "s/users/embeddings");
+  EXPECT_EQ(d.dim, 4);
+  EXPECT_EQ(d.admit_after, 3);
+  EXPECT_EQ(d.capacity, 1000);
+  EXPECT_EQ(d.ttl, 20);
+  EXPECT_EQ(d.init.seed, model::derive_seed(4, "s/users/embeddings"));
+  EXPECT_EQ(init_local_params(m).sparse.count("s/users/embeddings"), 0u);
+  // Any id but kNoId: unique, ascending.
+  Batch b;
+  b.size = 3;
+  b.num_fields = 2;
+  b.ids = {std::numeric_limits<std::int64_t>::max(), -5, kNoId, 7, -5, std::numeric_limits<std::int64_t>::min()};
+  b.targets = {0, 0, 0};
+  EXPECT_EQ(m.rows_needed("s/users/embeddings", b.view()),
+            (std::vector<std::int64_t>{std::numeric_limits<std::int64_t>::min(), -5, 7,
+                                       std::numeric_limits<std::int64_t>::max()}));
+  // A row that was not looked up is named.
+  train::Params p = random_params(m, 1);
+  model::SparseParam& sp = p.sparse["s/users/embeddings"];
+  sp.width = 4;
+  sp.rows = {-5, 7};
+  sp.values.assign(8, 0.25f);
+  train::Grads gr;
+  try {
+    m.step(p, b.view(), &gr);
+    ADD_FAILURE() << "a missing row was not reported";
+  } catch (const Error& err) {
+    EXPECT_TRUE(Contains(err.what(), "was not pulled"));
+  }
+  // Bad declarations: ConfigErrors naming the table and the field.
+  Graph h("s", 4);
+  DynamicTableOptions bad;
+  bad.ttl = -1;
+  EXPECT_THROW(h.dynamic_embedding_table(4, "a", std::nullopt, bad), ConfigError);
+  bad = {};
+  bad.max_ids = 0;
+  EXPECT_THROW(h.dynamic_embedding_table(4, "b", std::nullopt, bad), ConfigError);
+  EXPECT_THROW(h.dynamic_embedding_table(0, "c"), ConfigError);
+  EXPECT_THROW(h.dynamic_embedding_table(4, "d", ps::Initializer::glorot_uniform(1)), ConfigError);
+  // A dynamic Table handed over as a fixed one (or the reverse) is not a table of this graph.
+  Table forged = h.dynamic_embedding_table(2, "e");
+  forged.dynamic = false;
+  EXPECT_THROW(h.embedding(h.ids_input(0, 1), forged), ConfigError);
 }
 
 }  // namespace
