@@ -73,8 +73,8 @@ class Reader {
           if (dynamic_hash && j.contains("dynamic") && !(j["dynamic"].is_boolean() && j["dynamic"].get<bool>()))
             fail(path + ".dynamic", "a " + type + " column is dynamic; expected true or no member, got " + excerpt(j["dynamic"]));
           DynamicIdOptions o;
-          o.admit_after = optional_int(j, path, "admit_after", o.admit_after, 0, (std::int64_t{1} << 31) - 1);
-          o.capacity = optional_int(j, path, "capacity", o.capacity, 1, std::int64_t{1} << 40);
+          o.admit_after = optional_int(j, path, "admit_after", o.admit_after, 0, kMaxDynamicAdmitAfter);
+          o.capacity = optional_int(j, path, "capacity", o.capacity, 1, kMaxDynamicCapacity);
           o.ttl = optional_int(j, path, "ttl", o.ttl, 0, std::int64_t{1} << 40);
           return categorical_column_with_dynamic_hash(key(j, path), o);
         }

@@ -275,7 +275,7 @@ TEST(FeatureColumns, DynamicHashGivesTheFull63BitFingerprintWithoutCollisions) {
   EXPECT_TRUE(Contains(config_error([] { categorical_column_with_dynamic_hash("c", DynamicIdOptions{-1, 10, 0}); }),
                        "categorical_column_with_dynamic_hash('c'): admit_after is -1"));
   EXPECT_TRUE(Contains(config_error([] { categorical_column_with_dynamic_hash("c", DynamicIdOptions{0, 0, 0}); }),
-                       "capacity is 0, expected in [1, 2^40]"));
+                       "capacity is 0, expected in [1, 2^31 - 1]"));
   EXPECT_TRUE(Contains(config_error([] { categorical_column_with_dynamic_hash("c", DynamicIdOptions{0, 10, -3}); }),
                        "ttl is -3"));
   EXPECT_TRUE(Contains(config_error([&] { indicator_column(dyn); }), "indicator_column('tags'): a dynamic hash column"));
@@ -551,9 +551,11 @@ TEST(FeatureColumnJson, ParsesDynamicHashColumns) {
       {R"([{"type": "hash_bucket", "key": "a", "dynamic": true, "hash_bucket_size": 10}])",
        "feature_columns[0].hash_bucket_size: unknown member"},
       {R"([{"type": "hash_bucket", "key": "a", "dynamic": true, "admit_after": -1}])",
-       "feature_columns[0].admit_after: expected an integer in [0, 2147483647], got -1"},
+       "feature_columns[0].admit_after: expected an integer in [0, 65535], got -1"},
       {R"([{"type": "dynamic_hash", "key": "a", "capacity": 0}])", "feature_columns[0].capacity: expected an integer in [1, "},
       {R"([{"type": "dynamic_hash", "key": "a", "ttl": "never"}])", "feature_columns[0].ttl: expected an integer"},
+      {R"([{"type": "dynamic_hash", "key": "a", "admit_after": 65536}])", "feature_columns[0].admit_after: expected an integer in [0, 65535]"},
+      {R"([{"type": "dynamic_hash", "key": "a", "capacity": 2147483648}])", "feature_columns[0].capacity: expected an integer in [1, 2147483647]"},
       {R"([{"type": "dynamic_hash", "key": "a", "dynamic": false}])", "feature_columns[0].dynamic: a dynamic_hash column is dynamic"},
       {R"([{"type": "dynamic_hash", "key": "a", "admitafter": 2}])", "feature_columns[0].admitafter: unknown member"},
       {R"([{"type": "hash_bucket", "key": "a", "hash_bucket_size": 10, "dynamic": false, "ttl": 5}])",

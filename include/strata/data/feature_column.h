@@ -87,10 +87,13 @@ struct Normalizer {
 // A dynamic hash column's table (categorical_column_with_dynamic_hash): admission and eviction,
 // the fields of ps::DynamicVariableSpec (docs/DYNAMIC.md).
 struct DynamicIdOptions {
-  std::int64_t admit_after = 0;                   // an id gets a row once seen this often, in [0, 2^31)
-  std::int64_t capacity = std::int64_t{1} << 24;  // most rows per PS, in [1, 2^40]
+  std::int64_t admit_after = 0;                   // an id gets a row once seen this often, in [0, 65535]
+  std::int64_t capacity = std::int64_t{1} << 24;  // most rows per PS, in [1, 2^31 - 1]
   std::int64_t ttl = 0;                           // rows not updated for ttl steps go, in [0, 2^40]; 0: never
 };
+// The dynamic table's own limits (src/ps/dynamic_table.cc).
+inline constexpr std::int64_t kMaxDynamicAdmitAfter = 65535;
+inline constexpr std::int64_t kMaxDynamicCapacity = (std::int64_t{1} << 31) - 1;
 // The vocabulary size a dynamic column reports: its ids lie in [0, kDynamicVocabulary).
 inline constexpr std::int64_t kDynamicVocabulary = std::numeric_limits<std::int64_t>::max();
 // The id of `text` in a dynamic hash column: fingerprint64(text) with its top bit cleared (63
