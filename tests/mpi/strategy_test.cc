@@ -249,6 +249,86 @@ TEST(Strategy, DatasetsFromFunctionSeeTheInputContext) {
   STRATA_EXPECT_ALL(comm.get(), ok);
 }
 
+TEST(Strategy, DynamicVariablesAreLookedUpAndUpdatedById) {
+  TestComm comm;
+  if (comm.size() < 2) GTEST_SKIP() << "needs a PS and a worker";
+  const int num_ps = comm.size() >= 3 ? 2 : 1;
+  auto rt = start(comm, num_ps);
+  StrategyOptions options;
+  options.cpu_replicas = 2;
+  options.ps.optimizer = ps::OptimizerConfig::parse("sgd:lr=1");
+  ParameterServerStrategy strategy(*rt, options);
+  Variable w;
+  DynamicVariable emb;
+  std::string errors;
+  strategy.scope([&] {
+    ps::VariableSpec spec;
+    spec.name = "w";
+    spec.shape = {2};
+    w = strategy.create_variable(spec);
+    ps::DynamicVariableSpec d;
+    d.name = "emb";
+    d.dim = 2;
+    d.init = ps::Initializer::zeros();
+    emb = strategy.create_dynamic_variable(d);
+    // A bad spec is refused when declared, naming the field; nothing is added.
+    d.name = "bad";
+    d.dim = 0;
+    try {
+      strategy.create_dynamic_variable(d);
+    } catch (const ConfigError& e) {
+      errors += e.message() + "|";
+    }
+  });
+  bool ok = errors.find("dynamic variable 'bad'") != std::string::npos && strategy.dynamic_variables().size() == 1;
+  const int workers = comm.size() - num_ps;
+  const std::int64_t big = std::int64_t{1} << 40;
+  if (strategy.is_ps()) {
+    strategy.serve();
+  } else {
+    strategy.run([&](ReplicaContext& ctx) {
+      const int r = ctx.replica_id_in_sync_group();
+      std::vector<std::int64_t> ids = {1, big};
+      std::vector<float> rows;
+      ctx.lookup(emb, ids, rows);  // created from zeros
+      if (rows != std::vector<float>(4, 0.0f)) throw Error("fresh rows are not the initializer's zeros");
+      // Replica r sends (r + 1) for ids 1 and 2^40; replica 1 also 4 for id -7; pushed as the mean
+      // over the 2 replicas: 1.5, 1.5 and 2 per worker.
+      std::vector<float> grads(4, static_cast<float>(r + 1));
+      if (r == 1) {
+        ids.push_back(-7);
+        grads.insert(grads.end(), {4, 4});
+      }
+      ctx.apply_dynamic_gradient(emb, ids, grads, 1);
+    });
+    // A gradient of the wrong size is refused before anything is sent.
+    try {
+      strategy.update(emb, {1, 2}, {1, 2, 3}, 1);
+    } catch (const Error& e) {
+      errors += e.message() + "|";
+    }
+    ok = ok && errors.find("3 gradient values for 2 id(s) of 2 floats") != std::string::npos;
+    // Lookups are served by the PS service loop: read before finish(), once every worker's
+    // update returned (each returns once applied).
+    MPI_Barrier(rt->comms().workers());
+    std::vector<float> got;
+    strategy.lookup(emb, {-7, 1, big, 99}, got, ps::DynamicLookup::kInference);
+    const float W = static_cast<float>(workers);
+    ok = ok && got == std::vector<float>{-2 * W, -2 * W, -1.5f * W, -1.5f * W, -1.5f * W, -1.5f * W, 0, 0};
+    strategy.finish();
+  }
+  MPI_Barrier(comm.get());
+  long long rows = 0;
+  if (strategy.is_ps()) {
+    ok = ok && strategy.ps_server().dynamic_variables().size() == 1;
+    rows = strategy.ps_server().dynamic_stats("emb").rows;
+  }
+  long long total = 0;
+  MPI_Allreduce(&rows, &total, 1, MPI_LONG_LONG, MPI_SUM, comm.get());
+  ok = ok && total == 3;  // ids 1, 2^40 and -7 over every PS; the inference lookup of 99 made none
+  STRATA_EXPECT_ALL(comm.get(), ok);
+}
+
 TEST(Strategy, CreatingVariablesOutsideScopeIsAnError) {
   TestComm comm;
   auto rt = start(comm, 0);
