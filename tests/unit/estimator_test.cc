@@ -502,6 +502,16 @@ TEST(ModelSpec, ShippedExampleSpecsParse) {
   const ModelSpec dlrm = load_model_spec(dir + "criteo_dlrm.json");
   EXPECT_EQ(dlrm.estimator.kind, EstimatorKind::kDLRM);
   EXPECT_EQ(dlrm.estimator.dnn_feature_columns.size(), 13u + 13u + 26u);
+  // The same DLRM with its categorical columns dynamic (no buckets; the table's options).
+  const ModelSpec dyn = load_model_spec(dir + "criteo_dlrm_dynamic.json");
+  EXPECT_EQ(dyn.estimator.kind, EstimatorKind::kDLRM);
+  ASSERT_EQ(dyn.estimator.dnn_feature_columns.size(), 13u + 13u + 26u);
+  const data::FeatureColumn& c26 = dyn.estimator.dnn_feature_columns[51];
+  EXPECT_EQ(c26.name(), "C26_embedding");
+  ASSERT_TRUE(c26.categorical && c26.categorical->dynamic);
+  EXPECT_EQ(c26.categorical->dynamic_options.capacity, 1048576);
+  EXPECT_EQ(c26.vocabulary_size(), data::kDynamicVocabulary);
+  EXPECT_FALSE(dyn.estimator.dnn_feature_columns[25].categorical->dynamic);  // I13's buckets
   const ModelSpec fm = load_model_spec(dir + "fashion_mnist_dnn.json");
   EXPECT_EQ(fm.estimator.kind, EstimatorKind::kDNNClassifier);
   ASSERT_EQ(fm.estimator.dnn_feature_columns.size(), 1u);
