@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ps/client_core.h"
+#include "ps/dynamic_checkpoint.h"
 #include "ps/server_core.h"
 #include "ps/test_peer.h"
 #include "strata/cluster/runtime.h"
@@ -246,6 +247,10 @@ ParameterServers ParameterServers::materialize(const Runtime& runtime, const PsO
   // The PS ranks' own communicator for saving dynamic tables (point-to-point to PS 0): made by
   // every rank alike, since every rank knows the same dynamic list.
   if (!impl->dynamic.empty()) {
+    // A variable whose checkpoint table name cannot be spelled is refused now, on every rank alike
+    // (dynamic_dir is set on every rank), rather than at its first save.
+    if (!options.checkpoint.dynamic_dir.empty())
+      for (const auto& d : impl->dynamic) table_name(d.name);
     MPI_Comm dyn_comm = MPI_COMM_NULL;
     STRATA_CHECK_MPI(MPI_Comm_split(comm, is_ps ? 0 : MPI_UNDEFINED, is_ps ? server->ps_index : 0, &dyn_comm));
     if (server) server->dyn_comm = dyn_comm;
