@@ -2,13 +2,18 @@
 // the table names variables get in a file, and the merge of the PS ranks' shards into one table.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cctype>
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "ps/dynamic_checkpoint.h"
 #include "ps/dynamic_table.h"
+#include "strata/checkpoint/checkpoint.h"
 #include "strata/common/error.h"
 
 namespace strata::ps {
@@ -75,6 +80,34 @@ TEST(DynamicCheckpointGlue, UnionOfShardsIsTheWholeTable) {
   auto narrow = sb;
   narrow.dim = 2;
   EXPECT_THROW(union_of_shards({sa, narrow}), Error);
+}
+
+// The start-up sweep (checkpoint::remove_orphaned_files) removes a killed dynamic save's .tmp and
+// the tables file of a save whose dense part never committed (above the newest named step), and
+// keeps every older tables file (a link of a named step's chain) and names that are no save's.
+TEST(DynamicCheckpointGlue, StartUpSweepRemovesUncommittedTablesFiles) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("strata_dynsave_sweep_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto touch = [&](const std::string& name) { std::ofstream(dir / name) << "x"; };
+  for (const char* n : {"dynamic-4.h5", "dynamic-8.h5", "dynamic-12.h5", "dynamic-12.h5.tmp", "dynamic-16.h5",
+                        "dynamic-016.h5", "dynamic-x.h5", "ckpt-8.h5"})
+    touch(n);
+  std::ofstream(dir / "checkpoint.json")
+      << R"({"format_version": 2, "latest": "ckpt-8.h5", "checkpoints": [{"file": "ckpt-8.h5", "global_step": 8, "created_unix": 1}]})";
+  const auto swept = checkpoint::remove_orphaned_files(dir.string(), "");
+  EXPECT_EQ(swept.removed, (std::vector<std::string>{"dynamic-12.h5", "dynamic-12.h5.tmp", "dynamic-16.h5"}));
+  for (const char* n : {"dynamic-4.h5", "dynamic-8.h5", "dynamic-016.h5", "dynamic-x.h5", "ckpt-8.h5"})
+    EXPECT_TRUE(fs::exists(dir / n)) << n;
+  // Without a readable checkpoint.json, complete files stay; a .tmp still goes.
+  fs::remove(dir / "checkpoint.json");
+  touch("dynamic-20.h5");
+  touch("dynamic-20.h5.tmp");
+  const auto again = checkpoint::remove_orphaned_files(dir.string(), "");
+  EXPECT_EQ(again.removed, (std::vector<std::string>{"dynamic-20.h5.tmp"}));
+  EXPECT_TRUE(fs::exists(dir / "dynamic-20.h5"));
+  fs::remove_all(dir);
 }
 
 }  // namespace
