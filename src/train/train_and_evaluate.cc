@@ -368,6 +368,7 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
       sopt.ps.transport = cfg.transport;
       sopt.ps.timeout_s = cfg.timeout_s;
       sopt.ps.apply_threads = cfg.ps_threads;
+      sopt.ps.checkpoint.dynamic_full_every = cfg.dynamic_full_every;
       sopt.ps.max_arena_bytes = cfg.max_arena_bytes;
       sopt.cpu_replicas = cfg.cpu_replicas;
       if (role != Role::kPs) {
