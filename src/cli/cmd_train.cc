@@ -255,6 +255,9 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& f) {
   cmd->add_option("--on-save-error", f.on_save_error,
                   "stop|continue: after a failed checkpoint save (e.g. disk full) stop with status 1, or warn and "
                   "keep training (default STRATA_ON_SAVE_ERROR or stop); the previous checkpoint stays committed");
+  cmd->add_option("--dynamic-full-every", f.dynamic_full_every,
+                  "dynamic variables: every Kth save writes their tables full, the others only the rows changed "
+                  "since the previous save (default 8; 1 = always full)");
   cmd->add_option("--restore", f.restore, "latest (the --checkpoint-dir's newest valid checkpoint) | FILE.h5 | DIR");
   cmd->add_flag("--expect-partial", f.expect_partial, "do not report checkpoint variables the model does not use");
   cmd->add_flag("--allow-unverified", f.allow_unverified,
@@ -338,11 +341,14 @@ int run_train_command(const TrainFlags& f, int* argc, char*** argv) {
     if (hours < 0) throw ConfigError("--keep-every-n-hours must not be negative, got '" + f.keep_every_n_hours + "'");
     cfg.keep_checkpoint_every_n_hours = std::min(hours, kMaxKeepHours);
   }
+  if (!f.dynamic_full_every.empty())
+    cfg.dynamic_full_every = parse_int(f.dynamic_full_every, "--dynamic-full-every", 1, 1 << 30);
   const bool saving_flags = !f.save_every_steps.empty() || !f.save_every_secs.empty() || !f.max_to_keep.empty() ||
-                            !f.keep_every_n_hours.empty() || !f.on_save_error.empty();
+                            !f.keep_every_n_hours.empty() || !f.on_save_error.empty() || !f.dynamic_full_every.empty();
   if (saving_flags && cfg.model_dir.empty())
     throw ConfigError(
-        "--save-every-steps/--save-every-secs/--max-to-keep/--keep-every-n-hours/--on-save-error need --checkpoint-dir");
+        "--save-every-steps/--save-every-secs/--max-to-keep/--keep-every-n-hours/--on-save-error/--dynamic-full-every "
+        "need --checkpoint-dir");
   if (!f.on_save_error.empty()) {
     if (f.on_save_error != "stop" && f.on_save_error != "continue")
       throw ConfigError("--on-save-error: '" + f.on_save_error + "' is not stop or continue");

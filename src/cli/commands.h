@@ -53,6 +53,7 @@ struct TrainFlags {
       stall_timeout;
   std::string checkpoint_dir, save_every_steps, save_every_secs, max_to_keep, keep_every_n_hours, restore;
   std::string on_save_error;  // --on-save-error stop|continue
+  std::string dynamic_full_every;  // --dynamic-full-every K
   std::string devices;  // --devices auto|cpu|gpu
   std::string model_spec, eval_data;  // --model-spec FILE.json, --eval-data csv:FILE[,FILE...]
   bool streaming = false;             // --streaming

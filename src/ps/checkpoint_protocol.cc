@@ -4,6 +4,8 @@
 // narrated at PsClient's checkpoint methods in include/strata/ps/parameter_servers.h; its words
 // are in the control block, arena_layout.h).
 #include <algorithm>
+#include <cstdio>
+#include <iostream>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "ps/client_core.h"
+#include "ps/dynamic_checkpoint.h"
 #include "ps/server_core.h"
 #include "strata/common/error.h"
 #include "strata/common/logging.h"
@@ -143,7 +146,13 @@ bool ServerCore::maybe_save() {
     // TCP) would otherwise stall every peer reading this PS: another PS still reading the save
     // counters here before joining the collective (a deadlock), and workers polling for the commit.
     BackgroundProgress keep_answering(*transport);
-    status = options.checkpoint.save(ctx);
+    // Dynamic tables first: the dense save commits the checkpoint (its pointer), so once it names
+    // this step, the tables of this step are committed already.
+    bool dyn_wrote = false;
+    const bool dyn = dyn_comm != MPI_COMM_NULL && !options.checkpoint.dynamic_dir.empty();
+    if (dyn) status = save_dynamic(ctx, &dyn_wrote);
+    if (!dyn || status != SaveStatus::kFailed) status = options.checkpoint.save(ctx);
+    if (dyn) finish_dynamic_save(status, dyn_wrote, ctx.global_step);
   }
   saves_done = n;
   if (ctx.stop) stopped = true;
@@ -161,6 +170,168 @@ bool ServerCore::maybe_save() {
   return true;
 }
 
+
+// ---- dynamic tables in checkpoints (FORMAT.md section 10.7) -------------------------------------
+
+ServerCore::~ServerCore() {
+  int finalized = 1;
+  if (dyn_comm != MPI_COMM_NULL && MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) MPI_Comm_free(&dyn_comm);
+}
+
+std::string ServerCore::restore_dynamic() {
+  const CheckpointHooks& hooks = options.checkpoint;
+  dyn_restored.clear();
+  dyn_restored_steps.clear();
+  const int k = num_ps();
+  const int me = ps_index;
+  const std::string want_optimizer = to_string(options.optimizer.kind);
+  const std::string dir = hooks.dynamic_restore_dir.empty() ? "." : hooks.dynamic_restore_dir;
+  const std::int64_t at = hooks.dynamic_restore_step;
+  // A checkpoint saved by a job without dynamic variables has no tables file at or before its
+  // step (a save writes the tables before it commits): its dynamic variables start afresh, as a
+  // dense variable the checkpoint lacks does. Any tables file there must restore, or it is an error.
+  bool any = false;
+  for (const std::int64_t step : checkpoint::list_dynamic_checkpoints(dir)) any = any || step <= at;
+  if (!any) {
+    if (ps_index == 0)
+      std::cout << "checkpoint: no dynamic tables saved at or before global step " << at << " in " << dir
+                << ": the dynamic variables start from their initializers" << std::endl;
+    return "";
+  }
+  for (const DynamicVariableSpec& spec : dynamic) {
+    const std::string who = "cannot restore dynamic variable '" + spec.name + "'";
+    checkpoint::DynamicRestore r;
+    try {
+      r = checkpoint::restore_dynamic_table(dir, table_name(spec.name), at,
+                                            [k, me](std::int64_t id) { return shard_of(id, k) == me; });
+    } catch (const Error& e) {
+      return who + " at global step " + std::to_string(at) + " from " + dir + ": " + e.message();
+    }
+    if (r.state.dim != spec.dim)
+      return who + ": its table has rows of " + std::to_string(r.state.dim) + " floats, the variable " +
+             std::to_string(spec.dim);
+    if (r.state.optimizer != want_optimizer && r.state.slot_names != slot_names(options.optimizer.kind))
+      return who + ": its table was saved with optimizer " + r.state.optimizer + " (slots of another kind), this job uses " +
+             want_optimizer;
+    if (ps_index == 0) {
+      if (!r.warning.empty()) std::cout << "checkpoint: " << r.warning << std::endl;
+      std::cout << "checkpoint: restored dynamic variable '" << spec.name << "' at global step " << r.step << " from "
+                << r.chain.size() << " file(s) onto " << k << " PS" << std::endl;
+    }
+    dyn_restored_steps.push_back(r.step);
+    dyn_restored.push_back(to_snapshot(std::move(r.state)));
+  }
+  return "";
+}
+
+SaveStatus ServerCore::save_dynamic(const SaveContext& ctx, bool* wrote) {
+  *wrote = false;
+  // This step's tables are committed already (a final save right after a periodic one).
+  if (ctx.global_step == dyn_saved_step) return SaveStatus::kSaved;
+  const CheckpointHooks& hooks = options.checkpoint;
+  const std::int64_t every = std::max<std::int64_t>(1, hooks.dynamic_full_every);
+  const bool full = dyn_saved_step < 0 || dyn_saves % every == 0;
+  std::vector<checkpoint::DynamicTableState> mine;
+  {
+    std::lock_guard<std::mutex> lock(apply_mu);
+    for (std::size_t d = 0; d < dynamic.size(); ++d) {
+      const DynamicTable& table = *dynamic_state[d].table;
+      const std::string name = table_name(dynamic[d].name);
+      if (full)
+        mine.push_back(full_state(name, table.config(), table.export_rows()));
+      else
+        mine.push_back(delta_state(name, table.config(), table.export_delta(), table.stats().rows, dyn_saved_step, 0));
+    }
+  }
+  PeerLink link;
+  link.comm = dyn_comm;
+  link.timeout_s = std::max(options.save_timeout_s, options.timeout_s);
+  const int k = num_ps();
+  if (ps_index != 0) {
+    link.peer = 0;
+    link.blame = ps_rank[0];
+    link.what = "ps:" + std::to_string(ps_index) + " sending its dynamic tables to ps:0 for save " +
+                std::to_string(ctx.save_number);
+    for (const auto& t : mine) send_state(t, link);
+    link.what = "ps:" + std::to_string(ps_index) + " waiting for ps:0 to write the dynamic tables of save " +
+                std::to_string(ctx.save_number);
+    std::string message;
+    const auto status = static_cast<SaveStatus>(recv_outcome(&message, link));
+    *wrote = status == SaveStatus::kSaved;
+    return status;
+  }
+  std::vector<checkpoint::DynamicTableState> tables;
+  for (std::size_t d = 0; d < mine.size(); ++d) {
+    std::vector<checkpoint::DynamicTableState> shards;
+    shards.push_back(std::move(mine[d]));
+    for (int p = 1; p < k; ++p) {
+      link.peer = p;
+      link.blame = ps_rank[static_cast<std::size_t>(p)];
+      link.what = "ps:0 receiving dynamic variable '" + dynamic[d].name + "' from ps:" + std::to_string(p) +
+                  " for save " + std::to_string(ctx.save_number);
+      checkpoint::DynamicTableState t =
+          recv_state(link, shards[0].dim, shards[0].slots.size(), shards[0].sketch_width);
+      t.name = shards[0].name;
+      t.kind = shards[0].kind;
+      t.optimizer = shards[0].optimizer;
+      t.slot_names = shards[0].slot_names;
+      shards.push_back(std::move(t));
+    }
+    checkpoint::DynamicTableState u = union_of_shards(std::move(shards));
+    if (!full) u.parent_checksum = dyn_parent_checksums.at(d);
+    tables.push_back(std::move(u));
+  }
+  SaveStatus status = SaveStatus::kSaved;
+  std::string message;
+  try {
+    const auto result = checkpoint::write_dynamic_checkpoint(hooks.dynamic_dir, ctx.global_step, tables);
+    dyn_pending_checksums = result.content_checksums;
+    *wrote = true;
+    std::int64_t rows = 0, changed = 0;
+    for (const auto& t : tables) {
+      rows += t.total_rows;
+      changed += static_cast<std::int64_t>(t.ids.size());
+    }
+    char line[512];
+    std::snprintf(line, sizeof line, "checkpoint: saved dynamic tables %s (%s, %lld of %lld rows, %.2f MiB)",
+                  result.path.c_str(), full ? "full" : "delta", static_cast<long long>(changed),
+                  static_cast<long long>(rows), static_cast<double>(result.file_bytes) / (1 << 20));
+    std::cout << line << std::endl;
+  } catch (const Error& e) {
+    status = SaveStatus::kFailed;
+    message = e.message();
+    std::cerr << "checkpoint: ERROR: the dynamic tables of global step " << ctx.global_step
+              << " were not saved, so neither is the checkpoint: " << message << std::endl;
+  }
+  for (int p = 1; p < k; ++p) {
+    link.peer = p;
+    link.blame = ps_rank[static_cast<std::size_t>(p)];
+    link.what = "ps:0 telling ps:" + std::to_string(p) + " the outcome of the dynamic save " + std::to_string(ctx.save_number);
+    send_outcome(static_cast<std::int64_t>(status), message, link);
+  }
+  return status;
+}
+
+void ServerCore::finish_dynamic_save(SaveStatus status, bool wrote, std::int64_t global_step) {
+  if (!wrote) return;
+  if (status == SaveStatus::kFailed) {
+    // The checkpoint of this step is not committed: its tables file must not outlive it as if it
+    // were (nothing links to it yet; the next delta still names the previous save).
+    if (ps_index == 0) {
+      const std::string path = options.checkpoint.dynamic_dir + "/" + checkpoint::dynamic_file_name(global_step);
+      if (std::remove(path.c_str()) != 0) {
+        STRATA_LOG(WARN) << "checkpoint: could not remove " << path << " after the failed save";
+      }
+    }
+    return;
+  }
+  std::lock_guard<std::mutex> lock(apply_mu);
+  for (auto& st : dynamic_state) st.table->mark_saved();
+  dyn_saved_step = global_step;
+  ++dyn_saves;
+  dyn_parent_checksums = std::move(dyn_pending_checksums);
+  dyn_pending_checksums.clear();
+}
 
 // Worker: whether save request n (the newest one) is this boundary's to join: not joined yet,
 // its target clock reached, and not the final save (joined from finish_checkpoints() only: a

@@ -132,7 +132,17 @@ void ServerCore::prepare_dynamic() {
     st.staged_ids.resize(workers);
     st.staged_rows.resize(workers);
     st.staged_steps.resize(workers);
+    if (d < dyn_restored.size()) {
+      // This shard's rows, read by restore_dynamic (already only its ids). Onto one PS the table
+      // is the whole table and takes the counters too; onto several, each keeps its own counters.
+      const int k = num_ps();
+      st.table->import_rows(dyn_restored[d], k == 1 ? 0 : ps_index, k);
+      st.table->mark_saved();
+      st.restored_step = dyn_restored_steps[d];
+      dyn_restored[d] = DynamicTableSnapshot();
+    }
   }
+  dyn_restored.clear();
   // Between nodes over tcp, requests are handed to the transport's thread as they arrive and
   // served there (consume_dynamic), so the answer is ready before any later operation of the
   // worker is served: a lookup's get of the rows can follow its request with no wait between.
@@ -550,6 +560,8 @@ DynamicShardStats PsServer::dynamic_stats(std::string_view name) const {
   s.evicted_capacity = t.evicted_capacity;
   s.bytes = t.bytes;
   s.requests = st.requests;
+  s.restored_step = st.restored_step;
+  s.saved_step = m.dyn_saved_step;
   return s;
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ps/client_core.h"
+#include "ps/dynamic_checkpoint.h"
 #include "ps/server_core.h"
 #include "ps/test_peer.h"
 #include "strata/cluster/runtime.h"
@@ -243,6 +244,18 @@ ParameterServers ParameterServers::materialize(const Runtime& runtime, const PsO
     }
   }
 
+  // The PS ranks' own communicator for saving dynamic tables (point-to-point to PS 0): made by
+  // every rank alike, since every rank knows the same dynamic list.
+  if (!impl->dynamic.empty()) {
+    // A variable whose checkpoint table name cannot be spelled is refused now, on every rank alike
+    // (dynamic_dir is set on every rank), rather than at its first save.
+    if (!options.checkpoint.dynamic_dir.empty())
+      for (const auto& d : impl->dynamic) table_name(d.name);
+    MPI_Comm dyn_comm = MPI_COMM_NULL;
+    STRATA_CHECK_MPI(MPI_Comm_split(comm, is_ps ? 0 : MPI_UNDEFINED, is_ps ? server->ps_index : 0, &dyn_comm));
+    if (server) server->dyn_comm = dyn_comm;
+  }
+
   impl->uses_inbox = impl->options.optimizer.kind != OptimizerKind::kSgd ||
                      impl->options.consistency.mode == Consistency::kSync;
   impl->map = ShardMap::build(ref_specs, static_cast<int>(impl->ps_rank.size()), options.placement);
@@ -273,6 +286,10 @@ ParameterServers ParameterServers::materialize(const Runtime& runtime, const PsO
   // against the variable list; identical complaints from several PS ranks are reported once.
   std::string restore_verdict;
   if (is_ps && options.checkpoint.check) restore_verdict = options.checkpoint.check(impl->map);
+  // The dynamic tables' rows are read now too (this shard's ids only), so that a missing or
+  // unusable chain is the same ConfigError on every rank before anything is allocated.
+  if (is_ps && restore_verdict.empty() && !impl->dynamic.empty() && options.checkpoint.dynamic_restore_step >= 0)
+    restore_verdict = server->restore_dynamic();
   std::vector<std::string> complaints;
   for (const auto& v : allgather_strings(comm, restore_verdict, timeout, "checkpoint restore check"))
     if (!v.empty() && std::find(complaints.begin(), complaints.end(), v) == complaints.end()) complaints.push_back(v);
@@ -355,6 +372,13 @@ ParameterServersTestPeer::ControlWords ParameterServersTestPeer::control_words(P
   words.save_request = control::kSaveRequest;
   words.clock_of_worker0 = m.layout.clock(0);
   return words;
+}
+
+DynamicTableSnapshot ParameterServersTestPeer::export_dynamic(PsServer& server, std::string_view name) {
+  PsEndpoint& endpoint = server;
+  auto& m = static_cast<ServerCore&>(*endpoint.core_);
+  std::lock_guard<std::mutex> lock(m.apply_mu);
+  return m.dynamic_state[m.dynamic_index(name, "export_dynamic")].table->export_rows();
 }
 
 void ParameterServersTestPeer::put(PsEndpoint& endpoint, int rank, std::uint64_t offset, const void* src,

@@ -60,6 +60,7 @@ struct ServerCore final : PsCore {
     std::vector<std::vector<std::int64_t>> staged_steps;  // per staged request: step, then its id count
     std::int64_t next_evict = 0;     // ttl: the step of the next eviction scan
     std::int64_t requests = 0;       // requests served
+    std::int64_t restored_step = -1;  // the step its rows were restored at (-1: none)
   };
   std::vector<DynamicState> dynamic_state;
   // Builds the tables and the service state (materialisation).
@@ -85,6 +86,28 @@ struct ServerCore final : PsCore {
   // Checkpoint protocol (checkpoint_protocol.cc).
   std::int64_t saves_done = 0;  // saves this PS took part in
   bool stopped = false;         // a preemption save happened
+
+  // Dynamic tables in checkpoints (checkpoint_protocol.cc, CheckpointHooks' dynamic fields).
+  MPI_Comm dyn_comm = MPI_COMM_NULL;  // the PS ranks by PS index; only in jobs with dynamic variables
+  std::int64_t dyn_saves = 0;         // dynamic saves committed in this job (the full/delta cadence)
+  std::int64_t dyn_saved_step = -1;   // the global step of the last one (a delta's parent step)
+  std::vector<std::uint32_t> dyn_parent_checksums;  // PS 0: per table, its content checksum there
+  std::vector<std::uint32_t> dyn_pending_checksums;  // PS 0: the same for the save in progress
+  // Restored before allocation (restore_dynamic), imported by prepare_dynamic: per table, this
+  // shard's rows and the step.
+  std::vector<DynamicTableSnapshot> dyn_restored;
+  std::vector<std::int64_t> dyn_restored_steps;
+  ~ServerCore() override;
+  // Reads this shard of every table from the chains (dynamic_restore_dir at dynamic_restore_step)
+  // into dyn_restored: "" when done, else one line naming the variable and the reason.
+  std::string restore_dynamic();
+  // Collective over the PS ranks (dyn_comm): writes every table of this save, full or delta, as
+  // one file on PS 0; the same status on every PS rank (kFailed: nothing committed, said once by
+  // PS 0). `wrote`: a new file was written (false when this step's tables are saved already).
+  SaveStatus save_dynamic(const SaveContext& ctx, bool* wrote);
+  // After the dense save: on kSaved (or kSkipped) the tables start a new delta period; on
+  // kFailed PS 0 removes the tables file of this step again.
+  void finish_dynamic_save(SaveStatus status, bool wrote, std::int64_t global_step);
 
   // Materialisation, after the region is allocated: slots, values (restored or initialised) and
   // the restored global step (PS 0).

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "ps/dynamic_table.h"
 #include "strata/ps/parameter_servers.h"
 
 namespace strata::ps {
@@ -37,6 +38,8 @@ struct ParameterServersTestPeer {
     std::uint64_t clock_of_worker0 = 0;  // worker w's clock at clock_of_worker0 + 8 w
   };
   static ControlWords control_words(PsEndpoint& endpoint);
+  // This PS's table of dynamic variable `name`, exported (its rows, slots, stamps, counters).
+  static DynamicTableSnapshot export_dynamic(PsServer& server, std::string_view name);
   // Raw one-sided operations on the PS region (remote completion included).
   static void put(PsEndpoint& endpoint, int rank, std::uint64_t offset, const void* src, std::size_t bytes);
   static std::int64_t fetch_add(PsEndpoint& endpoint, int rank, std::uint64_t offset, std::int64_t value);

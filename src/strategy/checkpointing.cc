@@ -245,10 +245,13 @@ void ParameterServerStrategy::prepare_checkpoint_hooks() {
       return true;
     };
     hooks.restore_global_step = [st]() { return st->reader->global_step(); };
+    if (st->reader) hooks.dynamic_restore_dir = std::filesystem::path(st->path).parent_path().string();
+    if (st->reader) hooks.dynamic_restore_step = st->reader->global_step();
   }
 
   if (!checkpoint_.directory.empty()) {
     hooks.enabled = true;
+    hooks.dynamic_dir = checkpoint_.directory;
     hooks.stop_on_save_error = checkpoint_.stop_on_save_error;
     if (checkpoint_.handle_signals) install_preemption_handlers();
     if (ps0) {

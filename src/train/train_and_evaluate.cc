@@ -492,6 +492,7 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
       sopt.ps.transport = cfg.transport;
       sopt.ps.timeout_s = cfg.timeout_s;
       sopt.ps.apply_threads = cfg.ps_threads;
+      sopt.ps.checkpoint.dynamic_full_every = cfg.dynamic_full_every;
       sopt.ps.max_arena_bytes = cfg.max_arena_bytes;
       sopt.cpu_replicas = cfg.cpu_replicas;
       if (role != Role::kPs) {
@@ -523,11 +524,12 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
           throw ConfigError("--eval-best-metric auc: the model is not a binary classifier (AUC needs one); use "
                             "accuracy or loss");
         if (cfg.optimizer.empty()) sopt.ps.optimizer = ps::OptimizerConfig::parse(optimizer_spec(cfg, net.get()));
-        // Dynamic tables are not part of the checkpoints this layer saves and restores yet: a
-        // save would silently lose every row, a restore would start them afresh.
-        if (!net->dynamic_variables().empty() && (!cfg.model_dir.empty() || !cfg.restore.empty()))
+        // The evaluator task evaluates the dense checkpoint files alone; a model with dynamic
+        // tables needs their rows too (the chief's own evaluation looks them up on the PS).
+        if (!net->dynamic_variables().empty() && rt->count_role(Role::kEvaluator) > 0)
           throw ConfigError("the model has dynamic embedding tables ('" + net->dynamic_variables().front().name +
-                            "'...), which checkpoints do not hold yet: train it without --checkpoint-dir/--restore");
+                            "'...), which the evaluator task cannot read from checkpoints yet: run the job "
+                            "without an evaluator (the chief evaluates at the end)");
       }
       // The ranks that write checkpoints (the PS ranks, and the chief's checkpoint.json) really
       // write a file there now, so an unusable directory is a usage error before the first step,

@@ -175,8 +175,24 @@ assert all(r["op"] == "dynamic" and r["wrong"] == 0 and r["ops_per_s"] > 0 for r
 # Adam rows: 16 values + 2 slots = 192 bytes; the table's memory per row stays within 1.5x.
 assert all(r["row_bytes"] == 192 and 192 < r["bytes_per_row"] <= 1.5 * 192 for r in rows), rows
 PY
+
+case_begin "dynamic under mpirun: the data plane by id (2 PS + 2 workers, tcp network path), every row checked"
+mpi 4 env STRATA_TCP_FORCE_REMOTE=1 "$STRATA_BIN" bench --op dynamic --num-ps 2 --transport tcp --rows 16K -b 1K -w 1 -n 3 --json "$TEST_TMP/plane.json"
+expect_rc 0
+expect_stdout_has "# strata bench: op dynamic (data plane: lookups and updates by id), 2 PS + 2 worker(s), 16-float rows"
+expect_stdout_has "# transport: tcp (4 node(s)"
+expect_stdout_has "# all results correct"
+python3 - "$TEST_TMP/plane.json" <<'PY' || fail "dynamic plane JSON"
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+assert [r["operation"] for r in rows] == ["insert", "lookup", "update"], rows
+assert all(r["plane"] is True and r["wrong"] == 0 and r["num_ps"] == 2 and r["workers"] == 2 for r in rows), rows
+assert all(r["time_us"] > 0 and r["ops_per_s"] > 0 and 0 < r["distinct_per_call"] <= 1024 for r in rows), rows
+# One host: no link was measured, so the rows carry none.
+assert all(r["remote"] is False and "vs_link" not in r for r in rows), rows
+PY
 run "$STRATA_BIN" bench --op dynamic --num-ps 2
-expect_rc 2; expect_one_stderr_line; expect_stderr_has "--op dynamic runs in one process"
+expect_rc 2; expect_one_stderr_line; expect_stderr_has "--num-ps, --transport and --timeout apply under mpirun only"
 run "$STRATA_BIN" bench --op dynamic --rows 0
 expect_rc 2; expect_one_stderr_line; expect_stderr_has "--rows: 0 is outside"
 run "$STRATA_BIN" bench --op dynamic --rows 2G

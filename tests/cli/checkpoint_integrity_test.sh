@@ -178,4 +178,15 @@ expect_stdout_has "--on-save-error"
 run "$STRATA_BIN" --help-env
 expect_stdout_has "STRATA_ON_SAVE_ERROR"
 
+# --dynamic-full-every K (the full/delta cadence of dynamic tables' saves): a positive integer,
+# only with --checkpoint-dir.
+for bad in 0 -3 abc 2x; do
+  run "$STRATA_BIN" train --checkpoint-dir "$TEST_TMP/x" --dynamic-full-every "$bad" --steps 1
+  expect_rc 2; expect_one_stderr_line; expect_stderr_has "--dynamic-full-every: '$bad'"
+done
+run "$STRATA_BIN" train --dynamic-full-every 4 --steps 1
+expect_rc 2; expect_one_stderr_line; expect_stderr_has "--dynamic-full-every need --checkpoint-dir"
+run "$STRATA_BIN" train --help
+expect_stdout_has "--dynamic-full-every"
+
 finish

@@ -13,6 +13,7 @@
 #   update   Adam and Adagrad updates through the PS inbox at 1 MiB and 16 MiB
 #   sparse   4096 random rows of 256 B (64 floats) from a 1M-row table
 #   aggregate  2 workers on two other nodes pulling 16 MiB from one PS: busbw against the link
+#   dynamic  lookups and updates by id: batches of 4096 Zipf ids (about 2,000 distinct), 16 floats
 # Each row is printed ROUNDS times (default 3); the document quotes the median ratio.
 # Environment: TRANSPORT (default auto) is passed as --transport.
 set -uo pipefail
@@ -33,7 +34,7 @@ run() {  # run LABEL HOSTS NP ARGS...: prints the table rows prefixed with LABEL
   out=$(STRATA_NUM_PS=1 timeout 300 "${M[@]}" --host "$hosts" -np "$np" "$BIN" bench --transport "$T" "$@" 2>&1)
   local rc=$?
   grep -E '^# transport:' <<<"$out" | head -1 | sed "s/^/$label /"
-  grep -E '^ +[0-9]+ ' <<<"$out" | sed "s/^/$label /"
+  grep -E '^ +([0-9]+|insert|lookup|update) ' <<<"$out" | sed "s/^/$label /"
   if [[ $rc -ne 0 ]]; then echo "$label: exit status $rc"; echo "$out" | tail -5; status=1; fi
 }
 
@@ -47,5 +48,6 @@ for round in $(seq 1 "$ROUNDS"); do
   run update_adagrad cn1,cn2 2 --op update --optimizer adagrad -b 1M -e 16M -f 16 -n 10
   run sparse cn1,cn2 2 --op sparse -b 4096 --rows 1M --row-elems 64 -n 20
   run aggregate cn1,cn2,cn3 3 --op pull -b 16M -e 16M -n 20
+  run dynamic cn1,cn2 2 --op dynamic -n 64
 done
 exit $status

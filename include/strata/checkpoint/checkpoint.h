@@ -294,7 +294,9 @@ struct OrphanCleanup {
 // and every complete but uncommitted `ckpt-<step>.h5` (list_uncommitted_files()) when
 // checkpoint.json exists and reads cleanly (without it, nothing shows the directory is one strata
 // commits into, so complete files are kept). Only regular files with exactly those names are
-// removed; links are never followed; nothing else is touched. `keep` (a path, may be empty) is a
+// removed; links are never followed; nothing else is touched. Likewise every `dynamic-<step>.h5.tmp`
+// and, when checkpoint.json reads cleanly, every `dynamic-<step>.h5` above the newest step it names
+// (FORMAT.md section 10.7: tables whose dense save never committed). `keep` (a path, may be empty) is a
 // file this job restores from: never removed, whatever its name.
 //
 // Safe against other jobs: it runs only while it holds an exclusive flock(2) on <dir>/checkpoint.lock,

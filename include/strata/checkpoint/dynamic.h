@@ -5,10 +5,11 @@
 // restore reads the newest file, follows the parent links down to a full base and merges forward;
 // a damaged or missing link falls back to the newest state whose chain is intact and says so.
 //
-// These functions are local (no MPI, HDF5's sec2 driver), written by one process for now: the
-// collective parallel-HDF5 path comes when the data plane wires tables into the PS. This layer
+// These functions are local (no MPI, HDF5's sec2 driver) and written by one process: in a
+// training job PS 0 writes each save's file for every PS rank (FORMAT.md section 10.7). This layer
 // does not depend on the PS layer: DynamicTableState mirrors ps::DynamicTableSnapshot /
-// ps::DynamicTableDelta field for field, and the glue converts.
+// ps::DynamicTableDelta field for field, and the ps layer's glue (src/ps/dynamic_checkpoint.h)
+// converts.
 //
 // Integrity is that of the dense checkpoints (FORMAT.md sections 3-5): an HDF5 user block with
 // the whole-file CRC-32 and the byte range and CRC-32 of every dataset, checked with plain reads

@@ -128,6 +128,23 @@ struct CheckpointHooks {
   // save (PsClient::Boundary::stop), and every rank ends with save_error_stopped() true. false: training
   // continues, the failure only counted (save_failures()).
   bool stop_on_save_error = true;
+  // Dynamic variables (checkpoint/FORMAT.md section 10.7). Ignored by jobs without any.
+  // Set identically on every rank. Non-empty: every save first writes the dynamic tables to
+  // <dynamic_dir>/dynamic-<global step>.h5 (the PS ranks send their shards to PS 0, which writes
+  // the one file), and only then calls `save`; the dense state is committed only after the tables
+  // are, so a committed dense checkpoint always has its tables. A save whose tables fail to write
+  // is kFailed on every PS rank without calling `save`; a tables file whose dense save then fails
+  // is removed again.
+  std::string dynamic_dir;
+  // The first save of a job, and then every dynamic_full_every-th, writes every table full; the
+  // others write deltas (the rows changed since the previous save and the ids evicted since). >= 1.
+  std::int64_t dynamic_full_every = 8;
+  // >= 0: PS ranks restore the tables during materialisation (before allocation; a failure is a
+  // ConfigError on every rank) from the chains in dynamic_restore_dir at this global step (the
+  // dense checkpoint's), each keeping its shard's ids. A damaged link falls back to the newest
+  // complete state below it, and PS 0 prints one line saying so.
+  std::string dynamic_restore_dir;
+  std::int64_t dynamic_restore_step = -1;
 };
 
 struct PsOptions {
@@ -176,6 +193,10 @@ struct DynamicShardStats {
   std::int64_t evicted_capacity = 0;
   std::int64_t bytes = 0;             // memory the table holds
   std::int64_t requests = 0;          // lookup and update requests served
+  // Checkpoints (CheckpointHooks' dynamic fields): the global step this shard was restored at
+  // (-1: not restored), and the step of the last save that committed its rows (-1: none yet).
+  std::int64_t restored_step = -1;
+  std::int64_t saved_step = -1;
 };
 
 // How a lookup of a dynamic variable treats ids without a row.

@@ -76,6 +76,7 @@ struct RunConfig {
   int global_batch = 128;            // examples per worker step, split over its replicas
   int cpu_replicas = 1;
   int ps_threads = 1;
+  std::int64_t dynamic_full_every = 8;  // dynamic tables: every Kth save full, deltas between
   std::uint64_t max_arena_bytes = 0; // 0: no cap
   DevicePolicy devices = DevicePolicy::kAuto;
   std::uint64_t seed = 1;            // initializers, shuffles, synthetic data

@@ -378,6 +378,7 @@ OrphanCleanup remove_orphaned_files(const std::string& dir, const std::string& k
   // 2. What is uncommitted. A complete file counts only against a checkpoint.json that reads
   // cleanly; without one, a ckpt-<step>.h5 may be a file a user put there.
   std::set<std::string> named;
+  std::int64_t newest_named = -1;  // the newest step checkpoint.json names (-1: none)
   std::string complete_kept;
   bool pointer_ok = false;
   try {
@@ -385,7 +386,9 @@ OrphanCleanup remove_orphaned_files(const std::string& dir, const std::string& k
     if (::lstat((root / detail::kPointerFile).c_str(), &st) != 0) {
       complete_kept = "there is no checkpoint.json";
     } else {
-      named = named_files(detail::read_pointer(dir));
+      const CheckpointList list = detail::read_pointer(dir);
+      named = named_files(list);
+      for (const auto& e : list.entries) newest_named = std::max(newest_named, e.global_step);
       pointer_ok = true;
     }
   } catch (const Error& e) {
@@ -397,6 +400,32 @@ OrphanCleanup remove_orphaned_files(const std::string& dir, const std::string& k
     struct stat st {};
     if (::lstat((root / pointer_tmp).c_str(), &st) == 0 && S_ISREG(st.st_mode))
       found.push_back({pointer_tmp, static_cast<std::uint64_t>(st.st_size), false});
+  }
+  // Dynamic tables (FORMAT.md 10.7): a dynamic-<step>.h5.tmp is a save in progress or killed; a
+  // complete dynamic-<step>.h5 above the newest step checkpoint.json names holds the tables of a
+  // save whose dense part never committed (the tables are written first). Older ones may be links
+  // of a named step's chain, and stay.
+  for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    const bool tmp = name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0;
+    const std::string base = tmp ? name.substr(0, name.size() - 4) : name;
+    if (base.size() < 12 || base.size() > 8 + 19 + 3 || base.compare(0, 8, "dynamic-") != 0 ||
+        base.compare(base.size() - 3, 3, ".h5") != 0)
+      continue;
+    const std::string digits = base.substr(8, base.size() - 11);
+    if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+        (digits.size() > 1 && digits[0] == '0'))
+      continue;
+    std::int64_t step = -1;
+    try {
+      step = std::stoll(digits);
+    } catch (const std::exception&) {
+      continue;  // beyond int64: no file a save writes
+    }
+    struct stat st {};
+    if (::lstat(entry.path().c_str(), &st) != 0) continue;
+    if (tmp) found.push_back({name, static_cast<std::uint64_t>(st.st_size), false});
+    else if (step > newest_named) found.push_back({name, static_cast<std::uint64_t>(st.st_size), true});
   }
   struct stat keep_st {};
   const bool have_keep = !keep.empty() && ::stat(keep.c_str(), &keep_st) == 0;

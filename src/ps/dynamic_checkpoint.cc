@@ -1,0 +1,315 @@
+// The copy between table snapshots and checkpoint states, and the transfers of the PS ranks'
+// collective dynamic save (dynamic_checkpoint.h).
+#include "ps/dynamic_checkpoint.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <utility>
+
+#include "strata/common/error.h"
+#include "strata/ps/optimizer.h"
+
+namespace strata::ps {
+
+checkpoint::DynamicTableCounters to_counters(const DynamicTableStats& s) {
+  checkpoint::DynamicTableCounters c;
+  c.admitted = s.admitted;
+  c.lookups = s.lookups;
+  c.updates = s.updates;
+  c.rejected_lookups = s.rejected_lookups;
+  c.rejected_updates = s.rejected_updates;
+  c.rejected_full = s.rejected_full;
+  c.evicted_ttl = s.evicted_ttl;
+  c.evicted_capacity = s.evicted_capacity;
+  c.imported = s.imported;
+  return c;
+}
+
+checkpoint::DynamicTableState full_state(const std::string& name, const DynamicTableConfig& config,
+                                         DynamicTableSnapshot snap) {
+  checkpoint::DynamicTableState t;
+  t.name = name;
+  t.kind = checkpoint::DynamicKind::kFull;
+  t.dim = snap.dim;
+  t.optimizer = ps::to_string(config.optimizer.kind);
+  t.slot_names = ps::slot_names(config.optimizer.kind);
+  t.total_rows = static_cast<std::int64_t>(snap.ids.size());
+  t.ids = std::move(snap.ids);
+  t.values = std::move(snap.values);
+  t.slots = std::move(snap.slots);
+  t.stamps = std::move(snap.stamps);
+  t.clock = snap.clock;
+  t.sketch_width = snap.sketch_width;
+  t.sketch = std::move(snap.sketch);
+  t.counters = to_counters(snap.stats);
+  return t;
+}
+
+checkpoint::DynamicTableState delta_state(const std::string& name, const DynamicTableConfig& config,
+                                          DynamicTableDelta delta, std::int64_t total_rows, std::int64_t parent_step,
+                                          std::uint32_t parent_checksum) {
+  checkpoint::DynamicTableState t = full_state(name, config, std::move(delta.rows));
+  t.kind = checkpoint::DynamicKind::kDelta;
+  t.total_rows = total_rows;
+  t.evicted_ids = std::move(delta.evicted_ids);
+  t.parent_step = parent_step;
+  t.parent_checksum = parent_checksum;
+  return t;
+}
+
+DynamicTableSnapshot to_snapshot(checkpoint::DynamicTableState t) {
+  DynamicTableSnapshot s;
+  s.dim = t.dim;
+  s.sketch_width = t.sketch_width;
+  s.ids = std::move(t.ids);
+  s.values = std::move(t.values);
+  s.slots = std::move(t.slots);
+  s.stamps = std::move(t.stamps);
+  s.clock = t.clock;
+  s.sketch = std::move(t.sketch);
+  const checkpoint::DynamicTableCounters& c = t.counters;
+  s.stats.admitted = c.admitted;
+  s.stats.lookups = c.lookups;
+  s.stats.updates = c.updates;
+  s.stats.rejected_lookups = c.rejected_lookups;
+  s.stats.rejected_updates = c.rejected_updates;
+  s.stats.rejected_full = c.rejected_full;
+  s.stats.evicted_ttl = c.evicted_ttl;
+  s.stats.evicted_capacity = c.evicted_capacity;
+  s.stats.imported = c.imported;
+  return s;
+}
+
+checkpoint::DynamicTableState union_of_shards(std::vector<checkpoint::DynamicTableState> shards) {
+  if (shards.empty()) throw Error("union_of_shards: no shard");
+  if (shards.size() == 1) return std::move(shards[0]);
+  checkpoint::DynamicTableState out;
+  const checkpoint::DynamicTableState& first = shards[0];
+  out.name = first.name;
+  out.kind = first.kind;
+  out.dim = first.dim;
+  out.optimizer = first.optimizer;
+  out.slot_names = first.slot_names;
+  out.sketch_width = first.sketch_width;
+  out.sketch.assign(first.sketch.size(), 0);
+  out.parent_step = first.parent_step;
+  out.parent_checksum = first.parent_checksum;
+  const auto dim = static_cast<std::size_t>(first.dim);
+  std::size_t rows = 0, evicted = 0;
+  for (const auto& t : shards) {
+    if (t.dim != first.dim || t.slots.size() != first.slots.size() || t.sketch.size() != first.sketch.size() ||
+        t.kind != first.kind)
+      throw Error("dynamic table '" + first.name + "': the PS ranks' shards disagree on dim, slots, sketch or kind");
+    rows += t.ids.size();
+    evicted += t.evicted_ids.size();
+  }
+  // Rows by id over every shard; an id held twice means the shard map was not respected.
+  std::vector<std::pair<std::int64_t, std::pair<std::size_t, std::size_t>>> order;
+  order.reserve(rows);
+  for (std::size_t s = 0; s < shards.size(); ++s)
+    for (std::size_t i = 0; i < shards[s].ids.size(); ++i) order.push_back({shards[s].ids[i], {s, i}});
+  std::sort(order.begin(), order.end());
+  out.ids.reserve(rows);
+  out.stamps.reserve(rows);
+  out.values.resize(rows * dim);
+  out.slots.assign(first.slots.size(), std::vector<float>(rows * dim));
+  for (std::size_t r = 0; r < order.size(); ++r) {
+    const auto& [id, at] = order[r];
+    if (r > 0 && order[r - 1].first == id)
+      throw Error("dynamic table '" + first.name + "': id " + std::to_string(id) + " is held by two PS ranks");
+    const auto& src = shards[at.first];
+    const std::size_t i = at.second;
+    out.ids.push_back(id);
+    out.stamps.push_back(src.stamps[i]);
+    std::memcpy(out.values.data() + r * dim, src.values.data() + i * dim, dim * sizeof(float));
+    for (std::size_t k = 0; k < out.slots.size(); ++k)
+      std::memcpy(out.slots[k].data() + r * dim, src.slots[k].data() + i * dim, dim * sizeof(float));
+  }
+  out.evicted_ids.reserve(evicted);
+  for (const auto& t : shards) {
+    out.total_rows += t.total_rows;
+    out.clock = std::max(out.clock, t.clock);
+    for (std::size_t c = 0; c < out.sketch.size(); ++c)
+      out.sketch[c] = static_cast<std::uint16_t>(std::min<unsigned>(0xffff, unsigned{out.sketch[c]} + t.sketch[c]));
+    out.counters.admitted += t.counters.admitted;
+    out.counters.lookups += t.counters.lookups;
+    out.counters.updates += t.counters.updates;
+    out.counters.rejected_lookups += t.counters.rejected_lookups;
+    out.counters.rejected_updates += t.counters.rejected_updates;
+    out.counters.rejected_full += t.counters.rejected_full;
+    out.counters.evicted_ttl += t.counters.evicted_ttl;
+    out.counters.evicted_capacity += t.counters.evicted_capacity;
+    out.counters.imported += t.counters.imported;
+    out.evicted_ids.insert(out.evicted_ids.end(), t.evicted_ids.begin(), t.evicted_ids.end());
+  }
+  std::sort(out.evicted_ids.begin(), out.evicted_ids.end());
+  return out;
+}
+
+std::string table_name(std::string_view variable) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (const char ch : variable) {
+    const auto c = static_cast<unsigned char>(ch);
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.') {
+      out.push_back(ch);
+    } else {
+      out.push_back('-');
+      out.push_back(hex[c >> 4]);
+      out.push_back(hex[c & 15]);
+    }
+  }
+  // "." and ".." are refused by the format; a variable named so is spelled with escapes.
+  if (out == "." || out == "..") out = std::string(out.size() == 1 ? "-2e" : "-2e-2e");
+  if (out.empty() || out.size() > 255)
+    throw ConfigError("dynamic variable '" + std::string(variable) + "': its checkpoint table name '" + out +
+                      "' must be 1 to 255 bytes (FORMAT.md 10.7)");
+  return out;
+}
+
+namespace {
+
+constexpr std::size_t kPiece = std::size_t{1} << 30;
+
+void wait_request(MPI_Request& request, const PeerLink& link) {
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(link.timeout_s));
+  int done = 0;
+  int idle = 0;
+  while (true) {
+    STRATA_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    if (std::chrono::steady_clock::now() > deadline) {
+      // The request stays posted: the job ends on this error, and MPI_Abort reclaims it.
+      throw TimeoutError(link.what + ": rank " + std::to_string(link.blame) + " did not answer within " +
+                             std::to_string(link.timeout_s) + " s",
+                         {link.blame});
+    }
+    if (++idle > 64) std::this_thread::sleep_for(std::chrono::microseconds(std::min(500, idle)));
+  }
+}
+
+void send_bytes(const void* data, std::size_t bytes, const PeerLink& link) {
+  const char* p = static_cast<const char*>(data);
+  do {
+    const std::size_t n = std::min(bytes, kPiece);
+    MPI_Request request;
+    STRATA_CHECK_MPI(MPI_Isend(p, static_cast<int>(n), MPI_BYTE, link.peer, kDynamicSaveTag, link.comm, &request));
+    wait_request(request, link);
+    p += n;
+    bytes -= n;
+  } while (bytes > 0);
+}
+
+void recv_bytes(void* data, std::size_t bytes, const PeerLink& link) {
+  char* p = static_cast<char*>(data);
+  do {
+    const std::size_t n = std::min(bytes, kPiece);
+    MPI_Request request;
+    STRATA_CHECK_MPI(MPI_Irecv(p, static_cast<int>(n), MPI_BYTE, link.peer, kDynamicSaveTag, link.comm, &request));
+    wait_request(request, link);
+    p += n;
+    bytes -= n;
+  } while (bytes > 0);
+}
+
+template <typename T>
+void send_vector(const std::vector<T>& v, const PeerLink& link) {
+  send_bytes(v.data(), v.size() * sizeof(T), link);
+}
+
+template <typename T>
+void recv_vector(std::vector<T>& v, std::size_t n, const PeerLink& link) {
+  v.resize(n);
+  recv_bytes(v.data(), n * sizeof(T), link);
+}
+
+// The header words of a state on the wire.
+enum Word { kRows, kDim, kSlots, kSketchWidth, kEvicted, kClock, kTotalRows, kCounters, kWords = kCounters + 9 };
+
+}  // namespace
+
+void send_state(const checkpoint::DynamicTableState& s, const PeerLink& link) {
+  std::int64_t h[kWords] = {};
+  h[kRows] = static_cast<std::int64_t>(s.ids.size());
+  h[kDim] = s.dim;
+  h[kSlots] = static_cast<std::int64_t>(s.slots.size());
+  h[kSketchWidth] = s.sketch_width;
+  h[kEvicted] = static_cast<std::int64_t>(s.evicted_ids.size());
+  h[kClock] = s.clock;
+  h[kTotalRows] = s.total_rows;
+  const auto& c = s.counters;
+  const std::int64_t counters[9] = {c.admitted,      c.lookups,     c.updates,          c.rejected_lookups, c.rejected_updates,
+                                    c.rejected_full, c.evicted_ttl, c.evicted_capacity, c.imported};
+  std::copy(counters, counters + 9, h + kCounters);
+  send_bytes(h, sizeof h, link);
+  send_vector(s.ids, link);
+  send_vector(s.values, link);
+  for (const auto& slot : s.slots) send_vector(slot, link);
+  send_vector(s.stamps, link);
+  send_vector(s.sketch, link);
+  send_vector(s.evicted_ids, link);
+}
+
+checkpoint::DynamicTableState recv_state(const PeerLink& link, std::int64_t dim, std::size_t num_slots,
+                                         std::int64_t sketch_width) {
+  std::int64_t h[kWords] = {};
+  recv_bytes(h, sizeof h, link);
+  const std::int64_t limit = DynamicTableConfig::kMaxCapacity;
+  const auto bad = [&](const std::string& why) {
+    return Error(link.what + ": rank " + std::to_string(link.blame) + " sent " + why);
+  };
+  if (h[kDim] != dim) throw bad("rows of " + std::to_string(h[kDim]) + " floats, expected " + std::to_string(dim));
+  if (h[kSlots] != static_cast<std::int64_t>(num_slots))
+    throw bad(std::to_string(h[kSlots]) + " slots, expected " + std::to_string(num_slots));
+  if (h[kSketchWidth] != sketch_width)
+    throw bad("a sketch of width " + std::to_string(h[kSketchWidth]) + ", expected " + std::to_string(sketch_width));
+  if (h[kRows] < 0 || h[kRows] > limit || h[kEvicted] < 0 || h[kEvicted] > limit || h[kClock] < 0 ||
+      h[kTotalRows] < 0 || h[kTotalRows] > limit)
+    throw bad("a header out of range (rows " + std::to_string(h[kRows]) + ", evicted " + std::to_string(h[kEvicted]) +
+              ", clock " + std::to_string(h[kClock]) + ", total rows " + std::to_string(h[kTotalRows]) + ")");
+  for (int k = 0; k < 9; ++k)
+    if (h[kCounters + k] < 0) throw bad("a negative counter");
+  checkpoint::DynamicTableState s;
+  s.dim = dim;
+  s.sketch_width = sketch_width;
+  s.clock = h[kClock];
+  s.total_rows = h[kTotalRows];
+  auto& c = s.counters;
+  std::int64_t* counters[9] = {&c.admitted,      &c.lookups,     &c.updates,          &c.rejected_lookups, &c.rejected_updates,
+                               &c.rejected_full, &c.evicted_ttl, &c.evicted_capacity, &c.imported};
+  for (int k = 0; k < 9; ++k) *counters[k] = h[kCounters + k];
+  const auto n = static_cast<std::size_t>(h[kRows]);
+  const std::size_t elems = n * static_cast<std::size_t>(dim);
+  recv_vector(s.ids, n, link);
+  recv_vector(s.values, elems, link);
+  s.slots.resize(num_slots);
+  for (auto& slot : s.slots) recv_vector(slot, elems, link);
+  recv_vector(s.stamps, n, link);
+  recv_vector(s.sketch, static_cast<std::size_t>(sketch_width) * DynamicTableConfig::kSketchDepth, link);
+  recv_vector(s.evicted_ids, static_cast<std::size_t>(h[kEvicted]), link);
+  return s;
+}
+
+void send_outcome(std::int64_t status, const std::string& message, const PeerLink& link) {
+  const std::string text = message.substr(0, std::size_t{1} << 16);
+  const std::int64_t h[2] = {status, static_cast<std::int64_t>(text.size())};
+  send_bytes(h, sizeof h, link);
+  send_bytes(text.data(), text.size(), link);
+}
+
+std::int64_t recv_outcome(std::string* message, const PeerLink& link) {
+  std::int64_t h[2] = {};
+  recv_bytes(h, sizeof h, link);
+  if (h[1] < 0 || h[1] > (std::int64_t{1} << 16))
+    throw Error(link.what + ": rank " + std::to_string(link.blame) + " sent a message of " + std::to_string(h[1]) +
+                " bytes");
+  message->resize(static_cast<std::size_t>(h[1]));
+  recv_bytes(message->data(), message->size(), link);
+  return h[0];
+}
+
+}  // namespace strata::ps

@@ -1,0 +1,70 @@
+// The copy between the PS layer's table snapshots (dynamic_table.h) and the checkpoint layer's
+// DynamicTableState (strata/checkpoint/dynamic.h), and what the PS ranks need to save their
+// dynamic tables together in one file (checkpoint/FORMAT.md section 10.7). The checkpoint layer
+// does not know the PS layer; this is the one place that knows both. Private to the ps layer.
+//
+// Thread-safety: plain functions on values; the MPI helpers follow MPI_THREAD_MULTIPLE rules
+// (one call per request at a time).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <mpi.h>
+
+#include "ps/dynamic_table.h"
+#include "strata/checkpoint/dynamic.h"
+
+namespace strata::ps {
+
+checkpoint::DynamicTableCounters to_counters(const DynamicTableStats& s);
+
+// A full state from DynamicTable::export_rows(): named `name` (a table name, see table_name()),
+// optimizer and slot names from `config`.
+checkpoint::DynamicTableState full_state(const std::string& name, const DynamicTableConfig& config,
+                                         DynamicTableSnapshot snap);
+
+// A delta from DynamicTable::export_delta(), linked to the save at `parent_step` whose content
+// checksum was `parent_checksum`; `total_rows` is the table's row count now.
+checkpoint::DynamicTableState delta_state(const std::string& name, const DynamicTableConfig& config,
+                                          DynamicTableDelta delta, std::int64_t total_rows, std::int64_t parent_step,
+                                          std::uint32_t parent_checksum);
+
+// The snapshot a restored (full) state imports from; the counters go with it.
+DynamicTableSnapshot to_snapshot(checkpoint::DynamicTableState t);
+
+// One logical table from the states of its shards (disjoint ids, same kind, dim and slots): rows
+// merged by id, counters and total_rows summed, clock the largest, sketches added cell by cell
+// (saturating at 65535), evicted ids merged. The first shard's name, kind and parent link are kept.
+// Error when the shards disagree on dim, slots or sketch width, or share an id.
+checkpoint::DynamicTableState union_of_shards(std::vector<checkpoint::DynamicTableState> shards);
+
+// The checkpoint table name of dynamic variable `variable` (FORMAT.md 10.7): letters, digits,
+// '_' and '.' unchanged, every other byte as '-' and two lowercase hex digits ("user/emb" ->
+// "user-2femb"); one-to-one, so two variables never share a table. ConfigError when the result
+// exceeds the format's 255 bytes.
+std::string table_name(std::string_view variable);
+
+// Point-to-point transfer of one state over `comm` (tag kDynamicSaveTag), in pieces of at most
+// 1 GiB, each wait bounded by `timeout_s` (TimeoutError naming `what` and blaming `blame`, the
+// peer's rank in the job). recv_state checks the header against what the receiver expects (dim, slot
+// count, sketch width, row and evicted counts within the table's limits) before allocating:
+// Error naming the peer otherwise.
+inline constexpr int kDynamicSaveTag = 0x5d7a;
+struct PeerLink {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int peer = -1;  // the peer's rank in comm
+  int blame = -1;  // the peer's rank in the job (named by a timeout)
+  double timeout_s = 60;
+  std::string what;  // what the transfer is for, in messages
+};
+void send_state(const checkpoint::DynamicTableState& s, const PeerLink& link);
+checkpoint::DynamicTableState recv_state(const PeerLink& link, std::int64_t dim, std::size_t num_slots,
+                                         std::int64_t sketch_width);
+// A status word and a message (at most 64 KiB), the same way.
+void send_outcome(std::int64_t status, const std::string& message, const PeerLink& link);
+std::int64_t recv_outcome(std::string* message, const PeerLink& link);
+
+}  // namespace strata::ps
