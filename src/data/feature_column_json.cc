@@ -63,7 +63,8 @@ class Reader {
         return categorical_column_with_identity(key(j, path), integer(required(j, path, "num_buckets"), path + ".num_buckets", 1, kMaxBuckets), def);
       }
       const bool dynamic_hash = type == "dynamic_hash" || type == "categorical_column_with_dynamic_hash";
-      if (dynamic_hash || ((type == "hash_bucket" || type == "categorical_column_with_hash_bucket") && j.contains("dynamic"))) {
+      const bool hash_bucket = type == "hash_bucket" || type == "categorical_column_with_hash_bucket";
+      if (dynamic_hash || (hash_bucket && j.contains("dynamic"))) {
         if (!dynamic_hash) {
           const Json& d = j["dynamic"];
           if (!d.is_boolean()) fail(path + ".dynamic", "expected true or false, got " + excerpt(d));
@@ -71,7 +72,8 @@ class Reader {
         if (dynamic_hash || j["dynamic"].get<bool>()) {
           members(j, path, {"type", "key", "dynamic", "admit_after", "capacity", "ttl"});
           if (dynamic_hash && j.contains("dynamic") && !(j["dynamic"].is_boolean() && j["dynamic"].get<bool>()))
-            fail(path + ".dynamic", "a " + type + " column is dynamic; expected true or no member, got " + excerpt(j["dynamic"]));
+            fail(path + ".dynamic",
+                 "a " + type + " column is dynamic; expected true or no member, got " + excerpt(j["dynamic"]));
           DynamicIdOptions o;
           o.admit_after = optional_int(j, path, "admit_after", o.admit_after, 0, kMaxDynamicAdmitAfter);
           o.capacity = optional_int(j, path, "capacity", o.capacity, 1, kMaxDynamicCapacity);
@@ -153,7 +155,8 @@ class Reader {
     }
     fail(path + ".type",
          "unknown column type " + excerpt(*type_it) +
-             " (numeric, bucketized, identity, hash_bucket, dynamic_hash, vocabulary_list, vocabulary_file, crossed, embedding, indicator)");
+             " (numeric, bucketized, identity, hash_bucket, dynamic_hash, vocabulary_list, vocabulary_file, crossed, "
+             "embedding, indicator)");
   }
 
  private:

@@ -440,7 +440,8 @@ void ParameterServerStrategy::colocate_vars_with(const Variable& var, const std:
 void ParameterServerStrategy::materialize() {
   prepare_checkpoint_hooks();
   // PS ranks ignore what they declared; the chief's list is authoritative (checked on workers).
-  ps_ = std::make_unique<ps::ParameterServers>(ps::ParameterServers::materialize(runtime_, options_.ps, pending_, pending_dynamic_));
+  ps_ = std::make_unique<ps::ParameterServers>(
+      ps::ParameterServers::materialize(runtime_, options_.ps, pending_, pending_dynamic_));
   gather_restore_report();
   if (report_) last_save_global_step_ = report_->global_step;
   last_save_time_ = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

@@ -581,7 +581,8 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
     strategy.scope([&] {
       if (trains) {
         for (auto& spec : net->variables()) vars.push_back(strategy.create_variable(spec));
-        for (auto& spec : net->dynamic_variables()) ctx.dynamic_variables.push_back(strategy.create_dynamic_variable(spec));
+        for (auto& spec : net->dynamic_variables())
+          ctx.dynamic_variables.push_back(strategy.create_dynamic_variable(spec));
       }
     });
   } catch (const ConfigError& e) {

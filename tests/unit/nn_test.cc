@@ -743,7 +743,10 @@ TEST(NnDynamicEmbedding, GradientsMatchCentralDifferencesForEveryCombiner) {
   // The fixed table reads fields 1..2: keep its ids in range.
   const Batch plain = random_batch(6, 5, 6, 9, 2, 3);
   for (int e = 0; e < bin.size; ++e)
-    for (int f = 1; f <= 2; ++f) bin.ids[static_cast<std::size_t>(e * 6 + f)] = plain.ids[static_cast<std::size_t>(e * 6 + f)];
+    for (int f = 1; f <= 2; ++f) {
+      const auto k = static_cast<std::size_t>(e * 6 + f);
+      bin.ids[k] = plain.ids[k];
+    }
   // Fields 1..2 are read by the shared dynamic table too (fields 0..4): their ids are kept small
   // there, which a dynamic table takes like any other.
   const train::Params p = dynamic_params(m, bin.view(), 5);
@@ -774,7 +777,8 @@ TEST(NnDynamicEmbedding, EqualsTheFixedTableOnTheSameRowsBitForBit) {
     std::vector<float> values;
     for (const auto& [id, k] : order) {
       rows.push_back(id);
-      for (int j = 0; j < 3; ++j) values.push_back(pf.sparse.at("m/emb/embeddings").values[static_cast<std::size_t>(k * 3 + j)]);
+      const std::vector<float>& fixed_rows = pf.sparse.at("m/emb/embeddings").values;
+      for (int j = 0; j < 3; ++j) values.push_back(fixed_rows[static_cast<std::size_t>(k * 3 + j)]);
     }
     table.rows = rows;
     table.values = values;
@@ -788,8 +792,9 @@ TEST(NnDynamicEmbedding, EqualsTheFixedTableOnTheSameRowsBitForBit) {
     const model::SparseParam& sd = gd_.sparse.at("m/emb/embeddings");
     ASSERT_EQ(sf.rows.size(), sd.rows.size());
     for (std::size_t r = 0; r < sd.rows.size(); ++r) {
-      const auto it = std::find(sf.rows.begin(), sf.rows.end(),
-                                std::find_if(order.begin(), order.end(), [&](const auto& o) { return o.first == sd.rows[r]; })->second);
+      const auto small = std::find_if(order.begin(), order.end(), [&](const auto& o) { return o.first == sd.rows[r]; });
+      ASSERT_NE(small, order.end());
+      const auto it = std::find(sf.rows.begin(), sf.rows.end(), small->second);
       ASSERT_NE(it, sf.rows.end());
       const std::size_t k = static_cast<std::size_t>(it - sf.rows.begin());
       for (int j = 0; j < 3; ++j) EXPECT_EQ(sd.values[r * 3 + j], sf.values[k * 3 + j]) << "id " << sd.rows[r];

@@ -133,7 +133,8 @@ class Graph {
   // the PS at its first (admitted) lookup from `init`, a pure function of (init, id). Default
   // initializer uniform(-0.05, 0.05) seeded from the variable's name; glorot_uniform is refused
   // (a row has no fan). The model lists it in dynamic_variables(), not variables().
-  Table dynamic_embedding_table(int dim, const std::string& name = "", std::optional<ps::Initializer> init = std::nullopt,
+  Table dynamic_embedding_table(int dim, const std::string& name = "",
+                                std::optional<ps::Initializer> init = std::nullopt,
                                 const DynamicTableOptions& options = {});
   // An embedding bag: per example, the combination of the table rows of its ids -> [batch, dim].
   // For a fixed table, ids outside [0, vocab) (other than kNoId) are an Error at step time naming
