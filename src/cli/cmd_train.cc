@@ -393,6 +393,7 @@ int run_train_command(const TrainFlags& f, int* argc, char*** argv) {
     auto spec = std::make_shared<nn::ModelSpec>(nn::load_model_spec(f.model_spec));
     // The spec's training defaults, where no flag gave one.
     if (f.optimizer.empty() && !spec->optimizer.empty()) cfg.optimizer = spec->optimizer;
+    if (!f.optimizer.empty()) spec->estimator.part_optimizer_defaults = false;  // job-wide choice (estimator.h)
     if (f.lr.empty() && spec->learning_rate > 0) cfg.learning_rate = spec->learning_rate;
     if (f.epochs.empty() && spec->epochs > 0) cmd.epochs = spec->epochs;
     if (f.global_batch.empty() && spec->batch_size > 0) cfg.global_batch = spec->batch_size;

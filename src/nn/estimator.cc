@@ -69,6 +69,62 @@ std::string segment(const std::string& column) {
   return s;
 }
 
+// True when an optimizer spec ("NAME:KEY=VALUE,...") sets the learning rate itself.
+bool names_learning_rate(const std::string& spec) {
+  const auto colon = spec.find(':');
+  if (colon == std::string::npos) return false;
+  std::size_t begin = colon + 1;
+  while (begin <= spec.size()) {
+    const std::size_t end = std::min(spec.find(',', begin), spec.size());
+    const std::string key = spec.substr(begin, spec.find('=', begin) < end ? spec.find('=', begin) - begin : end - begin);
+    if (key == "lr" || key == "learning_rate") return true;
+    begin = end + 1;
+  }
+  return false;
+}
+
+// One part's optimizer: `spec` (or `fallback` when none is named), its learning rate from the spec's
+// lr= key, else `lr` (> 0), else `default_lr`.
+ps::OptimizerConfig part_optimizer(const std::string& member, const std::string& spec, const std::string& fallback,
+                                   const std::string& lr_member, double lr, double default_lr) {
+  if (lr < 0 || !std::isfinite(lr))
+    throw ConfigError(lr_member + ": must be a positive number, got " + std::to_string(lr));
+  const std::string& text = spec.empty() ? fallback : spec;
+  if (lr > 0 && names_learning_rate(text))
+    throw ConfigError(lr_member + ": the learning rate is also set in " + member + " '" + text + "' (give it once)");
+  ps::OptimizerConfig c;
+  try {
+    c = ps::OptimizerConfig::parse(text);
+  } catch (const ConfigError& e) {
+    throw ConfigError(member + ": " + e.message());
+  }
+  if (!names_learning_rate(text)) {
+    c.learning_rate = lr > 0 ? lr : default_lr;
+    c.validate();
+  }
+  return c;
+}
+
+// A GraphModel whose variables carry their part's optimizer (part_optimizers): the parameter
+// servers lay out and apply each variable's own.
+class EstimatorModel final : public GraphModel {
+ public:
+  EstimatorModel(const Graph& graph, Tensor output, Loss loss, std::string name, TrainingDefaults defaults,
+                 std::vector<std::pair<std::string, ps::OptimizerConfig>> parts)
+      : GraphModel(graph, output, loss, std::move(name), std::move(defaults)), parts_(std::move(parts)) {}
+
+  std::vector<ps::VariableSpec> variables() const override {
+    std::vector<ps::VariableSpec> specs = GraphModel::variables();
+    for (ps::VariableSpec& v : specs)
+      for (const auto& [prefix, optimizer] : parts_)
+        if (v.name.compare(0, prefix.size(), prefix) == 0) v.optimizer = optimizer;
+    return specs;
+  }
+
+ private:
+  std::vector<std::pair<std::string, ps::OptimizerConfig>> parts_;
+};
+
 class Builder {
  public:
   Builder(const EstimatorConfig& config, const data::FeatureLayout& layout)
@@ -112,7 +168,10 @@ class Builder {
       optimizer = "ftrl";
       lr = std::min(0.2, 1.0 / std::sqrt(static_cast<double>(config_.linear_feature_columns.size())));
     }
-    return std::make_unique<GraphModel>(graph_, logits, loss_, what_, TrainingDefaults{optimizer, lr, 10});
+    auto parts = part_optimizers(config_);
+    if (parts.empty()) return std::make_unique<GraphModel>(graph_, logits, loss_, what_, TrainingDefaults{optimizer, lr, 10});
+    return std::make_unique<EstimatorModel>(graph_, logits, loss_, what_, TrainingDefaults{optimizer, lr, 10},
+                                            std::move(parts));
   }
 
  private:
@@ -260,6 +319,37 @@ std::vector<data::FeatureColumn> input_columns(const EstimatorConfig& config) {
   for (const auto* list : {&config.linear_feature_columns, &config.dnn_feature_columns})
     for (const auto& c : *list)
       if (seen.insert(c.name()).second) out.push_back(c);
+  return out;
+}
+
+std::vector<std::pair<std::string, ps::OptimizerConfig>> part_optimizers(const EstimatorConfig& config) {
+  const bool combined = config.kind == EstimatorKind::kDNNLinearCombinedClassifier ||
+                        config.kind == EstimatorKind::kDNNLinearCombinedRegressor;
+  if (!combined) {
+    if (!config.linear_optimizer.empty() || !config.dnn_optimizer.empty() || config.linear_learning_rate != 0 ||
+        config.dnn_learning_rate != 0)
+      throw ConfigError(std::string(to_string(config.kind)) +
+                        ": linear_optimizer / dnn_optimizer and their learning rates belong to DNNLinearCombined* "
+                        "(use the job's optimizer)");
+    return {};
+  }
+  const std::string prefix = config.scope.empty() ? "" : config.scope + "/";
+  std::vector<std::pair<std::string, ps::OptimizerConfig>> out;
+  const bool linear = !config.linear_optimizer.empty() || config.part_optimizer_defaults;
+  if (linear || config.linear_learning_rate != 0) {
+    if (!linear) throw ConfigError("linear_learning_rate: needs linear_optimizer (the job's optimizer trains the linear part)");
+    // TensorFlow's _linear_learning_rate: min(0.2, 1/sqrt(number of linear columns)).
+    const double n = static_cast<double>(std::max<std::size_t>(1, config.linear_feature_columns.size()));
+    out.emplace_back(prefix + "linear/", part_optimizer("linear_optimizer", config.linear_optimizer, "ftrl",
+                                                        "linear_learning_rate", config.linear_learning_rate,
+                                                        std::min(0.2, 1.0 / std::sqrt(n))));
+  }
+  const bool dnn = !config.dnn_optimizer.empty() || config.part_optimizer_defaults;
+  if (dnn || config.dnn_learning_rate != 0) {
+    if (!dnn) throw ConfigError("dnn_learning_rate: needs dnn_optimizer (the job's optimizer trains the DNN part)");
+    out.emplace_back(prefix + "dnn/", part_optimizer("dnn_optimizer", config.dnn_optimizer, "adagrad",
+                                                     "dnn_learning_rate", config.dnn_learning_rate, 0.05));
+  }
   return out;
 }
 

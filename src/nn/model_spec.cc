@@ -211,7 +211,8 @@ ModelSpec parse_model_spec(std::string_view text, const std::string& origin, con
   if (!is_regressor(e.kind)) allowed.insert("n_classes");
   if (combined) {
     for (const char* k : {"linear_feature_columns", "dnn_feature_columns", "dnn_hidden_units", "dnn_dropout",
-                          "dnn_activation"})
+                          "dnn_activation", "linear_optimizer", "dnn_optimizer", "linear_learning_rate",
+                          "dnn_learning_rate"})
       allowed.insert(k);
   } else if (linear) {
     allowed.insert("feature_columns");
@@ -279,6 +280,31 @@ ModelSpec parse_model_spec(std::string_view text, const std::string& origin, con
       for (const char* flag : {"--optimizer: ", "--optimizer "})
         if (why.rfind(flag, 0) == 0) why = why.substr(std::string(flag).size());
       r.fail("optimizer", why);
+    }
+  }
+  if (combined) {
+    // Each part's optimizer (estimator.h): named ones always, TensorFlow's defaults (FTRL, Adagrad)
+    // only when the spec names no job-wide "optimizer".
+    e.linear_optimizer = r.string("linear_optimizer", "");
+    e.dnn_optimizer = r.string("dnn_optimizer", "");
+    for (const char* k : {"linear_optimizer", "dnn_optimizer"})
+      if (doc.contains(k) && doc.at(k).get<std::string>().empty()) r.fail(k, "expected an optimizer (e.g. \"ftrl\")");
+    e.linear_learning_rate = r.number("linear_learning_rate", 0, 0, 1e6);
+    e.dnn_learning_rate = r.number("dnn_learning_rate", 0, 0, 1e6);
+    for (const char* k : {"linear_learning_rate", "dnn_learning_rate"})
+      if (doc.contains(k) && doc.at(k).get<double>() <= 0) r.fail(k, "must be positive");
+    e.part_optimizer_defaults = spec.optimizer.empty();
+    try {
+      (void)part_optimizers(e);
+    } catch (const ConfigError& err) {
+      // part_optimizers names the member first ("dnn_optimizer: ..."): the spec's path.
+      const std::string why = err.message();
+      const auto colon = why.find(": ");
+      if (colon == std::string::npos) r.fail("linear_optimizer", why);
+      std::string rest = why.substr(colon + 2);
+      for (const char* flag : {"--optimizer: ", "--optimizer "})
+        if (rest.rfind(flag, 0) == 0) rest = rest.substr(std::string(flag).size());
+      r.fail(why.substr(0, colon), rest);
     }
   }
   spec.learning_rate = r.number("learning_rate", 0, 0, 1e6);

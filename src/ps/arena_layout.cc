@@ -24,7 +24,6 @@ ArenaLayout ArenaLayout::build(const ShardMap& map, int num_workers, int num_ps,
                                const std::vector<DynamicVariableSpec>& dynamic) {
   ArenaLayout out;
   out.workers_ = num_workers;
-  const int num_slots_per_var = ps::num_slots(optimizer);
   const auto workers = static_cast<std::uint64_t>(num_workers);
   out.arena_bytes_.assign(static_cast<std::size_t>(num_ps), out.control_bytes());
   out.shards_.resize(map.shards().size());
@@ -48,8 +47,12 @@ ArenaLayout ArenaLayout::build(const ShardMap& map, int num_workers, int num_ps,
     l.values = top;
     top = grow(top, sh.bytes);
     if (!takes_gradients(map, sh)) continue;
+    // The variable's own optimizer's slots, else the job's (a job without per-variable
+    // optimizers gets the layout it always had).
+    const VariableSpec* spec = map.find(sh.variable);
+    const int num_slots_here = ps::num_slots(spec->optimizer ? spec->optimizer->kind : optimizer);
     l.slots = top;
-    top = grow(top, times(static_cast<std::uint64_t>(num_slots_per_var), sh.bytes));
+    top = grow(top, times(static_cast<std::uint64_t>(num_slots_here), sh.bytes));
     if (!path.inbox) continue;
     const std::uint64_t rows = static_cast<std::uint64_t>(std::max<std::int64_t>(1, sh.row_end - sh.row_begin));
     l.payload = grow(8, times(8, rows));

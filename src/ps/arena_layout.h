@@ -26,7 +26,8 @@
 //
 //   then, per shard placed on this PS, in shard-map order:
 //     values                 shard bytes
-//     optimizer slots        num_slots x shard bytes (trainable shards only)
+//     optimizer slots        num_slots x shard bytes (trainable shards only), num_slots of the
+//                            variable's own optimizer (VariableSpec::optimizer) or the job's
 //     inboxes                W x inbox bytes; an inbox is an i64 row count (-1: dense), the row
 //                            ids (i64, up to the shard's rows) and the payload (shard bytes), the
 //                            payload at a 64-byte boundary inside it
@@ -148,6 +149,7 @@ class ArenaLayout {
  public:
   ArenaLayout() = default;
   // ConfigError when a PS's arena would exceed 2^64 bytes.
+  // `optimizer`: the job's, for the variables without their own (VariableSpec::optimizer).
   // `dynamic`: the dynamic variables, placed after every shard on every PS.
   static ArenaLayout build(const ShardMap& map, int num_workers, int num_ps, OptimizerKind optimizer, PushPath path,
                            const std::vector<DynamicVariableSpec>& dynamic = {});

@@ -256,7 +256,11 @@ ParameterServers ParameterServers::materialize(const Runtime& runtime, const PsO
     if (server) server->dyn_comm = dyn_comm;
   }
 
-  impl->uses_inbox = impl->options.optimizer.kind != OptimizerKind::kSgd ||
+  // A variable with its own optimizer is updated by its PS, so its pushes go through the inboxes;
+  // the accumulate path (async SGD applied by the workers' atomics) stays for jobs where every
+  // variable uses the job's SGD.
+  const bool own_optimizers = std::any_of(ref_specs.begin(), ref_specs.end(), [](const VariableSpec& v) { return v.optimizer.has_value(); });
+  impl->uses_inbox = impl->options.optimizer.kind != OptimizerKind::kSgd || own_optimizers ||
                      impl->options.consistency.mode == Consistency::kSync;
   impl->map = ShardMap::build(ref_specs, static_cast<int>(impl->ps_rank.size()), options.placement);
   impl->layout = ArenaLayout::build(impl->map, impl->num_workers, static_cast<int>(impl->ps_rank.size()),

@@ -62,6 +62,8 @@ void ServerCore::publish_stats() {
 
 
 void ServerCore::initialise_local_shards() {
+  shard_optimizers.clear();
+  for (const Shard& sh : map.shards()) shard_optimizers.push_back(effective_optimizer(*map.find(sh.variable), options.optimizer));
   for (std::size_t s = 0; s < map.shards().size(); ++s) {
     const Shard& sh = shard(s);
     if (sh.ps != ps_index) continue;
@@ -69,7 +71,7 @@ void ServerCore::initialise_local_shards() {
     ShardBuffers buffers = shard_buffers(s);
     // Slots first: a restore overwrites the slots its checkpoint has and keeps the rest initial.
     for (std::size_t k = 0; k < buffers.slots.size(); ++k) {
-      double v = slot_initial_value(options.optimizer, static_cast<int>(k));
+      double v = slot_initial_value(optimizer_of(s), static_cast<int>(k));
       const std::size_t n = sh.bytes / dtype_size(spec.dtype);
       if (spec.dtype == DType::kF32)
         std::fill_n(static_cast<float*>(buffers.slots[k]), n, static_cast<float>(v));
@@ -101,7 +103,7 @@ ShardBuffers ServerCore::shard_buffers(std::size_t s) {
   b.shard = &shard(s);
   b.values = base() + layout.shard(s).values;
   if (trainable_shard(s))
-    for (int k = 0; k < ps::num_slots(options.optimizer.kind); ++k)
+    for (int k = 0; k < ps::num_slots(optimizer_of(s).kind); ++k)
       b.slots.push_back(base() + layout.shard(s).slots + static_cast<std::uint64_t>(k) * shard(s).bytes);
   b.optimizer_step = s < rounds.size() ? rounds[s] + step_base[s] : 0;
   return b;
@@ -113,7 +115,8 @@ ShardBuffers ServerCore::shard_buffers(std::size_t s) {
 template <typename T>
 void ServerCore::apply(std::size_t s, const T* grad_or_null, const std::vector<std::int64_t>& rows, const T* row_grads) {
   const Shard& sh = shard(s);
-  const int nslots = ps::num_slots(options.optimizer.kind);
+  const OptimizerConfig& optimizer = optimizer_of(s);
+  const int nslots = ps::num_slots(optimizer.kind);
   T* var = reinterpret_cast<T*>(base() + layout.shard(s).values);
   std::vector<T*> slots(nslots);
   for (int k = 0; k < nslots; ++k)
@@ -126,7 +129,7 @@ void ServerCore::apply(std::size_t s, const T* grad_or_null, const std::vector<s
     // a PS never sits in pure compute for long while remote operations wait for it, and split
     // over the apply team (--ps-threads). The update is element-wise with the same step for
     // every element, so neither chunking nor splitting changes a single bit.
-    const int parts = apply_dense_team<T>(team.get(), options.optimizer, step, var, slots.data(), nslots,
+    const int parts = apply_dense_team<T>(team.get(), optimizer, step, var, slots.data(), nslots,
                                           grad_or_null, sh.bytes / sizeof(T), [this, &progress_s] {
                                             const auto p0 = Clock::now();
                                             transport->progress();
@@ -135,7 +138,7 @@ void ServerCore::apply(std::size_t s, const T* grad_or_null, const std::vector<s
     if (parts > 1) ++split_updates;
     max_parts = std::max<std::int64_t>(max_parts, parts);
   } else {
-    apply_sparse_rows(options.optimizer, step, var, slots.data(), row_bytes(s) / sizeof(T), rows.data(), row_grads,
+    apply_sparse_rows(optimizer, step, var, slots.data(), row_bytes(s) / sizeof(T), rows.data(), row_grads,
                       rows.size());
   }
   ++applied;
@@ -159,7 +162,8 @@ void ServerCore::apply_stream_chunk(std::size_t ls, std::size_t s, int w, std::s
   if (first) stream_step[ls][w] = ++rounds[s] + step_base[s];
   const std::int64_t step = stream_step[ls][w];
   const Shard& sh = shard(s);
-  const int nslots = ps::num_slots(options.optimizer.kind);
+  const OptimizerConfig& optimizer = optimizer_of(s);
+  const int nslots = ps::num_slots(optimizer.kind);
   T* var = reinterpret_cast<T*>(base() + layout.shard(s).values) + begin;
   T* slots[8] = {};
   STRATA_CHECK(nslots <= 8, "optimizer with ", nslots, " slots");
@@ -167,7 +171,7 @@ void ServerCore::apply_stream_chunk(std::size_t ls, std::size_t s, int w, std::s
     slots[k] = reinterpret_cast<T*>(base() + layout.shard(s).slots + static_cast<std::uint64_t>(k) * sh.bytes) + begin;
   const auto t0 = Clock::now();
   double progress_s = 0;
-  const int parts = apply_dense_team<T>(team.get(), options.optimizer, step, var, slots, nslots, grad, count,
+  const int parts = apply_dense_team<T>(team.get(), optimizer, step, var, slots, nslots, grad, count,
                                         [this, &progress_s, on_loop] {
                                           if (!on_loop) return;
                                           const auto p0 = Clock::now();

@@ -33,6 +33,10 @@ struct ServerCore final : PsCore {
   std::vector<std::vector<std::int64_t>> handed_seen;  // chunks the transport handed over
   std::vector<std::int64_t> rounds;     // per shard: applications in this job (sync rounds) (apply_mu)
   std::vector<std::int64_t> step_base;  // per shard: optimizer steps restored from a checkpoint
+  // Per shard: the optimizer that updates it, its variable's own (VariableSpec::optimizer) or the
+  // job's. Filled by initialise_local_shards before anything reads it; read-only afterwards.
+  std::vector<OptimizerConfig> shard_optimizers;
+  const OptimizerConfig& optimizer_of(std::size_t s) const { return shard_optimizers[s]; }
   // Service statistics (apply_mu), published in the control block (publish_stats).
   std::int64_t applied = 0;
   std::int64_t applied_elements = 0;

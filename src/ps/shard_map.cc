@@ -37,6 +37,7 @@ std::string describe(const VariableSpec& spec) {
   if (parts != "1") s += " in " + parts + " parts";
   if (!spec.trainable) s += " non-trainable";
   if (!spec.colocate_with.empty()) s += " colocated with " + quoted(spec.colocate_with);
+  if (spec.optimizer) s += " optimizer " + to_string(*spec.optimizer);
   return s;
 }
 
@@ -45,7 +46,9 @@ std::string describe(const VariableSpec& spec) {
 std::string canonical_line(const VariableSpec& spec) {
   return std::to_string(spec.name.size()) + ":" + spec.name + " " + shape_to_string(spec.shape) + " " +
          to_string(spec.dtype) + " parts=" + parts_text(spec) + " trainable=" + (spec.trainable ? "1" : "0") +
-         " colocate=" + std::to_string(spec.colocate_with.size()) + ":" + spec.colocate_with + "\n";
+         " colocate=" + std::to_string(spec.colocate_with.size()) + ":" + spec.colocate_with +
+         // Only when set: the hash of a sequence without per-variable optimizers is unchanged.
+         (spec.optimizer ? " optimizer=" + to_string(*spec.optimizer) : std::string()) + "\n";
 }
 
 std::uint64_t fnv1a64(const std::string& text) {

@@ -37,6 +37,9 @@ std::string specs_to_json(const std::vector<VariableSpec>& specs) {
                    {"trainable", s.trainable},
                    {"partitioner", partitioner_json(s.partitioner)},
                    {"colocate_with", s.colocate_with}});
+    // Only when set, so a job without per-variable optimizers sends what it always sent. The
+    // canonical spec round-trips every applicable field exactly (optimizer.h).
+    if (s.optimizer) out.back()["optimizer"] = to_string(*s.optimizer);
   }
   return out.dump();
 }
@@ -67,6 +70,13 @@ std::vector<VariableSpec> specs_from_json(const std::string& text) {
       s.partitioner.max_bytes = p.at("max_bytes").get<std::uint64_t>();
       s.partitioner.max_shards = p.at("max_shards").get<int>();
       s.colocate_with = v.at("colocate_with").get<std::string>();
+      if (v.contains("optimizer")) {
+        try {
+          s.optimizer = OptimizerConfig::parse(v.at("optimizer").get<std::string>());
+        } catch (const ConfigError& e) {
+          throw ConfigError("variable '" + s.name + "': optimizer: " + e.message());
+        }
+      }
       specs.push_back(std::move(s));
     }
   } catch (const json::exception& e) {

@@ -523,6 +523,13 @@ void VariableSpec::validate() const {
   } catch (const ConfigError& e) {
     throw ConfigError(who + e.message());
   }
+  if (optimizer) {
+    try {
+      optimizer->validate();
+    } catch (const ConfigError& e) {
+      throw ConfigError(who + "optimizer: " + e.message());
+    }
+  }
   if (!colocate_with.empty()) {
     try {
       validate_variable_name(colocate_with);

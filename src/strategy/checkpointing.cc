@@ -59,6 +59,17 @@ std::vector<std::int64_t> file_shape(const ps::Shape& shape) {
 
 bool has_slots(const ps::VariableSpec& spec) { return spec.trainable && spec.dtype != ps::DType::kI64; }
 
+// The slots of `spec` under its own optimizer or the job's, by name (ps/optimizer.h).
+std::vector<std::string> slots_of(const ps::VariableSpec& spec, const ps::OptimizerConfig& job) {
+  return ps::slot_names(ps::effective_optimizer(spec, job).kind);
+}
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out.empty() ? "none" : out;
+}
+
 // FNV-1a 64 over names, shapes and dtypes in creation order: the model's identity in a checkpoint,
 // independent of partitioning and placement (so resharding keeps it).
 std::uint64_t checkpoint_sequence_hash(const std::vector<ps::VariableSpec>& specs) {
@@ -124,6 +135,9 @@ struct ParameterServerStrategy::CheckpointState {
   std::shared_ptr<checkpoint::CheckpointReader> reader;  // PS ranks with a restore
   std::string open_error;                             // this PS could not open the file
   ps::OptimizerConfig optimizer;
+  // PS ranks with a restore: each variable's slot names under its optimizer (filled by the
+  // restore check, which runs before any shard is restored).
+  std::map<std::string, std::vector<std::string>> slot_names_of;
   std::int64_t last_saved_step = -1;                  // PS ranks: global step of this job's last committed save
   std::string last_saved_path;
   checkpoint::DirectoryClaim claim;                   // PS 0: held while this job may save
@@ -222,12 +236,24 @@ void ParameterServerStrategy::prepare_checkpoint_hooks() {
     hooks.check = [st](const ps::ShardMap& map) -> std::string {
       if (!st->open_error.empty()) return st->open_error;
       for (const auto& spec : map.variables()) {
-        if (!st->reader->find(spec.name)) continue;
+        st->slot_names_of[spec.name] = slots_of(spec, st->optimizer);
+        const checkpoint::VariableMeta* meta = st->reader->find(spec.name);
+        if (!meta) continue;
         try {
           st->reader->check_compatible(spec.name, file_shape(spec.shape), to_checkpoint(spec.dtype));
         } catch (const ConfigError& e) {
           return "cannot restore: " + e.message();
         }
+        // A variable with its own optimizer takes only its own optimizer's slots: restoring
+        // Adagrad's "accumulator" into FTRL's would silently mix two optimizers' state. (Slots
+        // name their optimizer: no two optimizers have the same slot list, sgd has none.)
+        std::vector<std::string> stored = meta->slots, wanted = st->slot_names_of[spec.name];
+        std::sort(stored.begin(), stored.end());
+        std::sort(wanted.begin(), wanted.end());
+        if (spec.optimizer && has_slots(spec) && stored != wanted)
+          return "cannot restore '" + spec.name + "': the checkpoint holds its optimizer slots [" +
+                 join_names(meta->slots) + "], but its optimizer is now " + ps::to_string(spec.optimizer->kind) +
+                 " (slots [" + join_names(st->slot_names_of[spec.name]) + "])";
       }
       return "";
     };
@@ -237,7 +263,8 @@ void ParameterServerStrategy::prepare_checkpoint_hooks() {
       if (!meta) return false;
       const std::int64_t begin = b.shard->row_begin, end = b.shard->row_end;
       if (end > begin) st->reader->read_rows(meta->name, begin, end, b.values);
-      const auto names = ps::slot_names(st->optimizer.kind);
+      const auto found = st->slot_names_of.find(b.shard->variable);
+      const std::vector<std::string> names = found != st->slot_names_of.end() ? found->second : std::vector<std::string>();
       for (std::size_t k = 0; k < b.slots.size() && k < names.size(); ++k)
         if (std::find(meta->slots.begin(), meta->slots.end(), names[k]) != meta->slots.end() && end > begin)
           st->reader->read_slot_rows(meta->name, names[k], begin, end, b.slots[k]);
@@ -294,7 +321,6 @@ void ParameterServerStrategy::prepare_checkpoint_hooks() {
         }
         const ps::ShardMap& map = ps_->endpoint().shard_map();
         MPI_Comm comm = rt->comms().ps();
-        const auto slot_names = ps::slot_names(st->optimizer.kind);
         // Per-variable optimizer step: the largest over this variable's shards (all equal for dense
         // variables at a quiesced boundary; sparse shards only count the pushes that touched them).
         std::map<std::string, std::size_t> index;
@@ -313,7 +339,7 @@ void ParameterServerStrategy::prepare_checkpoint_hooks() {
           meta.name = spec.name;
           meta.shape = file_shape(spec.shape);
           meta.dtype = to_checkpoint(spec.dtype);
-          if (has_slots(spec)) meta.slots = slot_names;
+          if (has_slots(spec)) meta.slots = slots_of(spec, st->optimizer);
           meta.optimizer_step = max_steps[i];
           req.variables.push_back(std::move(meta));
         }
@@ -323,6 +349,7 @@ void ParameterServerStrategy::prepare_checkpoint_hooks() {
           d.row_begin = b.shard->row_begin;
           d.row_end = b.shard->row_end;
           d.values = b.values;
+          const auto slot_names = slots_of(*map.find(b.shard->variable), st->optimizer);
           for (std::size_t k = 0; k < b.slots.size() && k < slot_names.size(); ++k) d.slots[slot_names[k]] = b.slots[k];
           bytes += b.shard->bytes * (1 + b.slots.size());
           req.shards.push_back(std::move(d));
@@ -384,7 +411,6 @@ void ParameterServerStrategy::gather_restore_report() {
     j["skipped"] = ckpt_state_->skipped;
     std::vector<std::string> restored, initialized, unused, fresh_slots;
     std::set<std::string> model;
-    const auto slot_names = ps::slot_names(options_.ps.optimizer.kind);
     for (const auto& spec : ps_->endpoint().shard_map().variables()) {
       model.insert(spec.name);
       const auto* meta = reader.find(spec.name);
@@ -394,7 +420,7 @@ void ParameterServerStrategy::gather_restore_report() {
       }
       restored.push_back(spec.name);
       if (has_slots(spec))
-        for (const auto& s : slot_names)
+        for (const auto& s : slots_of(spec, options_.ps.optimizer))
           if (std::find(meta->slots.begin(), meta->slots.end(), s) == meta->slots.end())
             fresh_slots.push_back(spec.name + "/" + s);
     }

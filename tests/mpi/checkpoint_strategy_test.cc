@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -43,9 +44,10 @@ struct Model {
   Variable emb, w, scalar, counts;
 };
 
-// The test model; `emb_parts` partitions the embedding (1 = not partitioned).
+// The test model; `emb_parts` partitions the embedding (1 = not partitioned); `emb_optimizer` and
+// `w_optimizer` give those variables their own optimizers ("" = the job's).
 Model declare(ParameterServerStrategy& strategy, int emb_parts, std::int64_t emb_rows = 37, bool with_w = true,
-              bool with_extra = false) {
+              bool with_extra = false, const std::string& emb_optimizer = "", const std::string& w_optimizer = "") {
   Model m;
   strategy.scope([&] {
     ps::VariableSpec emb;
@@ -53,12 +55,14 @@ Model declare(ParameterServerStrategy& strategy, int emb_parts, std::int64_t emb
     emb.shape = {emb_rows, 3};
     emb.init = ps::Initializer::uniform(-1, 1, 7);
     if (emb_parts > 1) emb.partitioner = ps::Partitioner::fixed_shards(emb_parts);
+    if (!emb_optimizer.empty()) emb.optimizer = ps::OptimizerConfig::parse(emb_optimizer);
     m.emb = strategy.create_variable(emb);
     if (with_w) {
       ps::VariableSpec w;
       w.name = "dense/w";
       w.shape = {5};
       w.init = ps::Initializer::constant(0.25);
+      if (!w_optimizer.empty()) w.optimizer = ps::OptimizerConfig::parse(w_optimizer);
       m.w = strategy.create_variable(w);
     }
     ps::VariableSpec scalar;
@@ -234,6 +238,86 @@ TEST(CheckpointStrategy, RestoresIntoOtherPsCountAndPartitioningIdentically) {
   ok = ok && diff.empty();
   STRATA_EXPECT_ALL(comm.get(), ok);
   if (comm.rank() == 0 && !diff.empty()) ADD_FAILURE() << "resaved checkpoint differs: " << diff;
+  MPI_Barrier(comm.get());
+  if (comm.rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// Per-variable optimizers: each variable's slots are saved under its own optimizer's names (the
+// embedding FTRL's, dense/w Adagrad's, the scalar the job's Adam's), a restore brings every value
+// and slot back bit for bit (the file saved again is identical), and a restore that would give a
+// variable another optimizer is refused naming it.
+TEST(CheckpointStrategy, PerVariableOptimizersRoundTripAndRefuseAnotherOptimizer) {
+  TestComm comm;
+  if (comm.size() < 2) GTEST_SKIP() << "needs a PS and a worker";
+  const std::string dir = shared_temp_dir(comm);
+  const std::string dir2 = dir + "/again";
+  const std::string ftrl = "ftrl:lr=0.1,l1=0.01,l2=0.001", adagrad = "adagrad:lr=0.1";
+  const int steps = 3, workers = comm.size() - 1;
+  std::vector<char> saved;
+  {
+    auto rt = start(comm, 1);
+    ParameterServerStrategy strategy(*rt, sync_adam());
+    CheckpointOptions copt;
+    copt.directory = dir;
+    strategy.set_checkpoint_options(copt);
+    Model m = declare(strategy, 1, 37, true, false, ftrl, adagrad);
+    train(strategy, m, steps);
+    MPI_Barrier(comm.get());
+    saved = snapshot(comm, strategy, m);
+  }
+  const std::string file = dir + "/ckpt-" + std::to_string(steps * workers) + ".h5";
+  bool ok = true;
+  if (comm.rank() == 0) {
+    checkpoint::CheckpointReader r(file);
+    auto sorted = [](std::vector<std::string> v) {
+      std::sort(v.begin(), v.end());
+      return v;
+    };
+    ok = sorted(r.find("embedding/table")->slots) == std::vector<std::string>{"accumulator", "linear"} &&
+         sorted(r.find("dense/w")->slots) == std::vector<std::string>{"accumulator"} &&
+         sorted(r.find("scale")->slots) == std::vector<std::string>{"m", "v"};
+  }
+  // Restored with the same optimizers (2 PS where there are ranks for them): identical values, and
+  // the file saved again identical, slots included.
+  {
+    auto rt = start(comm, comm.size() >= 3 ? 2 : 1);
+    ParameterServerStrategy strategy(*rt, sync_adam());
+    CheckpointOptions copt;
+    copt.directory = dir2;
+    strategy.set_checkpoint_options(copt);
+    strategy.restore(dir);
+    Model m = declare(strategy, 2, 37, true, false, ftrl, adagrad);
+    const auto& report = strategy.restore_report();
+    ok = ok && report && report->fresh_slots.empty() && report->restored.size() == 4;
+    if (strategy.is_ps())
+      strategy.serve();
+    else
+      strategy.finish(strategy.restored_position());
+    MPI_Barrier(comm.get());
+    ok = ok && snapshot(comm, strategy, m) == saved;
+  }
+  std::string diff;
+  if (comm.rank() == 0) {
+    diff = compare_files(file, dir2 + "/ckpt-" + std::to_string(steps * workers) + ".h5");
+    if (!diff.empty()) ADD_FAILURE() << "resaved checkpoint differs: " << diff;
+  }
+  ok = ok && diff.empty();
+  // The embedding on Adagrad now: refused on every rank, naming it, before any allocation.
+  {
+    auto rt = start(comm, 1);
+    ParameterServerStrategy strategy(*rt, sync_adam());
+    strategy.restore(dir);
+    std::string error;
+    try {
+      declare(strategy, 1, 37, true, false, adagrad, adagrad);
+    } catch (const ConfigError& e) {
+      error = e.message();
+    }
+    ok = ok && error.find("'embedding/table'") != std::string::npos && error.find("adagrad") != std::string::npos &&
+         error.find("dense/w") == std::string::npos;
+    if (comm.rank() == 0 && !ok) ADD_FAILURE() << "error: " << error;
+  }
+  STRATA_EXPECT_ALL(comm.get(), ok);
   MPI_Barrier(comm.get());
   if (comm.rank() == 0) std::filesystem::remove_all(dir);
 }

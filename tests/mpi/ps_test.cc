@@ -505,5 +505,111 @@ TEST(ParameterServers, ArenaAboveTheCapIsRefusedEverywhere) {
   STRATA_EXPECT_ALL(comm.get(), error.find("cannot place the variables: ps:0 needs an arena of") != std::string::npos);
 }
 
+// Per-variable optimizers (VariableSpec::optimizer) in one sync job: a variable on the job's Adam,
+// one on its own FTRL (partitioned over 2 shards) and one on its own Adagrad each end with exactly
+// the bits of the single-process reference of their own optimizer.
+class MixedOptimizers : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MixedOptimizers, EachVariableMatchesItsOwnReferenceBitForBit) {
+  TestComm comm;
+  SKIP_WITHOUT_WORKERS(comm);
+  Job job = start(comm);
+  PsOptions options;
+  options.optimizer = OptimizerConfig::parse("adam:lr=0.01");
+  options.transport = GetParam();
+  options.consistency = ConsistencyConfig::parse("sync");
+  const Initializer init = Initializer::uniform(-1.0, 1.0, 42);
+  VariableSpec a = var("job_adam", {10, 7}, Partitioner::fixed_shards(2), init);
+  VariableSpec f = var("own_ftrl", {6, 5}, Partitioner::fixed_shards(2), init);
+  f.optimizer = OptimizerConfig::parse("ftrl:lr=0.1,l1=0.001,l2=0.01");
+  VariableSpec g = var("own_adagrad", {9}, Partitioner::none(), init);
+  g.optimizer = OptimizerConfig::parse("adagrad:lr=0.1");
+  auto ps = ParameterServers::materialize(*job.runtime, options, {a, f, g});
+  const int steps = 5;
+  bool ok = true;
+  if (ps.is_ps()) {
+    ps.server->serve();
+  } else {
+    for (const VariableSpec* v : {&a, &f, &g}) {
+      const std::size_t n = static_cast<std::size_t>(num_elements(v->shape));
+      std::vector<float> grad(n), got(n);
+      for (int t = 0; t < steps; ++t) {
+        for (std::size_t i = 0; i < n; ++i) grad[i] = grad_of(ps.client->worker_index(), t, i);
+        ps.client->push(v->name, grad.data(), n * 4);
+      }
+      ps.client->pull(v->name, got.data(), n * 4);
+      const std::vector<float> want =
+          reference(effective_optimizer(*v, options.optimizer), init, v->shape, job.workers, steps);
+      const bool same = std::memcmp(got.data(), want.data(), n * 4) == 0;
+      if (!same) ADD_FAILURE() << v->name << " differs from its reference";
+      ok = ok && same;
+    }
+    ps.client->done();
+  }
+  STRATA_EXPECT_ALL(comm.get(), ok);
+}
+
+INSTANTIATE_TEST_SUITE_P(Compiled, MixedOptimizers, ::testing::ValuesIn(strata::comm::compiled_transports()),
+                         [](const auto& info) { return info.param; });
+
+// A job on async SGD (pushes as remote accumulates) with one variable on its own Adagrad: the
+// pushes go through the PS, which applies each variable's optimizer. Only worker 0 pushes, so the
+// order is defined and both variables match their references bit for bit.
+TEST(ParameterServers, AsyncSgdJobWithOneOwnOptimizer) {
+  TestComm comm;
+  SKIP_WITHOUT_WORKERS(comm);
+  Job job = start(comm);
+  PsOptions options;
+  options.optimizer = OptimizerConfig::parse("sgd:lr=0.5");
+  const Initializer init = Initializer::uniform(-1.0, 1.0, 9);
+  VariableSpec s = var("sgd", {8, 3}, Partitioner::none(), init);
+  VariableSpec g = var("adagrad", {4, 6}, Partitioner::fixed_shards(2), init);
+  g.optimizer = OptimizerConfig::parse("adagrad:lr=0.1");
+  auto ps = ParameterServers::materialize(*job.runtime, options, {s, g});
+  const int steps = 4;
+  bool ok = true;
+  if (ps.is_ps()) {
+    ps.server->serve();
+  } else {
+    if (ps.client->worker_index() == 0) {
+      for (const VariableSpec* v : {&s, &g}) {
+        const std::size_t n = static_cast<std::size_t>(num_elements(v->shape));
+        std::vector<float> grad(n), got(n);
+        for (int t = 0; t < steps; ++t) {
+          for (std::size_t i = 0; i < n; ++i) grad[i] = grad_of(0, t, i);
+          ps.client->push(v->name, grad.data(), n * 4);
+        }
+        ps.client->wait_applied();
+        ps.client->pull(v->name, got.data(), n * 4);
+        const std::vector<float> want = reference(effective_optimizer(*v, options.optimizer), init, v->shape, 1, steps);
+        const bool same = std::memcmp(got.data(), want.data(), n * 4) == 0;
+        if (!same) ADD_FAILURE() << v->name << " differs from its reference";
+        ok = ok && same;
+      }
+    }
+    ps.client->done();
+  }
+  STRATA_EXPECT_ALL(comm.get(), ok);
+}
+
+// Workers that disagree on a variable's optimizer fail the creation check naming it.
+TEST(ParameterServers, DifferentOptimizerOnOneWorkerIsNamed) {
+  TestComm comm;
+  if (comm.size() < 3) GTEST_SKIP() << "needs 2 workers";
+  Job job = start(comm);
+  std::vector<VariableSpec> specs = {var("a", {3}), var("wide/w", {4, 2})};
+  specs[1].optimizer = OptimizerConfig::parse("ftrl:lr=0.1");
+  if (comm.rank() == comm.size() - 1) specs[1].optimizer = OptimizerConfig::parse("ftrl:lr=0.2");
+  std::string error;
+  try {
+    auto ps = ParameterServers::materialize(*job.runtime, PsOptions{}, specs);
+  } catch (const ConfigError& e) {
+    error = e.message();
+  }
+  STRATA_EXPECT_ALL(comm.get(), error.find("variable creation differs") != std::string::npos);
+  STRATA_EXPECT_ALL(comm.get(), error.find("'wide/w'") != std::string::npos);
+  STRATA_EXPECT_ALL(comm.get(), error.find("lr=0.2") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace strata::ps

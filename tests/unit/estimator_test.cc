@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <random>
 #include <set>
 #include <string>
@@ -765,6 +766,134 @@ TEST(ModelSpecSecurity, MalformedDocumentsAreOneLineErrors) {
   } catch (const ConfigError& e) {
     EXPECT_TRUE(Contains(e.what(), path + ": epochs: expected an integer in [1,"));
   }
+}
+
+// ---- per-part optimizers (DNNLinearCombined*'s linear_optimizer / dnn_optimizer) ------------------
+
+// The optimizer each variable of `m` carries ("" = the job's), by name.
+std::map<std::string, std::string> optimizers_of(const GraphModel& m) {
+  std::map<std::string, std::string> out;
+  for (const auto& v : m.variables()) out[v.name] = v.optimizer ? ps::to_string(*v.optimizer) : "";
+  return out;
+}
+
+TEST(PartOptimizers, WideAndDeepDefaultsToFtrlForLinearAndAdagradForDnn) {
+  const std::string csv = write_planted_csv("t.csv", 100, 1);
+  Fixture f(config_of(EstimatorKind::kDNNLinearCombinedClassifier), label_of(EstimatorKind::kDNNLinearCombinedClassifier),
+            csv, csv);
+  // TensorFlow's defaults: FTRL at min(0.2, 1/sqrt(2 linear columns)) = 0.2, Adagrad at 0.05.
+  ps::OptimizerConfig ftrl = ps::OptimizerConfig::defaults(ps::OptimizerKind::kFtrl);
+  ftrl.learning_rate = 0.2;
+  ps::OptimizerConfig adagrad = ps::OptimizerConfig::defaults(ps::OptimizerKind::kAdagrad);
+  adagrad.learning_rate = 0.05;
+  int linear = 0, dnn = 0;
+  for (const auto& [name, opt] : optimizers_of(*f.model)) {
+    if (name.rfind("est/linear/", 0) == 0) {
+      EXPECT_EQ(opt, ps::to_string(ftrl)) << name;
+      ++linear;
+    } else {
+      EXPECT_EQ(name.rfind("est/dnn/", 0), 0u) << name;
+      EXPECT_EQ(opt, ps::to_string(adagrad)) << name;
+      ++dnn;
+    }
+  }
+  EXPECT_GT(linear, 0);
+  EXPECT_GT(dnn, 0);
+  // Other estimators' variables follow the job's optimizer.
+  for (EstimatorKind kind : {EstimatorKind::kLinearClassifier, EstimatorKind::kDNNClassifier, EstimatorKind::kDLRM}) {
+    Fixture g(config_of(kind), label_of(kind), csv, csv);
+    for (const auto& [name, opt] : optimizers_of(*g.model)) EXPECT_EQ(opt, "") << name;
+  }
+}
+
+TEST(PartOptimizers, NamedPartsJobWideChoiceAndLearningRates) {
+  const std::string csv = write_planted_csv("t.csv", 100, 1);
+  EstimatorConfig c = config_of(EstimatorKind::kDNNLinearCombinedRegressor);
+  // A job-wide optimizer and no part named: nothing per variable (the job's optimizer trains all).
+  c.part_optimizer_defaults = false;
+  EXPECT_TRUE(part_optimizers(c).empty());
+  // One part named: only it has its own; its lr from the member, else from the spec's lr= key.
+  c.linear_optimizer = "ftrl:l1=0.01,l2=0.001";
+  c.linear_learning_rate = 0.03;
+  auto parts = part_optimizers(c);
+  ASSERT_EQ(parts.size(), 1u);
+  EXPECT_EQ(parts[0].first, "est/linear/");
+  EXPECT_EQ(parts[0].second.learning_rate, 0.03);
+  EXPECT_EQ(parts[0].second.l1, 0.01);
+  c.linear_learning_rate = 0;
+  c.dnn_optimizer = "adam:lr=0.002";
+  parts = part_optimizers(c);
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[0].second.learning_rate, 0.2);  // TF's min(0.2, 1/sqrt(2))
+  EXPECT_EQ(parts[1].first, "est/dnn/");
+  EXPECT_EQ(parts[1].second.kind, ps::OptimizerKind::kAdam);
+  EXPECT_EQ(parts[1].second.learning_rate, 0.002);
+  Fixture f(c, label_of(c.kind), csv, csv);
+  for (const auto& [name, opt] : optimizers_of(*f.model))
+    EXPECT_EQ(opt.substr(0, 5), name.rfind("est/linear/", 0) == 0 ? "ftrl:" : "adam:") << name;
+  // Errors name the member.
+  c.dnn_learning_rate = 0.1;  // and lr= in dnn_optimizer
+  try {
+    (void)part_optimizers(c);
+    FAIL() << "a learning rate given twice was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.message().rfind("dnn_learning_rate: ", 0), 0u) << e.message();
+  }
+  c.dnn_learning_rate = 0;
+  c.dnn_optimizer = "adagrad:beta1=0.5";
+  try {
+    (void)part_optimizers(c);
+    FAIL() << "a key Adagrad does not take was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.message().rfind("dnn_optimizer: ", 0), 0u) << e.message();
+  }
+  EstimatorConfig d = config_of(EstimatorKind::kDNNClassifier);
+  d.dnn_optimizer = "adagrad";
+  EXPECT_THROW((void)part_optimizers(d), ConfigError);
+}
+
+TEST(PartOptimizers, SpecMembersAndTheirErrors) {
+  // kWideDeep names "optimizer": "adagrad" job-wide and no part: no per-part optimizer.
+  EXPECT_FALSE(parse_model_spec(kWideDeep, "spec.json").estimator.part_optimizer_defaults);
+  EXPECT_TRUE(part_optimizers(parse_model_spec(kWideDeep, "spec.json").estimator).empty());
+  // Without it, TensorFlow's defaults.
+  ModelSpec s = parse_model_spec(wide_deep_with("optimizer", ""), "spec.json");
+  EXPECT_TRUE(s.estimator.part_optimizer_defaults);
+  auto parts = part_optimizers(s.estimator);
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[0].first, "ctr/linear/");
+  EXPECT_EQ(parts[0].second.kind, ps::OptimizerKind::kFtrl);
+  EXPECT_EQ(parts[1].second.kind, ps::OptimizerKind::kAdagrad);
+  // A part named next to a job-wide optimizer: that part has its own.
+  s = parse_model_spec(wide_deep_with("linear_optimizer", "\"ftrl:l1=0.5\""), "spec.json");
+  EXPECT_EQ(s.estimator.linear_optimizer, "ftrl:l1=0.5");
+  parts = part_optimizers(s.estimator);
+  ASSERT_EQ(parts.size(), 1u);
+  EXPECT_EQ(parts[0].second.l1, 0.5);
+  s = parse_model_spec(wide_deep_with("dnn_learning_rate", "0.01").insert(1, R"("dnn_optimizer": "adam",)"), "spec.json");
+  EXPECT_EQ(part_optimizers(s.estimator).at(0).second.learning_rate, 0.01);
+
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {wide_deep_with("linear_optimizer", "\"ftrll\""), "spec.json: linear_optimizer: "},
+      {wide_deep_with("linear_optimizer", "\"\""), "spec.json: linear_optimizer: expected an optimizer"},
+      {wide_deep_with("dnn_optimizer", "3"), "spec.json: dnn_optimizer: expected a string"},
+      {wide_deep_with("dnn_optimizer", "\"adagrad:rho=0.5\""), "spec.json: dnn_optimizer: "},
+      {wide_deep_with("linear_learning_rate", "-1"), "spec.json: linear_learning_rate: "},
+      {wide_deep_with("dnn_learning_rate", "0"), "spec.json: dnn_learning_rate: must be positive"},
+      {wide_deep_with("linear_learning_rate", "0.1"), "spec.json: linear_learning_rate: needs linear_optimizer"},
+      {wide_deep_with("linear_learning_rate", "0.1").insert(1, R"("linear_optimizer": "ftrl:lr=0.2",)"),
+       "spec.json: linear_learning_rate: the learning rate is also set"},
+  };
+  for (const auto& [text, want] : cases) {
+    const std::string got = spec_error(text);
+    EXPECT_EQ(got.rfind(want, 0), 0u) << "got: " << got << "\nwant: " << want;
+    EXPECT_EQ(got.find('\n'), std::string::npos) << got;
+  }
+  // Members of DNNLinearCombined* only.
+  const std::string cols = R"([{"type": "numeric", "key": "x1"}])";
+  EXPECT_NE(spec_error(R"({"estimator": "LinearClassifier", "linear_optimizer": "ftrl", "feature_columns": )" + cols + "}")
+                .find("linear_optimizer: unknown member for LinearClassifier"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -32,11 +32,15 @@
 //                 sees the bottom output first, then the embeddings in list order. Indicator and
 //                 bare categorical columns are ConfigErrors.
 //
-// Optimizers: TensorFlow trains the linear part with FTRL and the DNN part with Adagrad, one
-// optimizer per part. strata applies one optimizer to the whole job (the parameter servers hold
-// one optimizer today), so each estimator's default is one optimizer: Linear* FTRL with TF's
-// default learning rate min(0.2, 1/sqrt(number of columns)), DNN* and DNNLinearCombined* Adagrad
-// 0.05 (TF's DNN default), DLRM Adagrad 0.05. --optimizer / --lr override it.
+// Optimizers (TensorFlow's defaults): Linear* trains with FTRL at min(0.2, 1/sqrt(number of
+// columns)), DNN* and DLRM with Adagrad at 0.05, each as the job's optimizer (--optimizer / --lr
+// override it). DNNLinearCombined* trains each part with its own optimizer, as TensorFlow's
+// linear_optimizer / dnn_optimizer do: every variable of the part carries it
+// (ps::VariableSpec::optimizer) and its parameter servers apply it. A part's optimizer is the one
+// named for it (linear_optimizer / dnn_optimizer), else TensorFlow's default for the part (linear
+// FTRL at min(0.2, 1/sqrt(linear columns)), DNN Adagrad 0.05) while part_optimizer_defaults is set,
+// else the job's optimizer. A job-wide choice (--optimizer, a spec's "optimizer") clears
+// part_optimizer_defaults, so it trains every part no optimizer was named for.
 //
 // Variables are named "<scope>/linear/...", "<scope>/dnn/...", "<scope>/dlrm/..." (scope may be
 // empty), so two estimators with different scopes share parameter servers without clashing.
@@ -47,11 +51,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "strata/data/feature_column.h"
 #include "strata/nn/graph.h"
 #include "strata/nn/graph_model.h"
+#include "strata/ps/optimizer.h"
 
 namespace strata::nn {
 
@@ -86,14 +92,32 @@ struct EstimatorConfig {
   int n_classes = 2;        // classifiers, >= 2
   std::string scope;        // variable name scope ("" = none)
   std::uint64_t seed = 0;   // initializers and dropout
+  // DNNLinearCombined* only (ConfigError otherwise): each part's optimizer in
+  // ps::OptimizerConfig::parse's syntax ("ftrl:l1=0.01,l2=0.001"; "" = none named) and learning
+  // rate (> 0; 0 = the optimizer spec's lr= key, else the part's TensorFlow default: linear
+  // min(0.2, 1/sqrt(linear columns)), DNN 0.05). A learning rate given both ways is a ConfigError.
+  std::string linear_optimizer;
+  std::string dnn_optimizer;
+  double linear_learning_rate = 0;
+  double dnn_learning_rate = 0;
+  // DNNLinearCombined*: a part with no optimizer named gets TensorFlow's default for it (FTRL for
+  // the linear part, Adagrad for the DNN part); false: the job's optimizer trains it.
+  bool part_optimizer_defaults = true;
 };
+
+// The optimizer each part of `config` trains with (see above), as variable name prefixes
+// ("<scope>/linear/", "<scope>/dnn/") and configs; empty for estimators other than
+// DNNLinearCombined* and for parts that follow the job's optimizer. ConfigError naming the member
+// (linear_optimizer, dnn_learning_rate, ...) for a bad optimizer spec or learning rate.
+std::vector<std::pair<std::string, ps::OptimizerConfig>> part_optimizers(const EstimatorConfig& config);
 
 // The columns the estimator reads, for data::FeatureTransform: the linear ones, then the DNN
 // ones not already listed (a column used by both parts, by name, is transformed once).
 std::vector<data::FeatureColumn> input_columns(const EstimatorConfig& config);
 
 // Builds the estimator's model (its training defaults are the estimator's optimizer, learning
-// rate and 10 epochs) over data laid out by `layout` (FeatureTransform::layout() of
+// rate and 10 epochs; DNNLinearCombined*'s variables carry their part's optimizer, part_optimizers)
+// over data laid out by `layout` (FeatureTransform::layout() of
 // input_columns(config)). ConfigError naming the estimator and the column for a column a part
 // cannot take, a column missing from the layout, or bad sizes.
 std::unique_ptr<GraphModel> make_estimator(const EstimatorConfig& config, const data::FeatureLayout& layout);

@@ -76,7 +76,8 @@ struct ConsistencyConfig {
 struct ShardBuffers {
   const Shard* shard = nullptr;
   void* values = nullptr;           // shard->bytes
-  std::vector<void*> slots;         // one per slot_names(optimizer), same bytes; empty if not trainable
+  std::vector<void*> slots;         // one per slot_names(the variable's optimizer: its own, else the
+                                    // job's), same bytes; empty if not trainable
   std::int64_t optimizer_step = 0;  // updates applied to this shard (Adam's t); in/out
 };
 
@@ -148,6 +149,8 @@ struct CheckpointHooks {
 };
 
 struct PsOptions {
+  // The job's optimizer: every variable without its own (VariableSpec::optimizer) and every
+  // dynamic variable.
   OptimizerConfig optimizer = OptimizerConfig::defaults(OptimizerKind::kSgd);
   ConsistencyConfig consistency;
   PlacementPolicy placement = PlacementPolicy::kRoundRobin;

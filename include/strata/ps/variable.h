@@ -18,9 +18,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "strata/ps/optimizer.h"
 
 namespace strata::ps {
 
@@ -152,12 +155,24 @@ struct VariableSpec {
   // variable is never partitioned: giving it a partitioner is a ConfigError (TF V2 silently
   // ignores the partitioner; strata refuses the ambiguity).
   std::string colocate_with;
+  // The optimizer that updates this variable on its PS, overriding the job's
+  // (PsOptions::optimizer): TensorFlow's per-part optimizers (FTRL for a wide-and-deep model's
+  // linear part, Adagrad for its DNN part). Unset: the job's optimizer, exactly as a job without
+  // per-variable optimizers (same arena layout, same bits). Its slots are laid out, applied and
+  // checkpointed under its own slot names; every worker must give the same one (the creation
+  // check compares it). Ignored for variables that take no gradients.
+  std::optional<OptimizerConfig> optimizer;
 
   // Checks the spec on its own (name, dims, initializer vs dtype, partitioner parameters,
-  // colocation with itself); cross-variable rules are ShardMap::build's. ConfigError naming the
-  // variable.
+  // colocation with itself, its optimizer's hyper-parameters); cross-variable rules are
+  // ShardMap::build's. ConfigError naming the variable.
   void validate() const;
 };
+
+// The optimizer that updates `spec`: its own when it has one, else `job`.
+inline const OptimizerConfig& effective_optimizer(const VariableSpec& spec, const OptimizerConfig& job) {
+  return spec.optimizer ? *spec.optimizer : job;
+}
 
 // ---- dynamic variables --------------------------------------------------------------------
 
