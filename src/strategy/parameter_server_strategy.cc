@@ -142,8 +142,9 @@ void ReplicaContext::apply_gradients_flat(const std::vector<Variable>& vars, flo
   }
 }
 
-void ReplicaContext::apply_sparse_gradient(const Variable& var, const std::vector<std::int64_t>& rows,
-                                           const std::vector<float>& grads) {
+void ReplicaContext::gather_rows(
+    const std::vector<std::int64_t>& rows, const std::vector<float>& grads,
+    const std::function<void(const std::vector<std::int64_t>&, const std::vector<float>&)>& send) {
   auto& group = *strategy_.replicas_;
   const int k = group.size();
   group.barrier(replica_);
@@ -164,8 +165,15 @@ void ReplicaContext::apply_sparse_gradient(const Variable& var, const std::vecto
       for (float g : strategy_.gathered_grads_[r]) all_grads.push_back(k == 1 ? g : g * inv);
     }
     std::lock_guard<std::mutex> lock(strategy_.ps_mutex_);
-    strategy_.ps_client().push_rows(var.name(), all_rows, all_grads.data(), all_grads.size() * sizeof(float));
+    send(all_rows, all_grads);
   }
+}
+
+void ReplicaContext::apply_sparse_gradient(const Variable& var, const std::vector<std::int64_t>& rows,
+                                           const std::vector<float>& grads) {
+  gather_rows(rows, grads, [&](const std::vector<std::int64_t>& all_rows, const std::vector<float>& all_grads) {
+    strategy_.ps_client().push_rows(var.name(), all_rows, all_grads.data(), all_grads.size() * sizeof(float));
+  });
 }
 
 namespace {
@@ -186,28 +194,9 @@ void ReplicaContext::lookup(const DynamicVariable& var, const std::vector<std::i
 void ReplicaContext::apply_dynamic_gradient(const DynamicVariable& var, const std::vector<std::int64_t>& ids,
                                             const std::vector<float>& grads, std::int64_t step) {
   check_dynamic_grads(var, ids.size(), grads.size());
-  auto& group = *strategy_.replicas_;
-  const int k = group.size();
-  group.barrier(replica_);
-  if (replica_ == 0) {
-    strategy_.gathered_rows_.assign(k, {});
-    strategy_.gathered_grads_.assign(k, {});
-  }
-  group.barrier(replica_);
-  strategy_.gathered_rows_[replica_] = ids;
-  strategy_.gathered_grads_[replica_] = grads;
-  group.barrier(replica_);
-  if (replica_ == 0) {
-    std::vector<std::int64_t> all_ids;
-    std::vector<float> all_grads;
-    const float inv = 1.0f / static_cast<float>(k);
-    for (int r = 0; r < k; ++r) {
-      all_ids.insert(all_ids.end(), strategy_.gathered_rows_[r].begin(), strategy_.gathered_rows_[r].end());
-      for (float g : strategy_.gathered_grads_[r]) all_grads.push_back(k == 1 ? g : g * inv);
-    }
-    std::lock_guard<std::mutex> lock(strategy_.ps_mutex_);
+  gather_rows(ids, grads, [&](const std::vector<std::int64_t>& all_ids, const std::vector<float>& all_grads) {
     strategy_.ps_client().update_dynamic(var.name(), all_ids.data(), all_ids.size(), all_grads.data(), step);
-  }
+  });
 }
 
 void ParameterServerStrategy::lookup(const DynamicVariable& var, const std::vector<std::int64_t>& ids,

@@ -285,6 +285,11 @@ class ReplicaContext {
  private:
   friend class ParameterServerStrategy;
   ReplicaContext(ParameterServerStrategy& strategy, int replica) : strategy_(strategy), replica_(replica) {}
+  // Collective over the replicas: gathers every replica's rows and gradient rows; replica 0 then
+  // calls `send` once, under the PS client's lock, with the rows in replica order and the
+  // gradients averaged over the replicas.
+  void gather_rows(const std::vector<std::int64_t>& rows, const std::vector<float>& grads,
+                   const std::function<void(const std::vector<std::int64_t>&, const std::vector<float>&)>& send);
   ParameterServerStrategy& strategy_;
   int replica_;
 };
