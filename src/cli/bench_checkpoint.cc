@@ -33,6 +33,7 @@
 #include <sstream>
 
 #include "cli/bench_checkpoint.h"
+#include "cli/bench_json.h"
 #include "strata/checkpoint/checkpoint.h"
 #include "strata/cluster/runtime.h"
 #include "strata/common/error.h"
@@ -369,14 +370,7 @@ int run_checkpoint_bench(const CheckpointBenchConfig& cfg, int* argc, char*** ar
     os << "# " << (total_wrong == 0 ? "all results correct" : std::to_string(total_wrong) + " wrong element(s)") << "\n";
     std::cout << os.str() << std::flush;
     if (total_wrong != 0 || total_bad != 0) status = kExitFailure;
-    if (!cfg.json_path.empty()) {
-      std::ofstream out(cfg.json_path);
-      out << nlohmann::json{{"rows", rows}}.dump(2) << "\n";
-      if (!out) {
-        std::fprintf(stderr, "strata bench: cannot write %s\n", cfg.json_path.c_str());
-        status = kExitFailure;
-      }
-    }
+    if (!write_bench_rows(cfg.json_path, rows)) status = kExitFailure;
     if (created && !cfg.keep) {
       std::error_code ec;
       fs::remove_all(dir, ec);

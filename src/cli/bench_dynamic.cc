@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cli/bench_checkpoint.h"
+#include "cli/bench_json.h"
 #include "cli/bench_link.h"
 #include "ps/dynamic_table.h"
 #include "strata/cluster/resolve.h"
@@ -278,14 +279,7 @@ int run_dynamic_bench(const DynamicBenchConfig& cfg) {
   os << "# " << (wrong == 0 ? "all results correct" : std::to_string(wrong) + " wrong row(s)") << "\n";
   std::cout << os.str() << std::flush;
   int status = wrong == 0 ? kExitOk : kExitFailure;
-  if (!cfg.json_path.empty()) {
-    std::ofstream file(cfg.json_path);
-    file << nlohmann::json{{"rows", json_rows}}.dump(2) << "\n";
-    if (!file) {
-      std::fprintf(stderr, "strata bench: cannot write %s\n", cfg.json_path.c_str());
-      status = kExitFailure;
-    }
-  }
+  if (!write_bench_rows(cfg.json_path, json_rows)) status = kExitFailure;
   return status;
 }
 
@@ -519,14 +513,7 @@ int run_dynamic_plane_bench(const DynamicBenchConfig& cfg, int* argc, char*** ar
     os << "# " << (wrong == 0 ? "all results correct" : std::to_string(wrong) + " wrong row(s) or update(s)") << "\n";
     std::cout << os.str() << std::flush;
     if (wrong != 0) status = kExitFailure;
-    if (!cfg.json_path.empty()) {
-      std::ofstream file(cfg.json_path);
-      file << nlohmann::json{{"rows", json_rows}}.dump(2) << "\n";
-      if (!file) {
-        std::fprintf(stderr, "strata bench: cannot write %s\n", cfg.json_path.c_str());
-        status = kExitFailure;
-      }
-    }
+    if (!write_bench_rows(cfg.json_path, json_rows)) status = kExitFailure;
   }
   STRATA_CHECK_MPI(MPI_Bcast(&status, 1, MPI_INT, 0, comm));
   return status;

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <vector>
 
+#include "cli/bench_json.h"
 #include "cli/bench_link.h"
 #include "cli/commands.h"
 #include "strata/cluster/runtime.h"
@@ -135,14 +136,7 @@ int run_update_bench(const UpdateBenchConfig& cfg, const Runtime& rt) {
        << "\n";
     std::cout << os.str() << std::flush;
     if (wrong != 0) status = kExitFailure;
-    if (!cfg.json_path.empty()) {
-      std::ofstream out(cfg.json_path);
-      out << nlohmann::json{{"rows", json_rows}}.dump(2) << "\n";
-      if (!out) {
-        std::fprintf(stderr, "strata bench: cannot write %s\n", cfg.json_path.c_str());
-        status = kExitFailure;
-      }
-    }
+    if (!write_bench_rows(cfg.json_path, json_rows)) status = kExitFailure;
   }
   STRATA_CHECK_MPI(MPI_Bcast(&status, 1, MPI_INT, 0, comm));
   return status;

@@ -36,6 +36,7 @@
 #include "cli/bench_apply.h"
 #include "cli/bench_checkpoint.h"
 #include "cli/bench_dynamic.h"
+#include "cli/bench_json.h"
 #include "cli/bench_link.h"
 #include "cli/bench_step.h"
 #include "cli/bench_update.h"
@@ -174,14 +175,7 @@ int run_link_table(const BenchConfig& cfg, const Runtime& rt) {
   int status = kExitOk;
   if (rt.rank() == 0) {
     std::cout << os.str() << std::flush;
-    if (!cfg.json_path.empty()) {
-      std::ofstream out(cfg.json_path);
-      out << nlohmann::json{{"rows", json_rows}}.dump(2) << "\n";
-      if (!out) {
-        std::fprintf(stderr, "strata bench: cannot write %s\n", cfg.json_path.c_str());
-        status = kExitFailure;
-      }
-    }
+    if (!write_bench_rows(cfg.json_path, json_rows)) status = kExitFailure;
   }
   STRATA_CHECK_MPI(MPI_Bcast(&status, 1, MPI_INT, 0, comm));
   return status;
@@ -441,14 +435,7 @@ int run_bench(const BenchConfig& cfg, int* argc, char*** argv) {
     os << "# " << (total_wrong == 0 ? "all results correct" : std::to_string(total_wrong) + " wrong element(s)") << "\n";
     std::cout << os.str() << std::flush;
     if (total_wrong != 0) status = kExitFailure;
-    if (!cfg.json_path.empty()) {
-      std::ofstream out(cfg.json_path);
-      out << nlohmann::json{{"rows", json_rows}}.dump(2) << "\n";
-      if (!out) {
-        std::fprintf(stderr, "strata bench: cannot write %s\n", cfg.json_path.c_str());
-        status = kExitFailure;
-      }
-    }
+    if (!write_bench_rows(cfg.json_path, json_rows)) status = kExitFailure;
   }
   STRATA_CHECK_MPI(MPI_Bcast(&status, 1, MPI_INT, 0, comm));
   region.reset();
