@@ -500,6 +500,14 @@ TEST(ModelSpec, ShippedExampleSpecsParse) {
   EXPECT_EQ(wd.estimator.dnn_feature_columns[0].name(), "I1_bucketized_embedding");
   EXPECT_EQ(wd.estimator.dnn_feature_columns[38].name(), "C26_embedding");
   EXPECT_EQ(wd.estimator.dnn_feature_columns[38].dimension, 8);
+  // The same wide-and-deep with the wide part crossing the six field pairs synth-ctr plants.
+  const ModelSpec wdx = load_model_spec(dir + "criteo_wide_deep_crossed.json");
+  EXPECT_EQ(wdx.estimator.kind, EstimatorKind::kDNNLinearCombinedClassifier);
+  ASSERT_EQ(wdx.estimator.linear_feature_columns.size(), 13u + 26u + 6u);
+  EXPECT_EQ(wdx.estimator.linear_feature_columns[39].name(), "C1_X_C2");
+  EXPECT_EQ(wdx.estimator.linear_feature_columns[44].name(), "C13_X_C14");
+  EXPECT_EQ(wdx.estimator.linear_feature_columns[44].num_buckets, 10000);
+  EXPECT_EQ(wdx.estimator.dnn_feature_columns.size(), 13u + 26u);
   const ModelSpec dlrm = load_model_spec(dir + "criteo_dlrm.json");
   EXPECT_EQ(dlrm.estimator.kind, EstimatorKind::kDLRM);
   EXPECT_EQ(dlrm.estimator.dnn_feature_columns.size(), 13u + 13u + 26u);
