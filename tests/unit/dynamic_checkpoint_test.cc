@@ -339,6 +339,96 @@ TEST(DynamicCheckpoint, CompactionRewritesTheChainAsOneFullBase) {
   expect_same_state(r.state, job.full());
 }
 
+// ---- retention ---------------------------------------------------------------------------------
+
+// Saves steps 1..7 of `job`, a full base every 3 saves (1, 4, 7) and deltas between, as a job
+// with --dynamic-full-every 3 does; returns the live full state at each step (index = step).
+std::vector<DynamicTableState> save_steps(Job& job, const TempDir& dir) {
+  std::vector<DynamicTableState> states(1);
+  std::uint32_t parent = 0;
+  for (std::int64_t step = 1; step <= 7; ++step) {
+    job.run(step == 1 ? 800 : 90);
+    const bool full = (step - 1) % 3 == 0;
+    parent = write_dynamic_checkpoint(dir.path(), step, {full ? job.full() : job.delta(step - 1, parent)})
+                 .content_checksums.at(0);
+    job.mark_saved();
+    states.push_back(job.full());
+  }
+  return states;
+}
+
+TEST(DynamicRetention, AKeptStepKeepsItsFileAndEveryLinkDownToItsBase) {
+  TempDir dir;
+  Job job(true);
+  save_steps(job, dir);
+  using Steps = std::vector<std::int64_t>;
+  // The two newest kept (max_to_keep 2): 6 needs 4 and 5; 7 is a base.
+  DynamicRetention r = plan_dynamic_retention(dir.path(), {6, 7});
+  EXPECT_EQ(r.needed, (Steps{4, 5, 6, 7}));
+  EXPECT_EQ(r.unneeded, (Steps{1, 2, 3}));
+  EXPECT_TRUE(r.notes.empty());
+  // A preserved old step (keep_every_n_hours) keeps its own chain, not the deltas after it.
+  r = plan_dynamic_retention(dir.path(), {2, 7});
+  EXPECT_EQ(r.needed, (Steps{1, 2, 7}));
+  EXPECT_EQ(r.unneeded, (Steps{3, 4, 5, 6}));
+  // Files newer than every kept step are an uncommitted save's: never retention's to delete.
+  r = plan_dynamic_retention(dir.path(), {4});
+  EXPECT_EQ(r.needed, (Steps{4, 5, 6, 7}));
+  EXPECT_EQ(r.unneeded, (Steps{1, 2, 3}));
+  // A kept step between saves of tables restores from the newest file before it.
+  r = plan_dynamic_retention(dir.path(), {100});
+  EXPECT_EQ(r.needed, (Steps{7}));
+  // No kept step: nothing says what is unneeded.
+  r = plan_dynamic_retention(dir.path(), {});
+  EXPECT_EQ(r.needed, (Steps{1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_TRUE(r.unneeded.empty());
+}
+
+TEST(DynamicRetention, PruneDeletesExactlyTheUnneededFilesAndKeptStepsRestoreBitForBit) {
+  TempDir dir;
+  Job job(true);
+  const std::vector<DynamicTableState> states = save_steps(job, dir);
+  // A symbolic link in a file's place is no file of this directory: never followed nor removed.
+  const std::string outside = dir.path() + "/outside.h5";
+  fs::rename(dir.file(3), outside);
+  fs::create_symlink(outside, dir.file(3));
+  DynamicPrune p = prune_dynamic_checkpoints(dir.path(), {5, 6});
+  EXPECT_EQ(p.removed, (std::vector<std::string>{"dynamic-1.h5", "dynamic-2.h5"}));
+  EXPECT_TRUE(p.not_removed.empty());
+  EXPECT_TRUE(fs::is_symlink(dir.file(3)) && fs::exists(outside));
+  EXPECT_EQ(list_dynamic_checkpoints(dir.path()), (std::vector<std::int64_t>{4, 5, 6, 7}));
+  for (const std::int64_t step : {5, 6, 7}) {
+    const DynamicRestore r = restore_dynamic_table(dir.path(), "emb", step);
+    EXPECT_EQ(r.step, step);
+    EXPECT_EQ(r.warning, "");
+    expect_same_state(r.state, states.at(static_cast<std::size_t>(step)));
+  }
+  // Pruning again with the same kept steps removes nothing; with only 7 kept, its base alone stays.
+  EXPECT_TRUE(prune_dynamic_checkpoints(dir.path(), {5, 6}).removed.empty());
+  p = prune_dynamic_checkpoints(dir.path(), {7});
+  EXPECT_EQ(p.removed, (std::vector<std::string>{"dynamic-4.h5", "dynamic-5.h5", "dynamic-6.h5"}));
+  EXPECT_EQ(list_dynamic_checkpoints(dir.path()), (std::vector<std::int64_t>{7}));
+  expect_same_state(restore_dynamic_table(dir.path(), "emb", 7).state, states.at(7));
+}
+
+TEST(DynamicRetention, ABrokenChainKeepsEveryOlderFileForTheFallback) {
+  TempDir dir;
+  Job job(false);
+  const std::vector<DynamicTableState> states = save_steps(job, dir);
+  flip_byte(dir.file(5), 0.5);
+  const DynamicRetention r = plan_dynamic_retention(dir.path(), {6, 7});
+  EXPECT_EQ(r.needed, (std::vector<std::int64_t>{1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_TRUE(r.unneeded.empty());
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_NE(r.notes[0].find("step 6"), std::string::npos) << r.notes[0];
+  EXPECT_NE(r.notes[0].find("dynamic-5.h5"), std::string::npos) << r.notes[0];
+  EXPECT_TRUE(prune_dynamic_checkpoints(dir.path(), {6, 7}).removed.empty());
+  // What a restore at 6 falls back to is still there.
+  const DynamicRestore back = restore_dynamic_table(dir.path(), "emb", 6);
+  EXPECT_EQ(back.step, 4);
+  expect_same_state(back.state, states.at(4));
+}
+
 // ---- hostile files -----------------------------------------------------------------------------------
 
 class DynamicCheckpointSecurity : public ::testing::Test {

@@ -24,6 +24,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "strata/common/error.h"
@@ -77,6 +78,12 @@ struct DynamicTableState {
 
 // "dynamic-<step>.h5".
 std::string dynamic_file_name(std::int64_t global_step);
+
+// The table name of dynamic variable `variable` in a training job's files (FORMAT.md 10.7):
+// letters, digits, '_' and '.' unchanged, every other byte as '-' and two lowercase hex digits
+// ("user/emb" -> "user-2femb"); one-to-one, so two variables never share a table. ConfigError
+// when the result exceeds the format's 255 bytes.
+std::string dynamic_table_name(std::string_view variable);
 
 // What a save wrote.
 struct DynamicSaveResult {
@@ -145,6 +152,33 @@ DynamicRestorePlan plan_dynamic_restore(const std::string& dir, const std::strin
 DynamicRestore restore_dynamic_table(const std::string& dir, const std::string& name,
                                      std::optional<std::int64_t> at_step = std::nullopt,
                                      const std::function<bool(std::int64_t)>& keep = {});
+
+// Retention (FORMAT.md 10.8): which dynamic-<step>.h5 files of `dir` the checkpoints at
+// `kept_steps` (the steps checkpoint.json keeps) need. A kept step S needs the newest file at or
+// before S (the state a restore at S starts from) and, for every table in that file, every link
+// of its chain down to the full base. When that file does not verify or a chain is not intact, a
+// restore at S falls back to an older state (10.5), so then every file at or before it is needed
+// (and `notes` says why). Files newer than every kept step belong to a save that has not committed
+// (remove_orphaned_files() judges those) and are always needed; with no kept step every file is.
+// Reads the verified headers of the files on the chains (each read whole once), no row data.
+// Local, no MPI; throws Error only when the directory cannot be listed.
+struct DynamicRetention {
+  std::vector<std::int64_t> needed;    // ascending
+  std::vector<std::int64_t> unneeded;  // ascending: no kept step needs them
+  std::vector<std::string> notes;      // one line per kept step whose newest state is not intact
+};
+DynamicRetention plan_dynamic_retention(const std::string& dir, const std::vector<std::int64_t>& kept_steps);
+
+// Deletes the files plan_dynamic_retention() finds unneeded: regular files only, never through a
+// symbolic link. Called by save() after checkpoint.json is committed (so a crash between the two
+// leaves extra files, never a kept step with a missing link; the next save removes them), and by
+// `strata ckpt prune`.
+struct DynamicPrune {
+  DynamicRetention plan;
+  std::vector<std::string> removed;      // file names, by step
+  std::vector<std::string> not_removed;  // "<file>: <why>" for unneeded files left in place
+};
+DynamicPrune prune_dynamic_checkpoints(const std::string& dir, const std::vector<std::int64_t>& kept_steps);
 
 // Compaction: rewrites the state at `at_step` (the newest file when nullopt; it must be the
 // newest file in `dir`, since newer deltas link to the content of their parent) as one file in

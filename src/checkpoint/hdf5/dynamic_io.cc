@@ -23,7 +23,9 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <set>
+#include <string_view>
 
 #include "checkpoint/hdf5/commit.h"
 #include "checkpoint/hdf5/h5_util.h"
@@ -43,6 +45,27 @@ bool DynamicTableCounters::operator==(const DynamicTableCounters& o) const {
 const char* to_string(DynamicKind kind) { return kind == DynamicKind::kFull ? "full" : "delta"; }
 
 std::string dynamic_file_name(std::int64_t global_step) { return "dynamic-" + std::to_string(global_step) + ".h5"; }
+
+std::string dynamic_table_name(std::string_view variable) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (const char ch : variable) {
+    const auto c = static_cast<unsigned char>(ch);
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.') {
+      out.push_back(ch);
+    } else {
+      out.push_back('-');
+      out.push_back(hex[c >> 4]);
+      out.push_back(hex[c & 15]);
+    }
+  }
+  // "." and ".." are refused by the format; a variable named so is spelled with escapes.
+  if (out == "." || out == "..") out = std::string(out.size() == 1 ? "-2e" : "-2e-2e");
+  if (out.empty() || out.size() > 255)
+    throw ConfigError("dynamic variable '" + std::string(variable) + "': its checkpoint table name '" + out +
+                      "' must be 1 to 255 bytes (FORMAT.md 10.7)");
+  return out;
+}
 
 const DynamicTableState* DynamicCheckpointFile::find(const std::string& name) const {
   for (const auto& t : tables)
@@ -839,14 +862,41 @@ std::vector<std::int64_t> list_dynamic_checkpoints(const std::string& dir) {
 
 namespace {
 
-// Verified headers of the files of one directory, each read at most once, and the chains built
-// from them (the rules of FORMAT.md 10.5).
+// The verified headers of the dynamic files of one directory, each read at most once (reading
+// one verifies its whole-file CRC-32, so a file is read whole once however many chains pass it).
+class HeaderCache {
+ public:
+  explicit HeaderCache(std::string dir) : dir_(std::move(dir)), steps_(list_dynamic_checkpoints(dir_)) {}
+  const std::string& dir() const { return dir_; }
+  const std::vector<std::int64_t>& steps() const { return steps_; }
+  std::string path(std::int64_t step) const { return dir_ + "/" + dynamic_file_name(step); }
+  // The file's header (tables without data), or why it cannot be read.
+  const std::pair<std::optional<DynamicCheckpointFile>, std::string>& header(std::int64_t step) {
+    auto it = headers_.find(step);
+    if (it != headers_.end()) return it->second;
+    auto& slot = headers_[step];
+    try {
+      slot.first = read_dynamic_checkpoint(path(step), false);
+    } catch (const Error& e) {
+      slot.second = e.message();
+    }
+    return slot;
+  }
+
+ private:
+  std::string dir_;
+  std::vector<std::int64_t> steps_;
+  std::map<std::int64_t, std::pair<std::optional<DynamicCheckpointFile>, std::string>> headers_;
+};
+
+// The chains of one table built from a directory's headers (the rules of FORMAT.md 10.5).
 class ChainWalker {
  public:
-  ChainWalker(std::string dir, std::string name) : dir_(std::move(dir)), name_(std::move(name)) {
-    steps_ = list_dynamic_checkpoints(dir_);
-  }
-  const std::vector<std::int64_t>& steps() const { return steps_; }
+  ChainWalker(std::string dir, std::string name)
+      : own_(std::make_unique<HeaderCache>(std::move(dir))), cache_(own_.get()), name_(std::move(name)) {}
+  // Shares `cache` (which must outlive this walker) with other walkers of the same directory.
+  ChainWalker(HeaderCache& cache, std::string name) : cache_(&cache), name_(std::move(name)) {}
+  const std::vector<std::int64_t>& steps() const { return cache_->steps(); }
 
   // The chain of the table from `candidate` down to a full base (newest first), or why not.
   std::vector<std::int64_t> chain(std::int64_t candidate, std::string& failure) {
@@ -854,11 +904,11 @@ class ChainWalker {
     std::int64_t step = candidate, child = -1;
     std::optional<std::uint32_t> want;
     for (;;) {
-      if (!std::binary_search(steps_.begin(), steps_.end(), step)) {
+      if (!std::binary_search(steps().begin(), steps().end(), step)) {
         failure = dynamic_file_name(child) + " links to " + dynamic_file_name(step) + ", which is missing";
         return {};
       }
-      const auto& h = header(step);
+      const auto& h = cache_->header(step);
       if (!h.first) {
         failure = h.second;
         return {};
@@ -881,7 +931,7 @@ class ChainWalker {
     }
   }
 
-  std::string path(std::int64_t step) const { return dir_ + "/" + dynamic_file_name(step); }
+  std::string path(std::int64_t step) const { return cache_->path(step); }
 
   std::string warning(std::int64_t step, std::size_t files, const std::vector<std::string>& skipped) const {
     if (skipped.empty()) return "";
@@ -891,27 +941,15 @@ class ChainWalker {
 
   [[noreturn]] void none(std::optional<std::int64_t> at_step, const std::vector<std::string>& skipped) const {
     if (skipped.empty())
-      throw ConfigError("dynamic table '" + name_ + "': no dynamic checkpoint in '" + dir_ + "'" +
+      throw ConfigError("dynamic table '" + name_ + "': no dynamic checkpoint in '" + cache_->dir() + "'" +
                         (at_step ? " at or before step " + std::to_string(*at_step) : std::string()));
-    throw Error("dynamic table '" + name_ + "': no complete state in '" + dir_ + "': " + join(skipped, ';'));
+    throw Error("dynamic table '" + name_ + "': no complete state in '" + cache_->dir() + "': " + join(skipped, ';'));
   }
 
  private:
-  const std::pair<std::optional<DynamicCheckpointFile>, std::string>& header(std::int64_t step) {
-    auto it = headers_.find(step);
-    if (it != headers_.end()) return it->second;
-    auto& slot = headers_[step];
-    try {
-      slot.first = read_dynamic_checkpoint(path(step), false);
-    } catch (const Error& e) {
-      slot.second = e.message();
-    }
-    return slot;
-  }
-
-  std::string dir_, name_;
-  std::vector<std::int64_t> steps_;
-  std::map<std::int64_t, std::pair<std::optional<DynamicCheckpointFile>, std::string>> headers_;
+  std::unique_ptr<HeaderCache> own_;
+  HeaderCache* cache_;
+  std::string name_;
 };
 
 }  // namespace
@@ -976,6 +1014,80 @@ DynamicRestore restore_dynamic_table(const std::string& dir, const std::string& 
     return r;
   }
   walker.none(at_step, skipped);
+}
+
+DynamicRetention plan_dynamic_retention(const std::string& dir, const std::vector<std::int64_t>& kept_steps) {
+  HeaderCache cache(dir);
+  const std::vector<std::int64_t>& steps = cache.steps();
+  std::set<std::int64_t> needed;
+  DynamicRetention out;
+  if (kept_steps.empty()) {
+    out.needed = steps;  // nothing is kept, so nothing tells which files are unneeded
+    return out;
+  }
+  const std::int64_t newest_kept = *std::max_element(kept_steps.begin(), kept_steps.end());
+  // Files newer than every kept step belong to a save that is not committed (or another writer's):
+  // not retention's to judge.
+  for (const std::int64_t step : steps)
+    if (step > newest_kept) needed.insert(step);
+  std::set<std::int64_t> kept(kept_steps.begin(), kept_steps.end());
+  for (const std::int64_t at : kept) {
+    // The newest file at or before the kept step: the state a restore at `at` starts from.
+    const auto it = std::upper_bound(steps.begin(), steps.end(), at);
+    if (it == steps.begin()) continue;  // no tables saved at or before it
+    const std::int64_t head = *std::prev(it);
+    needed.insert(head);
+    std::string broken;
+    const auto& h = cache.header(head);
+    if (!h.first) {
+      broken = h.second;
+    } else {
+      for (const auto& t : h.first->tables) {
+        ChainWalker walker(cache, t.name);
+        std::string failure;
+        const std::vector<std::int64_t> chain = walker.chain(head, failure);
+        if (chain.empty()) {
+          broken = failure;
+          break;
+        }
+        needed.insert(chain.begin(), chain.end());
+      }
+    }
+    if (!broken.empty()) {
+      // A restore at `at` falls back to some older state (FORMAT.md 10.5): keep every candidate.
+      for (auto s = steps.begin(); s != it; ++s) needed.insert(*s);
+      out.notes.push_back("step " + std::to_string(at) + ": " + dynamic_file_name(head) +
+                          " has no intact chain (" + broken + "); every older dynamic file is kept");
+    }
+  }
+  for (const std::int64_t step : steps) (needed.count(step) ? out.needed : out.unneeded).push_back(step);
+  return out;
+}
+
+DynamicPrune prune_dynamic_checkpoints(const std::string& dir, const std::vector<std::int64_t>& kept_steps) {
+  DynamicPrune out;
+  out.plan = plan_dynamic_retention(dir, kept_steps);
+  for (const std::int64_t step : out.plan.unneeded) {
+    const std::string name = dynamic_file_name(step);
+    const std::string path = dir + "/" + name;
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) {
+      if (errno != ENOENT) out.not_removed.push_back(name + ": " + std::strerror(errno));
+      continue;
+    }
+    if (!S_ISREG(st.st_mode)) {
+      out.not_removed.push_back(name + ": it is " + detail::file_kind(st.st_mode) + ", not a regular file");
+      continue;
+    }
+    // unlink(2) never follows a link and never removes a directory, should the name change
+    // between the lstat and here.
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      out.not_removed.push_back(name + ": " + std::strerror(errno));
+      continue;
+    }
+    out.removed.push_back(name);
+  }
+  return out;
 }
 
 DynamicSaveResult compact_dynamic_checkpoints(const std::string& dir, std::optional<std::int64_t> at_step,
