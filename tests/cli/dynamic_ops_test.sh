@@ -20,11 +20,21 @@ run "$STRATA_BIN" data synth-ctr --out "$D/all.tsv" --rows 5000 --vocab 50 --see
 expect_rc 0
 head -n 4000 "$D/all.tsv" > "$D/train.tsv"
 tail -n 1000 "$D/all.tsv" > "$D/eval.tsv"
-TRAIN=(train --model-spec "$SPEC" --data "csv:$D/train.tsv" --eval-data "csv:$D/eval.tsv" --consistency sync
+# Admission on (ids become rows at their second sighting), so every delta also carries the
+# admission sketch's changed counters (sketch_cells) and the restores below check them too.
+python3 - "$SPEC" "$D/admit.json" <<'PY'
+import json, sys
+spec = json.load(open(sys.argv[1]))
+for c in spec["feature_columns"]:
+    if c.get("for_keys") == "C1..C26":
+        c["categorical"]["admit_after"] = 2
+json.dump(spec, open(sys.argv[2], "w"))
+PY
+TRAIN=(train --data "csv:$D/train.tsv" --eval-data "csv:$D/eval.tsv" --consistency sync
        --global-batch 256 "${QUIET[@]}")
 
 case_begin "--max-to-keep 2 --dynamic-full-every 3: exactly the files the kept steps need"
-mpi 2 "$STRATA_BIN" "${TRAIN[@]}" --epochs 3 --checkpoint-dir "$D/keep2" --save-every-steps 3 --max-to-keep 2 \
+mpi 2 "$STRATA_BIN" "${TRAIN[@]}" --model-spec "$D/admit.json" --epochs 3 --checkpoint-dir "$D/keep2" --save-every-steps 3 --max-to-keep 2 \
   --dynamic-full-every 3
 expect_rc 0
 cp "$OUT" "$D/keep2.out"
@@ -53,6 +63,13 @@ have = sorted(int(f[8:-3]) for f in os.listdir(d) if re.fullmatch(r"dynamic-\d+\
 assert have == sorted(need), ("files", have, "needed", sorted(need), "saves", saves)
 dense = sorted(int(f[5:-3]) for f in os.listdir(d) if re.fullmatch(r"ckpt-\d+\.h5", f))
 assert dense == kept, (dense, kept)
+# The deltas carry the admission sketch's changed counters, not the whole sketch (26 tables x
+# 4 x 65536 counters of 2 bytes: 13 MiB in every full file).
+mib = {(int(m.group(1)), m.group(2)): float(m.group(3)) for m in
+       re.finditer(r"saved dynamic tables \S*dynamic-(\d+)\.h5 \((full|delta), \d+ of \d+ rows, ([0-9.]+) MiB", open(out).read())}
+full_mib = min(v for (s, k), v in mib.items() if k == "full")
+delta_mib = max(v for (s, k), v in mib.items() if k == "delta")
+assert full_mib > 13 and delta_mib < full_mib / 10, (full_mib, delta_mib)
 print("ok", min(kept), len(saves), have)
 PY
 )
@@ -63,7 +80,7 @@ run "$STRATA_BIN" ckpt verify "$D/keep2"
 expect_rc 0
 
 case_begin "the oldest kept step restores bit-equal to the same job keeping every file"
-mpi 2 "$STRATA_BIN" "${TRAIN[@]}" --epochs 3 --checkpoint-dir "$D/all" --save-every-steps 3 --max-to-keep 0 \
+mpi 2 "$STRATA_BIN" "${TRAIN[@]}" --model-spec "$D/admit.json" --epochs 3 --checkpoint-dir "$D/all" --save-every-steps 3 --max-to-keep 0 \
   --dynamic-full-every 3
 expect_rc 0
 [ "$(ls "$D/all"/dynamic-*.h5 | wc -l)" -gt "$(ls "$D/keep2"/dynamic-*.h5 | wc -l)" ] || fail "max-to-keep 0 kept no more files"
@@ -88,7 +105,7 @@ expect_rc 0
 
 case_begin "the evaluator task with dynamic tables: the final checkpoint's metrics equal the chief's"
 E="$D/eval_run"
-mpi 3 "$STRATA_BIN" "${TRAIN[@]}" --epochs 2 --jobs ps=1,worker=1,evaluator=1 --checkpoint-dir "$E" --eval-best-metric auc
+mpi 3 "$STRATA_BIN" "${TRAIN[@]}" --model-spec "$SPEC" --epochs 2 --jobs ps=1,worker=1,evaluator=1 --checkpoint-dir "$E" --eval-best-metric auc
 expect_rc 0
 cp "$OUT" "$D/eval_run.out"
 CHECK=$(python3 - "$E" "$D/eval_run.out" <<'PY' 2>&1
@@ -133,7 +150,7 @@ with open(sys.argv[1], "r+b") as f:
 PY
 # Saves held open 2 s (test hook) so that the evaluator's first look sees the damaged step first.
 run env STRATA_TEST_SAVE_DELAY_S=2 "$MPIEXEC" "${MPIEXEC_FLAGS[@]}" -np 3 "$STRATA_BIN" "${TRAIN[@]}" \
-  --epochs 3 --jobs ps=1,worker=1,evaluator=1 --checkpoint-dir "$B" --restore "$E/ckpt-$FINAL.h5"
+  --model-spec "$SPEC" --epochs 3 --jobs ps=1,worker=1,evaluator=1 --checkpoint-dir "$B" --restore "$E/ckpt-$FINAL.h5"
 expect_rc 0
 expect_stdout_has "eval: WARNING: cannot evaluate ckpt-$FINAL.h5: dynamic variable"
 [ "$(grep -c "cannot evaluate ckpt-$FINAL.h5" "$OUT")" = 1 ] || fail "expected one line for the damaged checkpoint"

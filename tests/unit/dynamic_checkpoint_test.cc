@@ -339,6 +339,47 @@ TEST(DynamicCheckpoint, CompactionRewritesTheChainAsOneFullBase) {
   expect_same_state(r.state, job.full());
 }
 
+// ---- deltas of the admission sketch ------------------------------------------------------------------
+
+// A delta carries only the sketch counters changed since its parent: smaller, and base + delta
+// still restores the whole sketch bit for bit.
+TEST(DynamicCheckpoint, ADeltaCarriesOnlyTheChangedSketchCounters) {
+  TempDir dir, whole;
+  Job job(/*admission=*/true);
+  job.config.sketch_width = 4096;
+  for (auto& s : job.shard) s = std::make_unique<DynamicTable>(job.config);
+  job.run(400);
+  const DynamicTableState base = job.full();
+  const std::uint32_t crc = write_dynamic_checkpoint(dir.path(), 100, {base}).content_checksums.at(0);
+  write_dynamic_checkpoint(whole.path(), 100, {base});
+  job.run(60);
+  DynamicTableState d = job.delta(100, crc);
+  const DynamicSaveResult plain = write_dynamic_checkpoint(whole.path(), 200, {d});
+  ASSERT_TRUE(sparsify_sketch(d, base.sketch));
+  EXPECT_FALSE(sparsify_sketch(d, base.sketch));  // once
+  EXPECT_GT(d.sketch_cells.size(), 0u);
+  EXPECT_LT(d.sketch_cells.size(), base.sketch.size() / 5);
+  const DynamicSaveResult sparse = write_dynamic_checkpoint(dir.path(), 200, {d});
+  // The whole sketch is 4 x 4096 x 2 bytes; the cells cost 10 bytes each, and one more dataset
+  // about 1.5 KiB of HDF5 metadata and integrity entries.
+  EXPECT_LE(sparse.file_bytes + (4 * 4096 * 2 - d.sketch_cells.size() * 10), plain.file_bytes + 2048)
+      << sparse.file_bytes << " vs " << plain.file_bytes << " with " << d.sketch_cells.size() << " cells";
+  EXPECT_LT(sparse.file_bytes, plain.file_bytes);
+  const DynamicCheckpointFile f = read_dynamic_checkpoint(dir.file(200));
+  EXPECT_TRUE(f.tables.at(0).sketch_sparse);
+  EXPECT_EQ(f.tables.at(0).sketch_cells, d.sketch_cells);
+  EXPECT_EQ(f.tables.at(0).sketch, d.sketch);
+  const DynamicRestore r = restore_dynamic_table(dir.path(), "emb");
+  EXPECT_EQ(r.step, 200);
+  expect_same_state(r.state, job.full());
+  EXPECT_FALSE(r.state.sketch_sparse);
+  // Nothing to gain: a full table, no sketch, a parent sketch of another size.
+  DynamicTableState full = job.full();
+  EXPECT_FALSE(sparsify_sketch(full, base.sketch));
+  DynamicTableState other = job.delta(200, 0);
+  EXPECT_FALSE(sparsify_sketch(other, std::vector<std::uint16_t>(8)));
+}
+
 // ---- retention ---------------------------------------------------------------------------------
 
 // Saves steps 1..7 of `job`, a full base every 3 saves (1, 4, 7) and deltas between, as a job
@@ -515,6 +556,34 @@ TEST_F(DynamicCheckpointSecurity, BadDeltaLinksAndEvictedIdsAreRefused) {
   expect_refused(craft(d, 5), "both evicted and a row");
   d.evicted_ids = {9, 8};
   expect_refused(craft(d, 5), "evicted_ids are not strictly increasing");
+}
+
+TEST_F(DynamicCheckpointSecurity, BadSketchCellsAreRefused) {
+  Job job(true);
+  job.run(300);
+  const DynamicTableState base = job.full();
+  job.run(30);
+  DynamicTableState d = job.delta(4, 1);
+  ASSERT_TRUE(sparsify_sketch(d, base.sketch));
+  ASSERT_GT(d.sketch_cells.size(), 1u);
+  DynamicTableState t = d;
+  std::swap(t.sketch_cells[0], t.sketch_cells[1]);
+  expect_refused(craft(t), "sketch_cells are not strictly increasing");
+  t = d;
+  t.sketch_cells.back() = 4 * t.sketch_width;
+  expect_refused(craft(t), "sketch_cells are not strictly increasing in [0, 4 x sketch_width)");
+  t = d;
+  t.sketch.pop_back();
+  expect_refused(craft(t), "sketch_values hold");
+  t = job.full();
+  t.sketch_sparse = true;
+  t.sketch_cells = {0};
+  t.sketch = {1};
+  expect_refused(craft(t), "only a delta of a table with a sketch may carry changed sketch cells");
+  // The writer refuses them too.
+  t = d;
+  std::swap(t.sketch_cells[0], t.sketch_cells[1]);
+  EXPECT_THROW(write_dynamic_checkpoint(dir_.path(), 9, {t}), ConfigError);
 }
 
 TEST_F(DynamicCheckpointSecurity, FilesThatAreNoDynamicCheckpointAreRefused) {

@@ -48,7 +48,10 @@ const char* to_string(DynamicKind kind);  // "full", "delta"
 //   values     n * dim floats, row i at i * dim
 //   slots      one n * dim array per name in slot_names (the optimizer's slots, in its order)
 //   stamps     n steps of last update, >= 0
-//   sketch     4 * sketch_width admission counters (empty and width 0 without admission)
+//   sketch     4 * sketch_width admission counters (empty and width 0 without admission); in a
+//              delta with sketch_sparse, only the counters that changed since the parent: their
+//              flat indices (row * sketch_width + column) in sketch_cells, strictly increasing,
+//              and their values in sketch, one per cell (sparsify_sketch())
 //   total_rows rows of the full state this describes (a delta: after applying it)
 // A delta also has evicted_ids (strictly increasing, none of them in ids) and the link to its
 // parent: parent_step (the global step of the parent save) and parent_checksum (the parent
@@ -67,6 +70,8 @@ struct DynamicTableState {
   std::int64_t clock = 0;
   std::int64_t sketch_width = 0;
   std::vector<std::uint16_t> sketch;
+  bool sketch_sparse = false;
+  std::vector<std::int64_t> sketch_cells;
   DynamicTableCounters counters;
   std::int64_t total_rows = 0;
   std::vector<std::int64_t> evicted_ids;
@@ -113,6 +118,13 @@ struct DynamicCheckpointFile {
   const DynamicTableState* find(const std::string& name) const;
 };
 DynamicCheckpointFile read_dynamic_checkpoint(const std::string& path, bool with_data = true);
+
+// Makes the delta `delta` carry only the sketch counters that differ from `parent_sketch` (the
+// whole sketch of its parent state), when that is smaller than the whole sketch (10 bytes per
+// changed counter against 2 per counter). True when it did. A merge restores the whole sketch:
+// the parent's with these counters replaced. Nothing changes for a full table, a table without
+// admission, or a parent sketch of another size.
+bool sparsify_sketch(DynamicTableState& delta, const std::vector<std::uint16_t>& parent_sketch);
 
 // Applies `delta` to the full state `base` (the state of the delta's parent): removes the evicted
 // ids, inserts or replaces the delta's rows; clock, sketch, counters and total_rows become the

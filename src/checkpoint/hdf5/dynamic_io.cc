@@ -156,9 +156,14 @@ std::vector<Dataset> expected_datasets(const DynamicTableState& t, std::uint64_t
   for (std::size_t k = 0; k < t.slot_names.size(); ++k)
     out.push_back(
         {"slots/" + t.slot_names[k], Elem::kF32, {n, dim}, k < t.slots.size() ? t.slots[k].data() : nullptr, 0, 0});
-  if (t.sketch_width > 0)
+  if (t.sketch_width > 0 && t.sketch_sparse) {
+    const auto m = static_cast<std::uint64_t>(t.sketch_cells.size());
+    out.push_back({"sketch_cells", Elem::kI64, {m}, t.sketch_cells.data(), 0, 0});
+    out.push_back({"sketch_values", Elem::kU16, {m}, t.sketch.data(), 0, 0});
+  } else if (t.sketch_width > 0) {
     out.push_back(
         {"sketch", Elem::kU16, {kSketchDepth, static_cast<std::uint64_t>(t.sketch_width)}, t.sketch.data(), 0, 0});
+  }
   if (t.kind == DynamicKind::kDelta) out.push_back({"evicted_ids", Elem::kI64, {e}, t.evicted_ids.data(), 0, 0});
   for (auto& d : out) {
     d.bytes = elem_size(d.elem);
@@ -198,9 +203,22 @@ void validate_table(const DynamicTableState& t) {
   if (t.clock < 0) bad_table(t, "clock " + std::to_string(t.clock) + " is negative");
   if (t.sketch_width < 0 || t.sketch_width > kMaxSketchWidth)
     bad_table(t, "sketch_width " + std::to_string(t.sketch_width) + " is outside [0, 2^26]");
-  if (t.sketch.size() != static_cast<std::size_t>(kSketchDepth * t.sketch_width))
+  if (t.sketch_sparse) {
+    if (t.kind != DynamicKind::kDelta || t.sketch_width == 0)
+      bad_table(t, "only a delta of a table with a sketch may carry changed sketch cells");
+    if (t.sketch.size() != t.sketch_cells.size())
+      bad_table(t, std::to_string(t.sketch.size()) + " sketch values for " + std::to_string(t.sketch_cells.size()) +
+                       " cells");
+    for (std::size_t i = 0; i < t.sketch_cells.size(); ++i)
+      if (t.sketch_cells[i] < 0 || t.sketch_cells[i] >= kSketchDepth * t.sketch_width ||
+          (i > 0 && t.sketch_cells[i] <= t.sketch_cells[i - 1]))
+        bad_table(t, "sketch cells are not strictly increasing in [0, 4 x sketch_width) at " + std::to_string(i));
+  } else if (t.sketch.size() != static_cast<std::size_t>(kSketchDepth * t.sketch_width)) {
     bad_table(
         t, "sketch holds " + std::to_string(t.sketch.size()) + " counters for width " + std::to_string(t.sketch_width));
+  } else if (!t.sketch_cells.empty()) {
+    bad_table(t, "sketch cells without sketch_sparse");
+  }
   if (t.total_rows < 0) bad_table(t, "total_rows is negative");
   for (const auto& c : kCounters)
     if (t.counters.*c.member < 0) bad_table(t, std::string("counter ") + c.name + " is negative");
@@ -423,6 +441,13 @@ DynamicTableState read_table(hid_t file, std::int64_t global_step, const std::st
   t.sketch_width = nonneg_attr(g, "sketch_width", what);
   if (t.sketch_width > kMaxSketchWidth)
     throw Error(what + ": sketch_width " + std::to_string(t.sketch_width) + " is above 2^26");
+  if (detail::has_attr(g, "sketch_form")) {
+    const std::string form = detail::read_attr_string(g, "sketch_form");
+    if (form != "cells") throw Error(what + ": sketch_form '" + form + "' is not 'cells'");
+    if (t.kind != DynamicKind::kDelta || t.sketch_width == 0)
+      throw Error(what + ": only a delta of a table with a sketch may carry changed sketch cells");
+    t.sketch_sparse = true;
+  }
   t.total_rows = nonneg_attr(g, "total_rows", what);
   for (const auto& c : kCounters)
     t.counters.*c.member = nonneg_attr(g, (std::string("counter_") + c.name).c_str(), what);
@@ -481,6 +506,12 @@ DynamicTableState read_table(hid_t file, std::int64_t global_step, const std::st
       throw Error(what + ": stamps hold " + std::to_string(d.dims[0]) + " entries for " + std::to_string(n) + " ids");
     if (d.rel == "sketch" && (d.dims[0] != kSketchDepth || d.dims[1] != static_cast<std::uint64_t>(t.sketch_width)))
       throw Error(what + ": sketch is " + dims_text(d.dims) + ", expected [4," + std::to_string(t.sketch_width) + "]");
+    if (d.rel == "sketch_values" && d.dims[0] != ds[3 + t.slot_names.size()].dims[0])
+      throw Error(what + ": sketch_values hold " + std::to_string(d.dims[0]) + " counters for " +
+                  std::to_string(ds[3 + t.slot_names.size()].dims[0]) + " sketch_cells");
+    if (d.rel == "sketch_cells" && d.dims[0] > static_cast<std::uint64_t>(kSketchDepth * t.sketch_width))
+      throw Error(what + ": sketch_cells hold " + std::to_string(d.dims[0]) + " cells, more than the sketch's " +
+                  std::to_string(kSketchDepth * t.sketch_width));
   }
   t.stored_rows = static_cast<std::int64_t>(n);
   if (t.kind == DynamicKind::kFull && static_cast<std::uint64_t>(t.total_rows) != n)
@@ -509,7 +540,18 @@ DynamicTableState read_table(hid_t file, std::int64_t global_step, const std::st
   read_into(handles[2].get(), ds[2], t.stamps);
   t.slots.resize(t.slot_names.size());
   for (std::size_t k = 0; k < t.slot_names.size(); ++k) read_into(handles[3 + k].get(), ds[3 + k], t.slots[k]);
-  if (t.sketch_width > 0) read_into(handles[3 + t.slot_names.size()].get(), ds[3 + t.slot_names.size()], t.sketch);
+  const std::size_t sk = 3 + t.slot_names.size();
+  if (t.sketch_sparse) {
+    read_into(handles[sk].get(), ds[sk], t.sketch_cells);
+    read_into(handles[sk + 1].get(), ds[sk + 1], t.sketch);
+    for (std::size_t i = 0; i < t.sketch_cells.size(); ++i)
+      if (t.sketch_cells[i] < 0 || t.sketch_cells[i] >= kSketchDepth * t.sketch_width ||
+          (i > 0 && t.sketch_cells[i] <= t.sketch_cells[i - 1]))
+        throw Error(what + ": sketch_cells are not strictly increasing in [0, 4 x sketch_width) at " +
+                    std::to_string(i));
+  } else if (t.sketch_width > 0) {
+    read_into(handles[sk].get(), ds[sk], t.sketch);
+  }
   for (std::size_t i = 0; i < t.ids.size(); ++i) {
     if (i > 0 && t.ids[i] <= t.ids[i - 1])
       throw Error(what + ": ids are not strictly increasing at row " + std::to_string(i) + " (" +
@@ -539,6 +581,7 @@ std::string detail::dynamic_table_text(const DynamicTableState& t, std::vector<s
   s += "slot_names " + text_field(join(t.slot_names, ',')) + "\n";
   s += "clock " + std::to_string(t.clock) + "\n";
   s += "sketch_width " + std::to_string(t.sketch_width) + "\n";
+  if (t.sketch_sparse) s += "sketch_form cells\n";  // absent from whole-sketch tables' text
   s += "total_rows " + std::to_string(t.total_rows) + "\n";
   s += "counters";
   for (const auto& c : kCounters) s += " " + std::to_string(t.counters.*c.member);
@@ -584,6 +627,8 @@ DynamicSaveResult detail::write_dynamic_file(const std::string& final_path, std:
         if (d.rel == "values" || d.rel.rfind("slots/", 0) == 0)
           d.dims = {floats / static_cast<std::uint64_t>(t.dim), static_cast<std::uint64_t>(t.dim)};
         if (d.rel == "sketch") d.dims = {kSketchDepth, t.sketch.size() / kSketchDepth};
+        if (d.rel == "sketch_cells") d.dims = {t.sketch_cells.size()};
+        if (d.rel == "sketch_values") d.dims = {t.sketch.size()};
         d.bytes = elem_size(d.elem);
         for (auto x : d.dims) d.bytes *= x;
       }
@@ -637,6 +682,7 @@ DynamicSaveResult detail::write_dynamic_file(const std::string& final_path, std:
         detail::write_attr_string(g.get(), "slot_names", join(t.slot_names, ','));
         detail::write_attr_i64(g.get(), "clock", t.clock);
         detail::write_attr_i64(g.get(), "sketch_width", t.sketch_width);
+        if (t.sketch_sparse) detail::write_attr_string(g.get(), "sketch_form", "cells");
         detail::write_attr_i64(g.get(), "total_rows", t.total_rows);
         for (const auto& c : kCounters)
           detail::write_attr_i64(g.get(), (std::string("counter_") + c.name).c_str(), t.counters.*c.member);
@@ -821,7 +867,22 @@ DynamicTableState merge(const DynamicTableState& base, const DynamicTableState& 
   }
   out.clock = delta.clock;
   out.sketch_width = delta.sketch_width;
-  out.sketch = delta.sketch;
+  if (delta.sketch_sparse) {
+    // The parent's whole sketch with the delta's changed counters.
+    if (base.sketch.size() != static_cast<std::size_t>(kSketchDepth * delta.sketch_width) ||
+        delta.sketch.size() != delta.sketch_cells.size())
+      throw Error(what + "the delta's sketch cells do not fit its base's sketch (" + std::to_string(base.sketch.size()) +
+                  " counters, the delta's width is " + std::to_string(delta.sketch_width) + ")");
+    out.sketch = base.sketch;
+    for (std::size_t c = 0; c < delta.sketch_cells.size(); ++c) {
+      const std::int64_t cell = delta.sketch_cells[c];
+      if (cell < 0 || static_cast<std::size_t>(cell) >= out.sketch.size())
+        throw Error(what + "sketch cell " + std::to_string(cell) + " is outside the sketch");
+      out.sketch[static_cast<std::size_t>(cell)] = delta.sketch[c];
+    }
+  } else {
+    out.sketch = delta.sketch;
+  }
   out.counters = delta.counters;
   out.total_rows = static_cast<std::int64_t>(out.ids.size());
   if (check_rows && out.total_rows != delta.total_rows)
@@ -836,6 +897,26 @@ bool is_regular(const std::string& path) {
 }
 
 }  // namespace
+
+bool sparsify_sketch(DynamicTableState& delta, const std::vector<std::uint16_t>& parent_sketch) {
+  if (delta.kind != DynamicKind::kDelta || delta.sketch_sparse || delta.sketch_width == 0 ||
+      parent_sketch.size() != delta.sketch.size())
+    return false;
+  std::vector<std::int64_t> cells;
+  std::vector<std::uint16_t> values;
+  // 10 bytes per changed counter (index and value) against 2 per counter for the whole sketch.
+  const std::size_t limit = delta.sketch.size() / 5;
+  for (std::size_t c = 0; c < delta.sketch.size(); ++c) {
+    if (delta.sketch[c] == parent_sketch[c]) continue;
+    if (cells.size() >= limit) return false;
+    cells.push_back(static_cast<std::int64_t>(c));
+    values.push_back(delta.sketch[c]);
+  }
+  delta.sketch_cells = std::move(cells);
+  delta.sketch = std::move(values);
+  delta.sketch_sparse = true;
+  return true;
+}
 
 DynamicTableState merge_dynamic_delta(const DynamicTableState& base, const DynamicTableState& delta) {
   return merge(base, delta, true);
