@@ -1060,21 +1060,25 @@ std::string one_line(std::string text) {
 }
 
 // `prune DIR`: the dynamic files no step of checkpoint.json needs (FORMAT.md 10.8), removed as
-// save() removes them after each commit; for files a crash between a pointer's commit and the
+// save() removes them after each commit (preserved steps' deltas compacted first, as there); for files a crash between a pointer's commit and the
 // deletions left behind. No lock is needed against a job saving meanwhile: its next pointer keeps
 // a subset of these steps plus a newer one whose chain runs through files kept here.
 int run_prune(const CkptFlags& f) {
   if (!is_directory_arg(f.path))
     throw ConfigError("'" + f.path + "' is a file; prune takes a checkpoint directory");
   const ck::CheckpointList list = list_entries(f.path);
-  std::vector<std::int64_t> kept;
-  for (const auto& e : list.entries) kept.push_back(e.global_step);
+  std::vector<std::int64_t> kept, preserved;
+  for (const auto& e : list.entries) {
+    kept.push_back(e.global_step);
+    if (e.preserved) preserved.push_back(e.global_step);
+  }
   if (kept.empty()) {
     std::cout << "nothing pruned: " << f.path << "/checkpoint.json names no checkpoint\n";
     return 0;
   }
-  const ck::DynamicPrune p = ck::prune_dynamic_checkpoints(f.path, kept);
+  const ck::DynamicPrune p = ck::prune_dynamic_checkpoints(f.path, kept, preserved);
   for (const auto& note : p.plan.notes) std::cout << "kept: " << note << "\n";
+  for (const auto& name : p.compacted) std::cout << "compacted " << f.path << "/" << name << " (preserved)\n";
   for (const auto& name : p.removed) std::cout << "removed " << f.path << "/" << name << "\n";
   for (const auto& why : p.not_removed) std::cout << "not removed: " << f.path << "/" << why << "\n";
   std::cout << p.removed.size() << " dynamic file(s) removed, " << p.plan.needed.size() << " kept for "

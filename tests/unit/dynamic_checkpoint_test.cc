@@ -452,6 +452,31 @@ TEST(DynamicRetention, PruneDeletesExactlyTheUnneededFilesAndKeptStepsRestoreBit
   expect_same_state(restore_dynamic_table(dir.path(), "emb", 7).state, states.at(7));
 }
 
+// A preserved step (keep_every_n_hours) that is a delta is rewritten whole once no newer kept
+// step's chain runs through it, so its chain's older links go; never while one does.
+TEST(DynamicRetention, APreservedDeltaIsCompactedWhenNothingNewerLinksThroughIt) {
+  TempDir dir;
+  Job job(true);
+  const std::vector<DynamicTableState> states = save_steps(job, dir);
+  // 3's chain runs through 2: no compaction of 2.
+  EXPECT_TRUE(plan_dynamic_retention(dir.path(), {2, 3}, {2}).compactable.empty());
+  // 5 shares its base 4 with 6: rewriting 5 would free nothing.
+  EXPECT_TRUE(plan_dynamic_retention(dir.path(), {5, 6}, {5}).compactable.empty());
+  EXPECT_EQ(plan_dynamic_retention(dir.path(), {2, 6, 7}, {2}).compactable, (std::vector<std::int64_t>{2}));
+  const DynamicPrune p = prune_dynamic_checkpoints(dir.path(), {2, 6, 7}, {2});
+  EXPECT_EQ(p.compacted, (std::vector<std::string>{"dynamic-2.h5"}));
+  EXPECT_EQ(p.removed, (std::vector<std::string>{"dynamic-1.h5", "dynamic-3.h5"}));
+  EXPECT_EQ(list_dynamic_checkpoints(dir.path()), (std::vector<std::int64_t>{2, 4, 5, 6, 7}));
+  EXPECT_EQ(read_dynamic_checkpoint(dir.file(2)).tables.at(0).kind, DynamicKind::kFull);
+  for (const std::int64_t step : {2, 6, 7}) {
+    const DynamicRestore r = restore_dynamic_table(dir.path(), "emb", step);
+    EXPECT_EQ(r.step, step);
+    expect_same_state(r.state, states.at(static_cast<std::size_t>(step)));
+  }
+  // Whole now: nothing more to compact.
+  EXPECT_TRUE(prune_dynamic_checkpoints(dir.path(), {2, 6, 7}, {2}).compacted.empty());
+}
+
 TEST(DynamicRetention, ABrokenChainKeepsEveryOlderFileForTheFallback) {
   TempDir dir;
   Job job(false);

@@ -172,25 +172,34 @@ DynamicRestore restore_dynamic_table(const std::string& dir, const std::string& 
 // restore at S falls back to an older state (10.5), so then every file at or before it is needed
 // (and `notes` says why). Files newer than every kept step belong to a save that has not committed
 // (remove_orphaned_files() judges those) and are always needed; with no kept step every file is.
-// Reads the verified headers of the files on the chains (each read whole once), no row data.
-// Local, no MPI; throws Error only when the directory cannot be listed.
+// `compactable`: the steps of `compact_steps` (the preserved ones, keep_every_n_hours) whose own
+// file is a delta that no other kept step's chain runs through, and whose rewriting as a full
+// state would free at least one older file. Reads the verified headers of the files on the
+// chains (each read whole once), no row data. Local, no MPI; throws Error only when the directory
+// cannot be listed.
 struct DynamicRetention {
-  std::vector<std::int64_t> needed;    // ascending
-  std::vector<std::int64_t> unneeded;  // ascending: no kept step needs them
-  std::vector<std::string> notes;      // one line per kept step whose newest state is not intact
+  std::vector<std::int64_t> needed;       // ascending
+  std::vector<std::int64_t> unneeded;     // ascending: no kept step needs them
+  std::vector<std::string> notes;         // one line per kept step whose newest state is not intact
+  std::vector<std::int64_t> compactable;  // ascending
 };
-DynamicRetention plan_dynamic_retention(const std::string& dir, const std::vector<std::int64_t>& kept_steps);
+DynamicRetention plan_dynamic_retention(const std::string& dir, const std::vector<std::int64_t>& kept_steps,
+                                        const std::vector<std::int64_t>& compact_steps = {});
 
-// Deletes the files plan_dynamic_retention() finds unneeded: regular files only, never through a
-// symbolic link. Called by save() after checkpoint.json is committed (so a crash between the two
-// leaves extra files, never a kept step with a missing link; the next save removes them), and by
-// `strata ckpt prune`.
+// Rewrites every compactable step as a full state (the file replaced atomically; nothing links to
+// it but itself), then deletes the files plan_dynamic_retention() finds unneeded: regular files
+// only, never through a symbolic link. Called by save() after checkpoint.json is committed, with
+// the preserved steps as `compact_steps` (so a crash between the two leaves extra files, never a
+// kept step with a missing link; the next save removes them), and by `strata ckpt prune`. Throws
+// Error when a compaction fails (the files are then as they were, or the step's file is whole).
 struct DynamicPrune {
-  DynamicRetention plan;
+  DynamicRetention plan;                 // after the compactions
+  std::vector<std::string> compacted;    // file names rewritten whole
   std::vector<std::string> removed;      // file names, by step
   std::vector<std::string> not_removed;  // "<file>: <why>" for unneeded files left in place
 };
-DynamicPrune prune_dynamic_checkpoints(const std::string& dir, const std::vector<std::int64_t>& kept_steps);
+DynamicPrune prune_dynamic_checkpoints(const std::string& dir, const std::vector<std::int64_t>& kept_steps,
+                                       const std::vector<std::int64_t>& compact_steps = {});
 
 // Compaction: rewrites the state at `at_step` (the newest file when nullopt; it must be the
 // newest file in `dir`, since newer deltas link to the content of their parent) as one file in

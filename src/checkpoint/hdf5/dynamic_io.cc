@@ -1097,7 +1097,8 @@ DynamicRestore restore_dynamic_table(const std::string& dir, const std::string& 
   walker.none(at_step, skipped);
 }
 
-DynamicRetention plan_dynamic_retention(const std::string& dir, const std::vector<std::int64_t>& kept_steps) {
+DynamicRetention plan_dynamic_retention(const std::string& dir, const std::vector<std::int64_t>& kept_steps,
+                                        const std::vector<std::int64_t>& compact_steps) {
   HeaderCache cache(dir);
   const std::vector<std::int64_t>& steps = cache.steps();
   std::set<std::int64_t> needed;
@@ -1112,6 +1113,7 @@ DynamicRetention plan_dynamic_retention(const std::string& dir, const std::vecto
   for (const std::int64_t step : steps)
     if (step > newest_kept) needed.insert(step);
   std::set<std::int64_t> kept(kept_steps.begin(), kept_steps.end());
+  std::map<std::int64_t, std::set<std::int64_t>> chains;  // kept step whose chains are intact -> their files
   for (const std::int64_t at : kept) {
     // The newest file at or before the kept step: the state a restore at `at` starts from.
     const auto it = std::upper_bound(steps.begin(), steps.end(), at);
@@ -1119,6 +1121,7 @@ DynamicRetention plan_dynamic_retention(const std::string& dir, const std::vecto
     const std::int64_t head = *std::prev(it);
     needed.insert(head);
     std::string broken;
+    std::set<std::int64_t> files{head};
     const auto& h = cache.header(head);
     if (!h.first) {
       broken = h.second;
@@ -1131,7 +1134,7 @@ DynamicRetention plan_dynamic_retention(const std::string& dir, const std::vecto
           broken = failure;
           break;
         }
-        needed.insert(chain.begin(), chain.end());
+        files.insert(chain.begin(), chain.end());
       }
     }
     if (!broken.empty()) {
@@ -1139,15 +1142,52 @@ DynamicRetention plan_dynamic_retention(const std::string& dir, const std::vecto
       for (auto s = steps.begin(); s != it; ++s) needed.insert(*s);
       out.notes.push_back("step " + std::to_string(at) + ": " + dynamic_file_name(head) +
                           " has no intact chain (" + broken + "); every older dynamic file is kept");
+      continue;
     }
+    needed.insert(files.begin(), files.end());
+    if (head == at) chains[at] = std::move(files);
+  }
+  // Compaction candidates: a delta no other kept step's chain runs through (its content may then
+  // change) whose rewriting as a full state frees at least one older file.
+  for (const std::int64_t c : std::set<std::int64_t>(compact_steps.begin(), compact_steps.end())) {
+    const auto mine = chains.find(c);
+    if (mine == chains.end() || mine->second.size() < 2) continue;
+    bool pinned = false, frees = false;
+    for (const auto& [other, files] : chains) pinned = pinned || (other != c && files.count(c) > 0);
+    for (const std::int64_t a : mine->second) {
+      if (a == c) continue;
+      bool used = false;
+      for (const auto& [other, files] : chains) used = used || (other != c && files.count(a) > 0);
+      frees = frees || !used;
+    }
+    if (!pinned && frees) out.compactable.push_back(c);
   }
   for (const std::int64_t step : steps) (needed.count(step) ? out.needed : out.unneeded).push_back(step);
   return out;
 }
 
-DynamicPrune prune_dynamic_checkpoints(const std::string& dir, const std::vector<std::int64_t>& kept_steps) {
+DynamicPrune prune_dynamic_checkpoints(const std::string& dir, const std::vector<std::int64_t>& kept_steps,
+                                       const std::vector<std::int64_t>& compact_steps) {
   DynamicPrune out;
-  out.plan = plan_dynamic_retention(dir, kept_steps);
+  out.plan = plan_dynamic_retention(dir, kept_steps, compact_steps);
+  if (!out.plan.compactable.empty()) {
+    // Each rewritten whole (atomically, by rename), then the plan again: its older links are
+    // unneeded now. A crash in between leaves them, and the next prune removes them.
+    for (const std::int64_t step : out.plan.compactable) {
+      const DynamicCheckpointFile head = read_dynamic_checkpoint(dir + "/" + dynamic_file_name(step), false);
+      std::vector<DynamicTableState> full;
+      for (const auto& t : head.tables) {
+        DynamicRestore r = restore_dynamic_table(dir, t.name, step);
+        if (r.step != step) throw Error(r.warning);
+        full.push_back(std::move(r.state));
+      }
+      write_dynamic_checkpoint(dir, step, full);
+      out.compacted.push_back(dynamic_file_name(step));
+    }
+    std::vector<std::string> notes = std::move(out.plan.notes);
+    out.plan = plan_dynamic_retention(dir, kept_steps);
+    out.plan.notes = std::move(notes);
+  }
   for (const std::int64_t step : out.plan.unneeded) {
     const std::string name = dynamic_file_name(step);
     const std::string path = dir + "/" + name;

@@ -220,10 +220,15 @@ std::string validate_locally(const SaveRequest& req, const std::map<std::string,
 // save runs it, so files left by a crash between the pointer and here go at the next save. The
 // checkpoint is committed by now, so a failure here is a warning, never a failed save.
 void prune_dynamic_files(const std::string& dir, const std::vector<CheckpointEntry>& kept) {
-  std::vector<std::int64_t> steps;
-  for (const auto& e : kept) steps.push_back(e.global_step);
+  std::vector<std::int64_t> steps, preserved;
+  for (const auto& e : kept) {
+    steps.push_back(e.global_step);
+    if (e.preserved) preserved.push_back(e.global_step);
+  }
   try {
-    const DynamicPrune pruned = prune_dynamic_checkpoints(dir, steps);
+    // A preserved step outlives the others: its tables are rewritten whole once no newer kept
+    // step's chain runs through them, so that its chain's older links can go.
+    const DynamicPrune pruned = prune_dynamic_checkpoints(dir, steps, preserved);
     for (const auto& note : pruned.plan.notes) STRATA_LOG(WARN) << "checkpoint: max_to_keep: dynamic tables: " << note;
     for (const auto& why : pruned.not_removed)
       STRATA_LOG(WARN) << "checkpoint: max_to_keep: not deleting " << dir << "/" << why;
