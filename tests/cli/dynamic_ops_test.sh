@@ -103,6 +103,42 @@ expect_stdout_has "0 dynamic file(s) removed"
 run "$STRATA_BIN" ckpt verify "$D/keep2"
 expect_rc 0
 
+case_begin "a preserved (keep_every_n_hours) delta is compacted once nothing newer links through it"
+# The keep-everything run's directory, with a pointer that keeps the newest two steps and preserves
+# the second save (a delta of the first).
+cp -r "$D/all" "$D/pres"
+python3 - "$D/pres" > "$D/pres.txt" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+p = json.load(open(os.path.join(d, "checkpoint.json")))
+entries = p["checkpoints"]
+keep = [dict(entries[1], preserved=True)] + entries[-2:]
+for e in entries:
+    if e not in entries[-2:] and e is not entries[1]:
+        os.remove(os.path.join(d, e["file"]))
+p["checkpoints"] = keep
+json.dump(p, open(os.path.join(d, "checkpoint.json"), "w"))
+print(entries[1]["global_step"])
+PY
+PRES=$(cat "$D/pres.txt")
+run "$STRATA_BIN" ckpt prune "$D/pres"
+expect_rc 0
+expect_stdout_has "compacted $D/pres/dynamic-$PRES.h5 (preserved)"
+CHECK=$(python3 - "$D/pres" "$D/keep2" "$PRES" <<'PY' 2>&1
+import os, re, sys
+pres, keep2, step = sys.argv[1], sys.argv[2], int(sys.argv[3])
+have = sorted(int(f[8:-3]) for f in os.listdir(pres) if re.fullmatch(r"dynamic-\d+\.h5", f))
+newest = sorted(int(f[8:-3]) for f in os.listdir(keep2) if re.fullmatch(r"dynamic-\d+\.h5", f))
+assert have == sorted([step] + newest), (have, step, newest)
+print("ok")
+PY
+)
+[ "$CHECK" = ok ] || fail "after the compaction: $CHECK"
+run "$STRATA_BIN" ckpt diff "$D/pres/dynamic-$PRES.h5" "$D/all/dynamic-$PRES.h5"
+expect_rc 0
+run "$STRATA_BIN" ckpt verify "$D/pres"
+expect_rc 0
+
 case_begin "the evaluator task with dynamic tables: the final checkpoint's metrics equal the chief's"
 E="$D/eval_run"
 mpi 3 "$STRATA_BIN" "${TRAIN[@]}" --model-spec "$SPEC" --epochs 2 --jobs ps=1,worker=1,evaluator=1 --checkpoint-dir "$E" --eval-best-metric auc
