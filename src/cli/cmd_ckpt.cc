@@ -1059,6 +1059,33 @@ std::string one_line(std::string text) {
   return text;
 }
 
+// `prune DIR`: the dynamic files no step of checkpoint.json needs (FORMAT.md 10.8), removed as
+// save() removes them after each commit (preserved steps' deltas compacted first, as there); for files a crash between a pointer's commit and the
+// deletions left behind. No lock is needed against a job saving meanwhile: its next pointer keeps
+// a subset of these steps plus a newer one whose chain runs through files kept here.
+int run_prune(const CkptFlags& f) {
+  if (!is_directory_arg(f.path))
+    throw ConfigError("'" + f.path + "' is a file; prune takes a checkpoint directory");
+  const ck::CheckpointList list = list_entries(f.path);
+  std::vector<std::int64_t> kept, preserved;
+  for (const auto& e : list.entries) {
+    kept.push_back(e.global_step);
+    if (e.preserved) preserved.push_back(e.global_step);
+  }
+  if (kept.empty()) {
+    std::cout << "nothing pruned: " << f.path << "/checkpoint.json names no checkpoint\n";
+    return 0;
+  }
+  const ck::DynamicPrune p = ck::prune_dynamic_checkpoints(f.path, kept, preserved);
+  for (const auto& note : p.plan.notes) std::cout << "kept: " << note << "\n";
+  for (const auto& name : p.compacted) std::cout << "compacted " << f.path << "/" << name << " (preserved)\n";
+  for (const auto& name : p.removed) std::cout << "removed " << f.path << "/" << name << "\n";
+  for (const auto& why : p.not_removed) std::cout << "not removed: " << f.path << "/" << why << "\n";
+  std::cout << p.removed.size() << " dynamic file(s) removed, " << p.plan.needed.size() << " kept for "
+            << kept.size() << " checkpoint(s)\n";
+  return p.not_removed.empty() ? 0 : kExitFailure;
+}
+
 }  // namespace
 
 constexpr const char* kAllowUnverifiedHelp =
@@ -1097,6 +1124,11 @@ CLI::App* add_ckpt_command(CLI::App& app, CkptFlags& f) {
   diff->add_option("--block-bytes", f.block_bytes, "read at most this many bytes per side at a time (default 16M)");
   diff->add_flag("--allow-unverified", f.allow_unverified, kAllowUnverifiedHelp);
   diff->callback([&f] { f.action = "diff"; });
+
+  CLI::App* prune = ckpt->add_subcommand(
+      "prune", "Remove the dynamic-<step>.h5 files that no checkpoint named by checkpoint.json needs");
+  prune->add_option("DIR", f.path, "checkpoint directory (holds checkpoint.json)")->required();
+  prune->callback([&f] { f.action = "prune"; });
   return ckpt;
 }
 
@@ -1107,6 +1139,7 @@ int run_ckpt_command(const CkptFlags& flags) {
     if (flags.action == "show") return run_show(flags);
     if (flags.action == "verify") return run_verify(flags);
     if (flags.action == "diff") return run_diff(flags);
+    if (flags.action == "prune") return run_prune(flags);
     throw ConfigError("no ckpt command given");
   } catch (const Failure& e) {
     std::cout << std::flush;

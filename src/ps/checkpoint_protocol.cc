@@ -261,6 +261,7 @@ SaveStatus ServerCore::save_dynamic(const SaveContext& ctx, bool* wrote) {
     return status;
   }
   std::vector<checkpoint::DynamicTableState> tables;
+  std::vector<std::vector<std::uint16_t>> pending_sketches;
   for (std::size_t d = 0; d < mine.size(); ++d) {
     std::vector<checkpoint::DynamicTableState> shards;
     shards.push_back(std::move(mine[d]));
@@ -278,7 +279,13 @@ SaveStatus ServerCore::save_dynamic(const SaveContext& ctx, bool* wrote) {
       shards.push_back(std::move(t));
     }
     checkpoint::DynamicTableState u = union_of_shards(std::move(shards));
-    if (!full) u.parent_checksum = dyn_parent_checksums.at(d);
+    // The next delta's sketch is taken against this one's whole sketch; a delta carries only the
+    // counters that changed since its parent when that is smaller (FORMAT.md 10.6).
+    pending_sketches.push_back(u.sketch);
+    if (!full) {
+      u.parent_checksum = dyn_parent_checksums.at(d);
+      if (d < dyn_parent_sketches.size()) checkpoint::sparsify_sketch(u, dyn_parent_sketches[d]);
+    }
     tables.push_back(std::move(u));
   }
   SaveStatus status = SaveStatus::kSaved;
@@ -286,6 +293,7 @@ SaveStatus ServerCore::save_dynamic(const SaveContext& ctx, bool* wrote) {
   try {
     const auto result = checkpoint::write_dynamic_checkpoint(hooks.dynamic_dir, ctx.global_step, tables);
     dyn_pending_checksums = result.content_checksums;
+    dyn_pending_sketches = std::move(pending_sketches);
     *wrote = true;
     std::int64_t rows = 0, changed = 0;
     for (const auto& t : tables) {
@@ -331,6 +339,8 @@ void ServerCore::finish_dynamic_save(SaveStatus status, bool wrote, std::int64_t
   ++dyn_saves;
   dyn_parent_checksums = std::move(dyn_pending_checksums);
   dyn_pending_checksums.clear();
+  dyn_parent_sketches = std::move(dyn_pending_sketches);
+  dyn_pending_sketches.clear();
 }
 
 // Worker: whether save request n (the newest one) is this boundary's to join: not joined yet,

@@ -148,26 +148,7 @@ checkpoint::DynamicTableState union_of_shards(std::vector<checkpoint::DynamicTab
   return out;
 }
 
-std::string table_name(std::string_view variable) {
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (const char ch : variable) {
-    const auto c = static_cast<unsigned char>(ch);
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.') {
-      out.push_back(ch);
-    } else {
-      out.push_back('-');
-      out.push_back(hex[c >> 4]);
-      out.push_back(hex[c & 15]);
-    }
-  }
-  // "." and ".." are refused by the format; a variable named so is spelled with escapes.
-  if (out == "." || out == "..") out = std::string(out.size() == 1 ? "-2e" : "-2e-2e");
-  if (out.empty() || out.size() > 255)
-    throw ConfigError("dynamic variable '" + std::string(variable) + "': its checkpoint table name '" + out +
-                      "' must be 1 to 255 bytes (FORMAT.md 10.7)");
-  return out;
-}
+std::string table_name(std::string_view variable) { return checkpoint::dynamic_table_name(variable); }
 
 namespace {
 

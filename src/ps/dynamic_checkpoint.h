@@ -41,10 +41,7 @@ DynamicTableSnapshot to_snapshot(checkpoint::DynamicTableState t);
 // Error when the shards disagree on dim, slots or sketch width, or share an id.
 checkpoint::DynamicTableState union_of_shards(std::vector<checkpoint::DynamicTableState> shards);
 
-// The checkpoint table name of dynamic variable `variable` (FORMAT.md 10.7): letters, digits,
-// '_' and '.' unchanged, every other byte as '-' and two lowercase hex digits ("user/emb" ->
-// "user-2femb"); one-to-one, so two variables never share a table. ConfigError when the result
-// exceeds the format's 255 bytes.
+// The checkpoint table name of dynamic variable `variable`: checkpoint::dynamic_table_name().
 std::string table_name(std::string_view variable);
 
 // Point-to-point transfer of one state over `comm` (tag kDynamicSaveTag), in pieces of at most

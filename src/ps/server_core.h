@@ -97,6 +97,7 @@ struct ServerCore final : PsCore {
   std::int64_t dyn_saved_step = -1;   // the global step of the last one (a delta's parent step)
   std::vector<std::uint32_t> dyn_parent_checksums;  // PS 0: per table, its content checksum there
   std::vector<std::uint32_t> dyn_pending_checksums;  // PS 0: the same for the save in progress
+  std::vector<std::vector<std::uint16_t>> dyn_parent_sketches, dyn_pending_sketches;  // PS 0: likewise, whole sketches
   // Restored before allocation (restore_dynamic), imported by prepare_dynamic: per table, this
   // shard's rows and the step.
   std::vector<DynamicTableSnapshot> dyn_restored;

@@ -4,7 +4,11 @@
 // atomically after a checkpoint file is closed, fsync'ed and renamed (checkpoint/FORMAT.md), so a
 // file being written is never listed. Each one is verified (CRC) before it is read; one removed
 // meanwhile by max_to_keep, or damaged, is reported and skipped. The variables are read straight
-// from the file (rows of each variable the model uses), without the parameter servers.
+// from the file (rows of each variable the model uses), without the parameter servers. Dynamic
+// tables are read from the dynamic-<step>.h5 chain of the checkpoint's step (the PS ranks commit
+// a step's tables before its checkpoint.json entry, so a listed step's tables are complete),
+// keeping only the rows the evaluation reads; the state must be the one of that very step (a
+// restore's fallback to an older state would pair older tables with newer dense weights).
 #include "train/evaluator.h"
 
 #include <algorithm>
@@ -17,9 +21,11 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <set>
 #include <thread>
 
 #include "strata/checkpoint/checkpoint.h"
+#include "strata/checkpoint/dynamic.h"
 #include "strata/common/error.h"
 #include "strata/train/hooks.h"
 #include "strata/train/train_and_evaluate.h"
@@ -35,7 +41,45 @@ struct Evaluation {
   std::string why;  // when not ok
   EvalMetrics metrics;  // loss, accuracy and what the model's predictions allow (AUC, ...)
   std::int64_t global_step = 0;
+  std::vector<std::string> dynamic_files;  // the tables' chain files read, base first
 };
+
+// The rows `ids` (sorted, unique) of the dynamic variable `spec` at `step`, read from the chain in
+// `dir` keeping only those ids; a row the table lacks reads as zeros. Adds the chain's files to
+// `files`. Throws Error (one line) when the table has no intact state at exactly `step`.
+model::SparseParam dynamic_rows_at(const std::string& dir, const ps::DynamicVariableSpec& spec, std::int64_t step,
+                                   std::vector<std::int64_t> ids, std::set<std::string>& files) {
+  const std::string table = checkpoint::dynamic_table_name(spec.name);
+  auto wanted = [&ids](std::int64_t id) { return std::binary_search(ids.begin(), ids.end(), id); };
+  checkpoint::DynamicRestore r;
+  try {
+    r = checkpoint::restore_dynamic_table(dir, table, step, wanted);
+  } catch (const Error& e) {
+    throw Error("dynamic variable '" + spec.name + "': " + e.message());
+  }
+  if (r.step != step)
+    throw Error("dynamic variable '" + spec.name + "' has no intact table state at global step " +
+                std::to_string(step) + (r.warning.empty() ? " (its newest saved state is step " +
+                                                                std::to_string(r.step) + ")"
+                                                          : ": " + r.warning));
+  if (r.state.dim != spec.dim)
+    throw Error("dynamic variable '" + spec.name + "': its table has rows of " + std::to_string(r.state.dim) +
+                " floats, the model's " + std::to_string(spec.dim));
+  files.insert(r.chain.begin(), r.chain.end());
+  model::SparseParam sp;
+  const auto dim = static_cast<std::size_t>(spec.dim);
+  sp.width = static_cast<int>(spec.dim);
+  sp.values.assign(ids.size() * dim, 0.0f);
+  const auto& have = r.state.ids;
+  for (std::size_t i = 0, j = 0; i < ids.size(); ++i) {
+    while (j < have.size() && have[j] < ids[i]) ++j;
+    if (j < have.size() && have[j] == ids[i])
+      std::copy_n(r.state.values.begin() + static_cast<std::ptrdiff_t>(j * dim), dim,
+                  sp.values.begin() + static_cast<std::ptrdiff_t>(i * dim));
+  }
+  sp.rows = std::move(ids);
+  return sp;
+}
 
 // The value `metric` (accuracy | loss | auc) of an evaluation, and whether higher is better.
 double metric_value(const EvalMetrics& m, const std::string& metric) {
@@ -86,6 +130,18 @@ Evaluation evaluate_checkpoint(const Model& model, const data::Dataset& eval, co
         params.dense[spec.name] = std::move(p);
       }
     }
+    const std::vector<ps::DynamicVariableSpec> dynamic = model.dynamic_variables();
+    if (!dynamic.empty()) {
+      std::vector<std::string> names;
+      for (const auto& d : dynamic) names.push_back(d.name);
+      std::vector<std::vector<std::int64_t>> ids = eval_rows_needed(model, names, eval, max_batches);
+      const std::string dir = fs::path(path).parent_path().string();
+      std::set<std::string> files;
+      for (std::size_t d = 0; d < dynamic.size(); ++d)
+        params.sparse[dynamic[d].name] = dynamic_rows_at(dir.empty() ? "." : dir, dynamic[d], e.global_step,
+                                                         std::move(ids[d]), files);
+      e.dynamic_files.assign(files.begin(), files.end());
+    }
     e.metrics = evaluate_metrics(model, params, eval, max_batches);
     e.ok = true;
   } catch (const Error& err) {
@@ -95,29 +151,47 @@ Evaluation evaluate_checkpoint(const Model& model, const data::Dataset& eval, co
   return e;
 }
 
-// Keeps a copy of `path` as <dir>/best/<name> (replacing the previous best) and best.json. False,
-// with one line saying so and best/ unchanged, when the checkpoint is gone by now: the trainers'
-// retention (--max-to-keep) may remove it while it is being evaluated, which must not end the job.
-bool keep_best(const std::string& dir, const std::string& path, std::int64_t step, const std::string& metric,
-               double value) {
+// Keeps a copy of `path` as <dir>/best/<name> (replacing the previous best), with copies of the
+// dynamic tables' chain files `dynamic` (the chain restores from best/ alone: its links name steps
+// and content checksums, not directories), and best.json. False, with one line saying so and
+// best/ unchanged, when a file is gone by now: the trainers' retention (--max-to-keep) may remove
+// it while it is being evaluated, which must not end the job.
+bool keep_best(const std::string& dir, const std::string& path, const std::vector<std::string>& dynamic,
+               std::int64_t step, const std::string& metric, double value) {
   const fs::path best = fs::path(dir) / "best";
   fs::create_directories(best);
   const fs::path name = fs::path(path).filename();
-  const fs::path tmp = best / (name.string() + ".tmp");
-  std::error_code ec;
-  fs::copy_file(path, tmp, fs::copy_options::overwrite_existing, ec);
-  if (ec) {
+  std::vector<std::string> sources{path};
+  sources.insert(sources.end(), dynamic.begin(), dynamic.end());
+  std::vector<fs::path> tmps;
+  auto drop_tmps = [&] {
     std::error_code ignored;
-    fs::remove(tmp, ignored);
-    if (fs::exists(path, ignored)) throw fs::filesystem_error("cannot copy the best checkpoint", path, tmp, ec);
-    std::cout << "eval: " << name.string() << " was removed (--max-to-keep) before it could be kept as the best; "
-              << "best/ keeps the previous one" << std::endl;
-    return false;
+    for (const auto& t : tmps) fs::remove(t, ignored);
+  };
+  for (const auto& source : sources) {
+    const fs::path tmp = best / (fs::path(source).filename().string() + ".tmp");
+    tmps.push_back(tmp);
+    std::error_code ec;
+    fs::copy_file(source, tmp, fs::copy_options::overwrite_existing, ec);
+    if (ec) {
+      drop_tmps();
+      std::error_code ignored;
+      if (fs::exists(source, ignored)) throw fs::filesystem_error("cannot copy the best checkpoint", source, tmp, ec);
+      std::cout << "eval: " << fs::path(source).filename().string()
+                << " was removed (--max-to-keep) before it could be kept as the best; best/ keeps the previous one"
+                << std::endl;
+      return false;
+    }
   }
-  fs::rename(tmp, best / name);
+  std::set<std::string> kept;
+  for (const auto& source : sources) {
+    const std::string f = fs::path(source).filename().string();
+    fs::rename(best / (f + ".tmp"), best / f);
+    kept.insert(f);
+  }
   for (const auto& entry : fs::directory_iterator(best)) {
     const std::string f = entry.path().filename().string();
-    if (f != name.string() && f.rfind("ckpt-", 0) == 0) fs::remove(entry.path());
+    if (kept.count(f) == 0 && (f.rfind("ckpt-", 0) == 0 || f.rfind("dynamic-", 0) == 0)) fs::remove(entry.path());
   }
   const nlohmann::ordered_json j = {
       {"checkpoint", name.string()}, {"global_step", step}, {"metric", metric}, {"value", value}};
@@ -235,7 +309,7 @@ EvaluatorOutcome run_evaluator(const Model& model, const data::Dataset& eval, co
         if (std::isfinite(m.auc)) line << " auc " << m.auc;
         line << (better ? " (best so far)" : "");
         std::cout << line.str() << std::endl;
-        if (better && keep_best(opts.model_dir, path, e.global_step, spec.best_metric, value)) {
+        if (better && keep_best(opts.model_dir, path, e.dynamic_files, e.global_step, spec.best_metric, value)) {
           have_best = true;
           best_value = value;
         }
@@ -249,6 +323,30 @@ EvaluatorOutcome run_evaluator(const Model& model, const data::Dataset& eval, co
             << (final_name.empty() ? std::string() : ", the final one " + fs::path(final_name).filename().string())
             << std::endl;
   return out;
+}
+
+std::vector<std::vector<std::int64_t>> eval_rows_needed(const Model& model, const std::vector<std::string>& vars,
+                                                        const data::Dataset& ds, std::int64_t max_batches) {
+  std::vector<std::vector<std::int64_t>> ids(vars.size());
+  if (vars.empty()) return ids;
+  std::vector<std::int64_t> all(static_cast<std::size_t>(ds.size));
+  for (std::int64_t i = 0; i < ds.size; ++i) all[static_cast<std::size_t>(i)] = i;
+  data::BatchIterator it(ds, all, 1000, false, 2);
+  data::Batch batch;
+  std::int64_t batches = 0;
+  while ((max_batches <= 0 || batches < max_batches) && it.next(batch)) {
+    const Inputs in = inputs_of(batch);
+    for (std::size_t d = 0; d < vars.size(); ++d) {
+      const std::vector<std::int64_t> r = model.rows_needed(vars[d], in);
+      ids[d].insert(ids[d].end(), r.begin(), r.end());
+    }
+    ++batches;
+  }
+  for (auto& v : ids) {
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+  }
+  return ids;
 }
 
 void notify_evaluators(const Runtime& runtime, MPI_Comm comm, const std::string& final_checkpoint, int status,

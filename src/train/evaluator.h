@@ -8,7 +8,9 @@
 
 #include <mpi.h>
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "strata/cluster/runtime.h"
 #include "strata/data/dataset.h"
@@ -35,8 +37,20 @@ struct EvaluatorOutcome {
 
 // Evaluator rank: watches opts.model_dir until the chief's message, evaluating each newly
 // committed checkpoint (the newest when several are new, saying how many it skipped), and the
-// final one always. Writes <model_dir>/eval.jsonl and <model_dir>/best/. Not collective.
+// final one always. A model with dynamic tables is evaluated with each table's state at the
+// checkpoint's step, read from its dynamic-<step>.h5 chain in model_dir (a row the table lacks reads
+// as zeros, as the in-job evaluation's inference lookups read it); a checkpoint whose tables have
+// no intact state at its step is skipped with one line, like a damaged dense file. Writes
+// <model_dir>/eval.jsonl and <model_dir>/best/ (the best checkpoint's file, and its tables' chain
+// when the model has dynamic tables). Not collective.
 EvaluatorOutcome run_evaluator(const Model& model, const data::Dataset& eval, const EvaluatorOptions& opts);
+
+// The ids of each dynamic table `vars[d]` that evaluating `ds` reads (its first max_batches batches
+// of 1000, every batch when max_batches <= 0, as evaluate_metrics reads it), sorted and unique. The
+// in-job evaluation looks them up on the PS; the evaluator task reads them from the checkpoint's
+// tables, so both evaluate the same rows.
+std::vector<std::vector<std::int64_t>> eval_rows_needed(const Model& model, const std::vector<std::string>& vars,
+                                                        const data::Dataset& ds, std::int64_t max_batches);
 
 // Chief: tells every evaluator rank that training is over. Waits (at most timeout_s, then a
 // TimeoutError naming the evaluator ranks) until each message is delivered.

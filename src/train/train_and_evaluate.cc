@@ -113,23 +113,10 @@ Params pull_params(const Model& model, ParameterServerStrategy& strategy, const 
 void add_dynamic_rows(const Model& model, ParameterServerStrategy& strategy, const std::vector<DynamicVariable>& dyn,
                       const data::Dataset& ds, std::int64_t max_batches, Params& params) {
   if (dyn.empty()) return;
-  std::vector<std::vector<std::int64_t>> ids(dyn.size());
-  std::vector<std::int64_t> all(static_cast<std::size_t>(ds.size));
-  for (std::int64_t i = 0; i < ds.size; ++i) all[static_cast<std::size_t>(i)] = i;
-  data::BatchIterator it(ds, all, 1000, false, 2);
-  data::Batch batch;
-  std::int64_t batches = 0;
-  while ((max_batches <= 0 || batches < max_batches) && it.next(batch)) {
-    const Inputs in = inputs_of(batch);
-    for (std::size_t d = 0; d < dyn.size(); ++d) {
-      const std::vector<std::int64_t> r = model.rows_needed(dyn[d].name(), in);
-      ids[d].insert(ids[d].end(), r.begin(), r.end());
-    }
-    ++batches;
-  }
+  std::vector<std::string> names;
+  for (const auto& v : dyn) names.push_back(v.name());
+  std::vector<std::vector<std::int64_t>> ids = eval_rows_needed(model, names, ds, max_batches);
   for (std::size_t d = 0; d < dyn.size(); ++d) {
-    std::sort(ids[d].begin(), ids[d].end());
-    ids[d].erase(std::unique(ids[d].begin(), ids[d].end()), ids[d].end());
     model::SparseParam& sp = params.sparse[dyn[d].name()];
     sp.width = static_cast<int>(dyn[d].dim());
     sp.rows = std::move(ids[d]);
@@ -524,12 +511,6 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
           throw ConfigError("--eval-best-metric auc: the model is not a binary classifier (AUC needs one); use "
                             "accuracy or loss");
         if (cfg.optimizer.empty()) sopt.ps.optimizer = ps::OptimizerConfig::parse(optimizer_spec(cfg, net.get()));
-        // The evaluator task evaluates the dense checkpoint files alone; a model with dynamic
-        // tables needs their rows too (the chief's own evaluation looks them up on the PS).
-        if (!net->dynamic_variables().empty() && rt->count_role(Role::kEvaluator) > 0)
-          throw ConfigError("the model has dynamic embedding tables ('" + net->dynamic_variables().front().name +
-                            "'...), which the evaluator task cannot read from checkpoints yet: run the job "
-                            "without an evaluator (the chief evaluates at the end)");
       }
       // The ranks that write checkpoints (the PS ranks, and the chief's checkpoint.json) really
       // write a file there now, so an unusable directory is a usage error before the first step,

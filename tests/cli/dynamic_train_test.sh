@@ -4,8 +4,8 @@
 # AUC well above chance, and its summary line carries every table's rows / admitted / evicted /
 # bytes, summed and per PS shard; sync runs are bit-equal run to run and across PS counts (rows
 # are a function of the id, applied in worker order); admission and capacity show in the
-# counters; checkpoints hold the tables (a resumed sync job evaluates the same); an evaluator
-# task or a bad dynamic option is one line, exit 2.
+# counters; checkpoints hold the tables (a resumed sync job evaluates the same); a bad dynamic
+# option is one line, exit 2. (The evaluator task with dynamic tables: dynamic_ops_test.sh.)
 source "$(dirname "$0")/lib.sh"
 
 summary() { grep -E '^\{.*"global_step"' "$OUT" | tail -n1; }
@@ -111,21 +111,6 @@ expect_rc 0
 B=$(summary_get 'repr((j["auc"], j["test_loss"], {k: v["rows"] for k, v in j["dynamic"].items()}))')
 [ "$(summary_get 'j["global_step"]')" = "$STEP" ] || fail "global step after the resume: $(summary_get 'j["global_step"]'), saved $STEP"
 [ "$A" = "$B" ] || fail "the resumed job differs: $A vs $B"
-
-case_begin "a dynamic spec with an evaluator task: refused in one line, exit 2"
-cluster='{"chief": ["localhost:2220"], "worker": ["localhost:2221"], "ps": ["localhost:2222"], "evaluator": ["localhost:2223"]}'
-contexts=()
-for task in "ps 0" "chief 0" "worker 0" "evaluator 0"; do
-  set -- $task
-  [ ${#contexts[@]} -gt 0 ] && contexts+=(:)
-  contexts+=(-np 1 env "TF_CONFIG={\"cluster\": $cluster, \"task\": {\"type\": \"$1\", \"index\": $2}}"
-             "$STRATA_BIN" train --model-spec "$SPEC" --data "csv:$D/train.tsv" --eval-data "csv:$D/eval.tsv"
-             --checkpoint-dir "$D/ck_eval" "${QUIET[@]}")
-done
-run "$MPIEXEC" "${MPIEXEC_FLAGS[@]}" "${contexts[@]}"
-expect_rc 2
-[ "$(grep 'error' "$ERR" | sort -u | wc -l)" = 1 ] || fail "expected one distinct error line"
-expect_stderr_has "which the evaluator task cannot read from checkpoints yet"
 
 case_begin "a bad dynamic option: one line naming the field, exit 2"
 sed 's/"capacity": 1048576/"capacity": 0/' "$SPEC" > "$D/bad.json"

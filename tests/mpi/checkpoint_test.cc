@@ -21,6 +21,7 @@
 
 #include "mpi/mpi_test.h"
 #include "strata/checkpoint/checkpoint.h"
+#include "strata/checkpoint/dynamic.h"
 #include "strata/common/error.h"
 #include "strata/common/logging.h"
 
@@ -773,6 +774,63 @@ TEST(Checkpoint, PointerEntriesStayInsideTheDirectory) {
   }
   STRATA_EXPECT_ALL(comm.get(), broadcast_verdict(comm.get(), listed && link_refused));
   STRATA_EXPECT_ALL(comm.get(), broadcast_verdict(comm.get(), kept));
+  remove_dir(comm.get(), dir);
+}
+
+// A table state for the dynamic files beside the dense ones: rows of 2 floats, ids that grow with
+// the step (a delta carries the rows added since its parent).
+DynamicTableState table_at(std::int64_t step, bool full, std::int64_t parent, std::uint32_t parent_crc) {
+  DynamicTableState t;
+  t.name = "emb";
+  t.kind = full ? DynamicKind::kFull : DynamicKind::kDelta;
+  t.dim = 2;
+  t.optimizer = "sgd";
+  for (std::int64_t id = full ? 0 : parent; id < step; ++id) {
+    t.ids.push_back(id * 7 + 1);
+    t.values.insert(t.values.end(), {static_cast<float>(id), static_cast<float>(step)});
+    t.stamps.push_back(step);
+  }
+  t.clock = step;
+  t.total_rows = step;
+  if (!full) {
+    t.parent_step = parent;
+    t.parent_checksum = parent_crc;
+  }
+  return t;
+}
+
+// max_to_keep covers the dynamic-<step>.h5 files: after each save the directory holds exactly the
+// files the kept steps' chains need (a full base every 3 saves, deltas between, as a job with
+// --dynamic-full-every 3 writes them, each before its dense save commits).
+TEST(Checkpoint, MaxToKeepDeletesTheDynamicFilesNoKeptStepNeeds) {
+  TestComm comm;
+  std::string dir = make_dir(comm.get(), "dynkeep");
+  SaveOptions keep_two;
+  keep_two.max_to_keep = 2;
+  std::uint32_t crc = 0;
+  bool all_ok = true;
+  for (std::int64_t step = 1; step <= 8; ++step) {
+    const bool full = (step - 1) % 3 == 0;  // 1, 4, 7
+    if (comm.rank() == 0)
+      crc = write_dynamic_checkpoint(dir, step, {table_at(step, full, step - 1, crc)}).content_checksums.at(0);
+    MPI_Barrier(comm.get());
+    save_test_model(comm.get(), dir, step, keep_two);
+    if (comm.rank() != 0) continue;
+    // Kept: step - 1 and step; each needs its chain down to the newest base at or before it.
+    std::vector<std::int64_t> want;
+    const std::int64_t base = step - 1 >= 1 ? ((step - 2) / 3) * 3 + 1 : step;
+    for (std::int64_t s = std::min(base, step); s <= step; ++s) want.push_back(s);
+    const std::vector<std::int64_t> have = list_dynamic_checkpoints(dir);
+    if (have != want) {
+      all_ok = false;
+      std::fprintf(stderr, "after step %lld: %zu dynamic files, want %zu\n", static_cast<long long>(step), have.size(),
+                   want.size());
+    }
+    const DynamicRestore r = restore_dynamic_table(dir, "emb", step - 1 >= 1 ? step - 1 : step);
+    all_ok = all_ok && r.warning.empty() && r.state.total_rows == (step - 1 >= 1 ? step - 1 : step) &&
+             r.state.ids.size() == static_cast<std::size_t>(r.state.total_rows);
+  }
+  STRATA_EXPECT_ALL(comm.get(), broadcast_verdict(comm.get(), all_ok));
   remove_dir(comm.get(), dir);
 }
 

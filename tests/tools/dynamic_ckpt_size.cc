@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
     c.dim = dim;
     c.capacity = rows * 2;
     c.init = ps::Initializer::uniform(-0.05, 0.05, 1);
-    if (admission) c.admit_after = 2;  // the sketch (4 x 65536 counters) is saved with every file
+    if (admission) c.admit_after = 2;  // the sketch (4 x 65536 counters): whole in a full file
     ps::DynamicTable table(c);
     std::mt19937_64 gen(3);
     std::vector<std::int64_t> ids(static_cast<std::size_t>(rows));
@@ -57,8 +57,8 @@ int main(int argc, char** argv) {
     table.apply(ids.data() + n_old, ids.size() - n_old, grads.data(), 2);
     auto seconds = [](auto t0) { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
     auto t0 = std::chrono::steady_clock::now();
-    const checkpoint::DynamicSaveResult full =
-        checkpoint::write_dynamic_checkpoint(dir, 2, {test::full_state("emb", c, table.export_rows())});
+    const checkpoint::DynamicTableState full_state = test::full_state("emb", c, table.export_rows());
+    const checkpoint::DynamicSaveResult full = checkpoint::write_dynamic_checkpoint(dir, 2, {full_state});
     const double full_s = seconds(t0);
     table.mark_saved();
     table.apply(ids.data() + n_old, n_touch, grads.data(), 3);
@@ -66,15 +66,19 @@ int main(int argc, char** argv) {
     t0 = std::chrono::steady_clock::now();
     const ps::DynamicTableDelta d = table.export_delta();
     const std::size_t delta_rows = d.rows.ids.size(), delta_evicted = d.evicted_ids.size();
-    const checkpoint::DynamicSaveResult delta = checkpoint::write_dynamic_checkpoint(
-        dir, 3, {test::delta_state("emb", c, d, table.size(), 2, full.content_checksums.at(0))});
+    // As PS 0 saves it: only the sketch counters changed since the parent, when that is smaller.
+    checkpoint::DynamicTableState delta_state =
+        test::delta_state("emb", c, d, table.size(), 2, full.content_checksums.at(0));
+    checkpoint::sparsify_sketch(delta_state, full_state.sketch);
+    const checkpoint::DynamicSaveResult delta = checkpoint::write_dynamic_checkpoint(dir, 3, {delta_state});
     const double delta_s = seconds(t0);
     // The chain restores to the live table.
     const checkpoint::DynamicRestore r = checkpoint::restore_dynamic_table(dir, "emb");
     const ps::DynamicTableSnapshot live = table.export_rows();
     const bool same = r.step == 3 && r.state.ids == live.ids && r.state.values.size() == live.values.size() &&
                       std::memcmp(r.state.values.data(), live.values.data(), live.values.size() * sizeof(float)) == 0 &&
-                      r.state.slots.at(0) == live.slots.at(0) && r.state.stamps == live.stamps;
+                      r.state.slots.at(0) == live.slots.at(0) && r.state.stamps == live.stamps &&
+                      r.state.sketch == live.sketch;
     // The live table saved full beside the chain, for `strata ckpt diff DIR/dynamic-3.h5 DIR/live/dynamic-3.h5`.
     std::filesystem::create_directories(dir + "/live");
     checkpoint::write_dynamic_checkpoint(dir + "/live", 3, {test::full_state("emb", c, table.export_rows())});

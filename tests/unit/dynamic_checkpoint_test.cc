@@ -339,6 +339,162 @@ TEST(DynamicCheckpoint, CompactionRewritesTheChainAsOneFullBase) {
   expect_same_state(r.state, job.full());
 }
 
+// ---- deltas of the admission sketch ------------------------------------------------------------------
+
+// A delta carries only the sketch counters changed since its parent: smaller, and base + delta
+// still restores the whole sketch bit for bit.
+TEST(DynamicCheckpoint, ADeltaCarriesOnlyTheChangedSketchCounters) {
+  TempDir dir, whole;
+  Job job(/*admission=*/true);
+  job.config.sketch_width = 4096;
+  for (auto& s : job.shard) s = std::make_unique<DynamicTable>(job.config);
+  job.run(400);
+  const DynamicTableState base = job.full();
+  const std::uint32_t crc = write_dynamic_checkpoint(dir.path(), 100, {base}).content_checksums.at(0);
+  write_dynamic_checkpoint(whole.path(), 100, {base});
+  job.run(60);
+  DynamicTableState d = job.delta(100, crc);
+  const DynamicSaveResult plain = write_dynamic_checkpoint(whole.path(), 200, {d});
+  ASSERT_TRUE(sparsify_sketch(d, base.sketch));
+  EXPECT_FALSE(sparsify_sketch(d, base.sketch));  // once
+  EXPECT_GT(d.sketch_cells.size(), 0u);
+  EXPECT_LT(d.sketch_cells.size(), base.sketch.size() / 5);
+  const DynamicSaveResult sparse = write_dynamic_checkpoint(dir.path(), 200, {d});
+  // The whole sketch is 4 x 4096 x 2 bytes; the cells cost 10 bytes each, and one more dataset
+  // about 1.5 KiB of HDF5 metadata and integrity entries.
+  EXPECT_LE(sparse.file_bytes + (4 * 4096 * 2 - d.sketch_cells.size() * 10), plain.file_bytes + 2048)
+      << sparse.file_bytes << " vs " << plain.file_bytes << " with " << d.sketch_cells.size() << " cells";
+  EXPECT_LT(sparse.file_bytes, plain.file_bytes);
+  const DynamicCheckpointFile f = read_dynamic_checkpoint(dir.file(200));
+  EXPECT_TRUE(f.tables.at(0).sketch_sparse);
+  EXPECT_EQ(f.tables.at(0).sketch_cells, d.sketch_cells);
+  EXPECT_EQ(f.tables.at(0).sketch, d.sketch);
+  const DynamicRestore r = restore_dynamic_table(dir.path(), "emb");
+  EXPECT_EQ(r.step, 200);
+  expect_same_state(r.state, job.full());
+  EXPECT_FALSE(r.state.sketch_sparse);
+  // Nothing to gain: a full table, no sketch, a parent sketch of another size.
+  DynamicTableState full = job.full();
+  EXPECT_FALSE(sparsify_sketch(full, base.sketch));
+  DynamicTableState other = job.delta(200, 0);
+  EXPECT_FALSE(sparsify_sketch(other, std::vector<std::uint16_t>(8)));
+}
+
+// ---- retention ---------------------------------------------------------------------------------
+
+// Saves steps 1..7 of `job`, a full base every 3 saves (1, 4, 7) and deltas between, as a job
+// with --dynamic-full-every 3 does; returns the live full state at each step (index = step).
+std::vector<DynamicTableState> save_steps(Job& job, const TempDir& dir) {
+  std::vector<DynamicTableState> states(1);
+  std::uint32_t parent = 0;
+  for (std::int64_t step = 1; step <= 7; ++step) {
+    job.run(step == 1 ? 800 : 90);
+    const bool full = (step - 1) % 3 == 0;
+    parent = write_dynamic_checkpoint(dir.path(), step, {full ? job.full() : job.delta(step - 1, parent)})
+                 .content_checksums.at(0);
+    job.mark_saved();
+    states.push_back(job.full());
+  }
+  return states;
+}
+
+TEST(DynamicRetention, AKeptStepKeepsItsFileAndEveryLinkDownToItsBase) {
+  TempDir dir;
+  Job job(true);
+  save_steps(job, dir);
+  using Steps = std::vector<std::int64_t>;
+  // The two newest kept (max_to_keep 2): 6 needs 4 and 5; 7 is a base.
+  DynamicRetention r = plan_dynamic_retention(dir.path(), {6, 7});
+  EXPECT_EQ(r.needed, (Steps{4, 5, 6, 7}));
+  EXPECT_EQ(r.unneeded, (Steps{1, 2, 3}));
+  EXPECT_TRUE(r.notes.empty());
+  // A preserved old step (keep_every_n_hours) keeps its own chain, not the deltas after it.
+  r = plan_dynamic_retention(dir.path(), {2, 7});
+  EXPECT_EQ(r.needed, (Steps{1, 2, 7}));
+  EXPECT_EQ(r.unneeded, (Steps{3, 4, 5, 6}));
+  // Files newer than every kept step are an uncommitted save's: never retention's to delete.
+  r = plan_dynamic_retention(dir.path(), {4});
+  EXPECT_EQ(r.needed, (Steps{4, 5, 6, 7}));
+  EXPECT_EQ(r.unneeded, (Steps{1, 2, 3}));
+  // A kept step between saves of tables restores from the newest file before it.
+  r = plan_dynamic_retention(dir.path(), {100});
+  EXPECT_EQ(r.needed, (Steps{7}));
+  // No kept step: nothing says what is unneeded.
+  r = plan_dynamic_retention(dir.path(), {});
+  EXPECT_EQ(r.needed, (Steps{1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_TRUE(r.unneeded.empty());
+}
+
+TEST(DynamicRetention, PruneDeletesExactlyTheUnneededFilesAndKeptStepsRestoreBitForBit) {
+  TempDir dir;
+  Job job(true);
+  const std::vector<DynamicTableState> states = save_steps(job, dir);
+  // A symbolic link in a file's place is no file of this directory: never followed nor removed.
+  const std::string outside = dir.path() + "/outside.h5";
+  fs::rename(dir.file(3), outside);
+  fs::create_symlink(outside, dir.file(3));
+  DynamicPrune p = prune_dynamic_checkpoints(dir.path(), {5, 6});
+  EXPECT_EQ(p.removed, (std::vector<std::string>{"dynamic-1.h5", "dynamic-2.h5"}));
+  EXPECT_TRUE(p.not_removed.empty());
+  EXPECT_TRUE(fs::is_symlink(dir.file(3)) && fs::exists(outside));
+  EXPECT_EQ(list_dynamic_checkpoints(dir.path()), (std::vector<std::int64_t>{4, 5, 6, 7}));
+  for (const std::int64_t step : {5, 6, 7}) {
+    const DynamicRestore r = restore_dynamic_table(dir.path(), "emb", step);
+    EXPECT_EQ(r.step, step);
+    EXPECT_EQ(r.warning, "");
+    expect_same_state(r.state, states.at(static_cast<std::size_t>(step)));
+  }
+  // Pruning again with the same kept steps removes nothing; with only 7 kept, its base alone stays.
+  EXPECT_TRUE(prune_dynamic_checkpoints(dir.path(), {5, 6}).removed.empty());
+  p = prune_dynamic_checkpoints(dir.path(), {7});
+  EXPECT_EQ(p.removed, (std::vector<std::string>{"dynamic-4.h5", "dynamic-5.h5", "dynamic-6.h5"}));
+  EXPECT_EQ(list_dynamic_checkpoints(dir.path()), (std::vector<std::int64_t>{7}));
+  expect_same_state(restore_dynamic_table(dir.path(), "emb", 7).state, states.at(7));
+}
+
+// A preserved step (keep_every_n_hours) that is a delta is rewritten whole once no newer kept
+// step's chain runs through it, so its chain's older links go; never while one does.
+TEST(DynamicRetention, APreservedDeltaIsCompactedWhenNothingNewerLinksThroughIt) {
+  TempDir dir;
+  Job job(true);
+  const std::vector<DynamicTableState> states = save_steps(job, dir);
+  // 3's chain runs through 2: no compaction of 2.
+  EXPECT_TRUE(plan_dynamic_retention(dir.path(), {2, 3}, {2}).compactable.empty());
+  // 5 shares its base 4 with 6: rewriting 5 would free nothing.
+  EXPECT_TRUE(plan_dynamic_retention(dir.path(), {5, 6}, {5}).compactable.empty());
+  EXPECT_EQ(plan_dynamic_retention(dir.path(), {2, 6, 7}, {2}).compactable, (std::vector<std::int64_t>{2}));
+  const DynamicPrune p = prune_dynamic_checkpoints(dir.path(), {2, 6, 7}, {2});
+  EXPECT_EQ(p.compacted, (std::vector<std::string>{"dynamic-2.h5"}));
+  EXPECT_EQ(p.removed, (std::vector<std::string>{"dynamic-1.h5", "dynamic-3.h5"}));
+  EXPECT_EQ(list_dynamic_checkpoints(dir.path()), (std::vector<std::int64_t>{2, 4, 5, 6, 7}));
+  EXPECT_EQ(read_dynamic_checkpoint(dir.file(2)).tables.at(0).kind, DynamicKind::kFull);
+  for (const std::int64_t step : {2, 6, 7}) {
+    const DynamicRestore r = restore_dynamic_table(dir.path(), "emb", step);
+    EXPECT_EQ(r.step, step);
+    expect_same_state(r.state, states.at(static_cast<std::size_t>(step)));
+  }
+  // Whole now: nothing more to compact.
+  EXPECT_TRUE(prune_dynamic_checkpoints(dir.path(), {2, 6, 7}, {2}).compacted.empty());
+}
+
+TEST(DynamicRetention, ABrokenChainKeepsEveryOlderFileForTheFallback) {
+  TempDir dir;
+  Job job(false);
+  const std::vector<DynamicTableState> states = save_steps(job, dir);
+  flip_byte(dir.file(5), 0.5);
+  const DynamicRetention r = plan_dynamic_retention(dir.path(), {6, 7});
+  EXPECT_EQ(r.needed, (std::vector<std::int64_t>{1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_TRUE(r.unneeded.empty());
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_NE(r.notes[0].find("step 6"), std::string::npos) << r.notes[0];
+  EXPECT_NE(r.notes[0].find("dynamic-5.h5"), std::string::npos) << r.notes[0];
+  EXPECT_TRUE(prune_dynamic_checkpoints(dir.path(), {6, 7}).removed.empty());
+  // What a restore at 6 falls back to is still there.
+  const DynamicRestore back = restore_dynamic_table(dir.path(), "emb", 6);
+  EXPECT_EQ(back.step, 4);
+  expect_same_state(back.state, states.at(4));
+}
+
 // ---- hostile files -----------------------------------------------------------------------------------
 
 class DynamicCheckpointSecurity : public ::testing::Test {
@@ -425,6 +581,34 @@ TEST_F(DynamicCheckpointSecurity, BadDeltaLinksAndEvictedIdsAreRefused) {
   expect_refused(craft(d, 5), "both evicted and a row");
   d.evicted_ids = {9, 8};
   expect_refused(craft(d, 5), "evicted_ids are not strictly increasing");
+}
+
+TEST_F(DynamicCheckpointSecurity, BadSketchCellsAreRefused) {
+  Job job(true);
+  job.run(300);
+  const DynamicTableState base = job.full();
+  job.run(30);
+  DynamicTableState d = job.delta(4, 1);
+  ASSERT_TRUE(sparsify_sketch(d, base.sketch));
+  ASSERT_GT(d.sketch_cells.size(), 1u);
+  DynamicTableState t = d;
+  std::swap(t.sketch_cells[0], t.sketch_cells[1]);
+  expect_refused(craft(t), "sketch_cells are not strictly increasing");
+  t = d;
+  t.sketch_cells.back() = 4 * t.sketch_width;
+  expect_refused(craft(t), "sketch_cells are not strictly increasing in [0, 4 x sketch_width)");
+  t = d;
+  t.sketch.pop_back();
+  expect_refused(craft(t), "sketch_values hold");
+  t = job.full();
+  t.sketch_sparse = true;
+  t.sketch_cells = {0};
+  t.sketch = {1};
+  expect_refused(craft(t), "only a delta of a table with a sketch may carry changed sketch cells");
+  // The writer refuses them too.
+  t = d;
+  std::swap(t.sketch_cells[0], t.sketch_cells[1]);
+  EXPECT_THROW(write_dynamic_checkpoint(dir_.path(), 9, {t}), ConfigError);
 }
 
 TEST_F(DynamicCheckpointSecurity, FilesThatAreNoDynamicCheckpointAreRefused) {

@@ -24,6 +24,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "strata/common/error.h"
@@ -47,7 +48,10 @@ const char* to_string(DynamicKind kind);  // "full", "delta"
 //   values     n * dim floats, row i at i * dim
 //   slots      one n * dim array per name in slot_names (the optimizer's slots, in its order)
 //   stamps     n steps of last update, >= 0
-//   sketch     4 * sketch_width admission counters (empty and width 0 without admission)
+//   sketch     4 * sketch_width admission counters (empty and width 0 without admission); in a
+//              delta with sketch_sparse, only the counters that changed since the parent: their
+//              flat indices (row * sketch_width + column) in sketch_cells, strictly increasing,
+//              and their values in sketch, one per cell (sparsify_sketch())
 //   total_rows rows of the full state this describes (a delta: after applying it)
 // A delta also has evicted_ids (strictly increasing, none of them in ids) and the link to its
 // parent: parent_step (the global step of the parent save) and parent_checksum (the parent
@@ -66,6 +70,8 @@ struct DynamicTableState {
   std::int64_t clock = 0;
   std::int64_t sketch_width = 0;
   std::vector<std::uint16_t> sketch;
+  bool sketch_sparse = false;
+  std::vector<std::int64_t> sketch_cells;
   DynamicTableCounters counters;
   std::int64_t total_rows = 0;
   std::vector<std::int64_t> evicted_ids;
@@ -77,6 +83,12 @@ struct DynamicTableState {
 
 // "dynamic-<step>.h5".
 std::string dynamic_file_name(std::int64_t global_step);
+
+// The table name of dynamic variable `variable` in a training job's files (FORMAT.md 10.7):
+// letters, digits, '_' and '.' unchanged, every other byte as '-' and two lowercase hex digits
+// ("user/emb" -> "user-2femb"); one-to-one, so two variables never share a table. ConfigError
+// when the result exceeds the format's 255 bytes.
+std::string dynamic_table_name(std::string_view variable);
 
 // What a save wrote.
 struct DynamicSaveResult {
@@ -106,6 +118,13 @@ struct DynamicCheckpointFile {
   const DynamicTableState* find(const std::string& name) const;
 };
 DynamicCheckpointFile read_dynamic_checkpoint(const std::string& path, bool with_data = true);
+
+// Makes the delta `delta` carry only the sketch counters that differ from `parent_sketch` (the
+// whole sketch of its parent state), when that is smaller than the whole sketch (10 bytes per
+// changed counter against 2 per counter). True when it did. A merge restores the whole sketch:
+// the parent's with these counters replaced. Nothing changes for a full table, a table without
+// admission, or a parent sketch of another size.
+bool sparsify_sketch(DynamicTableState& delta, const std::vector<std::uint16_t>& parent_sketch);
 
 // Applies `delta` to the full state `base` (the state of the delta's parent): removes the evicted
 // ids, inserts or replaces the delta's rows; clock, sketch, counters and total_rows become the
@@ -145,6 +164,42 @@ DynamicRestorePlan plan_dynamic_restore(const std::string& dir, const std::strin
 DynamicRestore restore_dynamic_table(const std::string& dir, const std::string& name,
                                      std::optional<std::int64_t> at_step = std::nullopt,
                                      const std::function<bool(std::int64_t)>& keep = {});
+
+// Retention (FORMAT.md 10.8): which dynamic-<step>.h5 files of `dir` the checkpoints at
+// `kept_steps` (the steps checkpoint.json keeps) need. A kept step S needs the newest file at or
+// before S (the state a restore at S starts from) and, for every table in that file, every link
+// of its chain down to the full base. When that file does not verify or a chain is not intact, a
+// restore at S falls back to an older state (10.5), so then every file at or before it is needed
+// (and `notes` says why). Files newer than every kept step belong to a save that has not committed
+// (remove_orphaned_files() judges those) and are always needed; with no kept step every file is.
+// `compactable`: the steps of `compact_steps` (the preserved ones, keep_every_n_hours) whose own
+// file is a delta that no other kept step's chain runs through, and whose rewriting as a full
+// state would free at least one older file. Reads the verified headers of the files on the
+// chains (each read whole once), no row data. Local, no MPI; throws Error only when the directory
+// cannot be listed.
+struct DynamicRetention {
+  std::vector<std::int64_t> needed;       // ascending
+  std::vector<std::int64_t> unneeded;     // ascending: no kept step needs them
+  std::vector<std::string> notes;         // one line per kept step whose newest state is not intact
+  std::vector<std::int64_t> compactable;  // ascending
+};
+DynamicRetention plan_dynamic_retention(const std::string& dir, const std::vector<std::int64_t>& kept_steps,
+                                        const std::vector<std::int64_t>& compact_steps = {});
+
+// Rewrites every compactable step as a full state (the file replaced atomically; nothing links to
+// it but itself), then deletes the files plan_dynamic_retention() finds unneeded: regular files
+// only, never through a symbolic link. Called by save() after checkpoint.json is committed, with
+// the preserved steps as `compact_steps` (so a crash between the two leaves extra files, never a
+// kept step with a missing link; the next save removes them), and by `strata ckpt prune`. Throws
+// Error when a compaction fails (the files are then as they were, or the step's file is whole).
+struct DynamicPrune {
+  DynamicRetention plan;                 // after the compactions
+  std::vector<std::string> compacted;    // file names rewritten whole
+  std::vector<std::string> removed;      // file names, by step
+  std::vector<std::string> not_removed;  // "<file>: <why>" for unneeded files left in place
+};
+DynamicPrune prune_dynamic_checkpoints(const std::string& dir, const std::vector<std::int64_t>& kept_steps,
+                                       const std::vector<std::int64_t>& compact_steps = {});
 
 // Compaction: rewrites the state at `at_step` (the newest file when nullopt; it must be the
 // newest file in `dir`, since newer deltas link to the content of their parent) as one file in

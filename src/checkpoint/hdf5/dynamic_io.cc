@@ -23,7 +23,9 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <set>
+#include <string_view>
 
 #include "checkpoint/hdf5/commit.h"
 #include "checkpoint/hdf5/h5_util.h"
@@ -43,6 +45,27 @@ bool DynamicTableCounters::operator==(const DynamicTableCounters& o) const {
 const char* to_string(DynamicKind kind) { return kind == DynamicKind::kFull ? "full" : "delta"; }
 
 std::string dynamic_file_name(std::int64_t global_step) { return "dynamic-" + std::to_string(global_step) + ".h5"; }
+
+std::string dynamic_table_name(std::string_view variable) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (const char ch : variable) {
+    const auto c = static_cast<unsigned char>(ch);
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.') {
+      out.push_back(ch);
+    } else {
+      out.push_back('-');
+      out.push_back(hex[c >> 4]);
+      out.push_back(hex[c & 15]);
+    }
+  }
+  // "." and ".." are refused by the format; a variable named so is spelled with escapes.
+  if (out == "." || out == "..") out = std::string(out.size() == 1 ? "-2e" : "-2e-2e");
+  if (out.empty() || out.size() > 255)
+    throw ConfigError("dynamic variable '" + std::string(variable) + "': its checkpoint table name '" + out +
+                      "' must be 1 to 255 bytes (FORMAT.md 10.7)");
+  return out;
+}
 
 const DynamicTableState* DynamicCheckpointFile::find(const std::string& name) const {
   for (const auto& t : tables)
@@ -133,9 +156,14 @@ std::vector<Dataset> expected_datasets(const DynamicTableState& t, std::uint64_t
   for (std::size_t k = 0; k < t.slot_names.size(); ++k)
     out.push_back(
         {"slots/" + t.slot_names[k], Elem::kF32, {n, dim}, k < t.slots.size() ? t.slots[k].data() : nullptr, 0, 0});
-  if (t.sketch_width > 0)
+  if (t.sketch_width > 0 && t.sketch_sparse) {
+    const auto m = static_cast<std::uint64_t>(t.sketch_cells.size());
+    out.push_back({"sketch_cells", Elem::kI64, {m}, t.sketch_cells.data(), 0, 0});
+    out.push_back({"sketch_values", Elem::kU16, {m}, t.sketch.data(), 0, 0});
+  } else if (t.sketch_width > 0) {
     out.push_back(
         {"sketch", Elem::kU16, {kSketchDepth, static_cast<std::uint64_t>(t.sketch_width)}, t.sketch.data(), 0, 0});
+  }
   if (t.kind == DynamicKind::kDelta) out.push_back({"evicted_ids", Elem::kI64, {e}, t.evicted_ids.data(), 0, 0});
   for (auto& d : out) {
     d.bytes = elem_size(d.elem);
@@ -175,9 +203,22 @@ void validate_table(const DynamicTableState& t) {
   if (t.clock < 0) bad_table(t, "clock " + std::to_string(t.clock) + " is negative");
   if (t.sketch_width < 0 || t.sketch_width > kMaxSketchWidth)
     bad_table(t, "sketch_width " + std::to_string(t.sketch_width) + " is outside [0, 2^26]");
-  if (t.sketch.size() != static_cast<std::size_t>(kSketchDepth * t.sketch_width))
+  if (t.sketch_sparse) {
+    if (t.kind != DynamicKind::kDelta || t.sketch_width == 0)
+      bad_table(t, "only a delta of a table with a sketch may carry changed sketch cells");
+    if (t.sketch.size() != t.sketch_cells.size())
+      bad_table(t, std::to_string(t.sketch.size()) + " sketch values for " + std::to_string(t.sketch_cells.size()) +
+                       " cells");
+    for (std::size_t i = 0; i < t.sketch_cells.size(); ++i)
+      if (t.sketch_cells[i] < 0 || t.sketch_cells[i] >= kSketchDepth * t.sketch_width ||
+          (i > 0 && t.sketch_cells[i] <= t.sketch_cells[i - 1]))
+        bad_table(t, "sketch cells are not strictly increasing in [0, 4 x sketch_width) at " + std::to_string(i));
+  } else if (t.sketch.size() != static_cast<std::size_t>(kSketchDepth * t.sketch_width)) {
     bad_table(
         t, "sketch holds " + std::to_string(t.sketch.size()) + " counters for width " + std::to_string(t.sketch_width));
+  } else if (!t.sketch_cells.empty()) {
+    bad_table(t, "sketch cells without sketch_sparse");
+  }
   if (t.total_rows < 0) bad_table(t, "total_rows is negative");
   for (const auto& c : kCounters)
     if (t.counters.*c.member < 0) bad_table(t, std::string("counter ") + c.name + " is negative");
@@ -400,6 +441,13 @@ DynamicTableState read_table(hid_t file, std::int64_t global_step, const std::st
   t.sketch_width = nonneg_attr(g, "sketch_width", what);
   if (t.sketch_width > kMaxSketchWidth)
     throw Error(what + ": sketch_width " + std::to_string(t.sketch_width) + " is above 2^26");
+  if (detail::has_attr(g, "sketch_form")) {
+    const std::string form = detail::read_attr_string(g, "sketch_form");
+    if (form != "cells") throw Error(what + ": sketch_form '" + form + "' is not 'cells'");
+    if (t.kind != DynamicKind::kDelta || t.sketch_width == 0)
+      throw Error(what + ": only a delta of a table with a sketch may carry changed sketch cells");
+    t.sketch_sparse = true;
+  }
   t.total_rows = nonneg_attr(g, "total_rows", what);
   for (const auto& c : kCounters)
     t.counters.*c.member = nonneg_attr(g, (std::string("counter_") + c.name).c_str(), what);
@@ -458,6 +506,12 @@ DynamicTableState read_table(hid_t file, std::int64_t global_step, const std::st
       throw Error(what + ": stamps hold " + std::to_string(d.dims[0]) + " entries for " + std::to_string(n) + " ids");
     if (d.rel == "sketch" && (d.dims[0] != kSketchDepth || d.dims[1] != static_cast<std::uint64_t>(t.sketch_width)))
       throw Error(what + ": sketch is " + dims_text(d.dims) + ", expected [4," + std::to_string(t.sketch_width) + "]");
+    if (d.rel == "sketch_values" && d.dims[0] != ds[3 + t.slot_names.size()].dims[0])
+      throw Error(what + ": sketch_values hold " + std::to_string(d.dims[0]) + " counters for " +
+                  std::to_string(ds[3 + t.slot_names.size()].dims[0]) + " sketch_cells");
+    if (d.rel == "sketch_cells" && d.dims[0] > static_cast<std::uint64_t>(kSketchDepth * t.sketch_width))
+      throw Error(what + ": sketch_cells hold " + std::to_string(d.dims[0]) + " cells, more than the sketch's " +
+                  std::to_string(kSketchDepth * t.sketch_width));
   }
   t.stored_rows = static_cast<std::int64_t>(n);
   if (t.kind == DynamicKind::kFull && static_cast<std::uint64_t>(t.total_rows) != n)
@@ -486,7 +540,18 @@ DynamicTableState read_table(hid_t file, std::int64_t global_step, const std::st
   read_into(handles[2].get(), ds[2], t.stamps);
   t.slots.resize(t.slot_names.size());
   for (std::size_t k = 0; k < t.slot_names.size(); ++k) read_into(handles[3 + k].get(), ds[3 + k], t.slots[k]);
-  if (t.sketch_width > 0) read_into(handles[3 + t.slot_names.size()].get(), ds[3 + t.slot_names.size()], t.sketch);
+  const std::size_t sk = 3 + t.slot_names.size();
+  if (t.sketch_sparse) {
+    read_into(handles[sk].get(), ds[sk], t.sketch_cells);
+    read_into(handles[sk + 1].get(), ds[sk + 1], t.sketch);
+    for (std::size_t i = 0; i < t.sketch_cells.size(); ++i)
+      if (t.sketch_cells[i] < 0 || t.sketch_cells[i] >= kSketchDepth * t.sketch_width ||
+          (i > 0 && t.sketch_cells[i] <= t.sketch_cells[i - 1]))
+        throw Error(what + ": sketch_cells are not strictly increasing in [0, 4 x sketch_width) at " +
+                    std::to_string(i));
+  } else if (t.sketch_width > 0) {
+    read_into(handles[sk].get(), ds[sk], t.sketch);
+  }
   for (std::size_t i = 0; i < t.ids.size(); ++i) {
     if (i > 0 && t.ids[i] <= t.ids[i - 1])
       throw Error(what + ": ids are not strictly increasing at row " + std::to_string(i) + " (" +
@@ -516,6 +581,7 @@ std::string detail::dynamic_table_text(const DynamicTableState& t, std::vector<s
   s += "slot_names " + text_field(join(t.slot_names, ',')) + "\n";
   s += "clock " + std::to_string(t.clock) + "\n";
   s += "sketch_width " + std::to_string(t.sketch_width) + "\n";
+  if (t.sketch_sparse) s += "sketch_form cells\n";  // absent from whole-sketch tables' text
   s += "total_rows " + std::to_string(t.total_rows) + "\n";
   s += "counters";
   for (const auto& c : kCounters) s += " " + std::to_string(t.counters.*c.member);
@@ -561,6 +627,8 @@ DynamicSaveResult detail::write_dynamic_file(const std::string& final_path, std:
         if (d.rel == "values" || d.rel.rfind("slots/", 0) == 0)
           d.dims = {floats / static_cast<std::uint64_t>(t.dim), static_cast<std::uint64_t>(t.dim)};
         if (d.rel == "sketch") d.dims = {kSketchDepth, t.sketch.size() / kSketchDepth};
+        if (d.rel == "sketch_cells") d.dims = {t.sketch_cells.size()};
+        if (d.rel == "sketch_values") d.dims = {t.sketch.size()};
         d.bytes = elem_size(d.elem);
         for (auto x : d.dims) d.bytes *= x;
       }
@@ -614,6 +682,7 @@ DynamicSaveResult detail::write_dynamic_file(const std::string& final_path, std:
         detail::write_attr_string(g.get(), "slot_names", join(t.slot_names, ','));
         detail::write_attr_i64(g.get(), "clock", t.clock);
         detail::write_attr_i64(g.get(), "sketch_width", t.sketch_width);
+        if (t.sketch_sparse) detail::write_attr_string(g.get(), "sketch_form", "cells");
         detail::write_attr_i64(g.get(), "total_rows", t.total_rows);
         for (const auto& c : kCounters)
           detail::write_attr_i64(g.get(), (std::string("counter_") + c.name).c_str(), t.counters.*c.member);
@@ -798,7 +867,22 @@ DynamicTableState merge(const DynamicTableState& base, const DynamicTableState& 
   }
   out.clock = delta.clock;
   out.sketch_width = delta.sketch_width;
-  out.sketch = delta.sketch;
+  if (delta.sketch_sparse) {
+    // The parent's whole sketch with the delta's changed counters.
+    if (base.sketch.size() != static_cast<std::size_t>(kSketchDepth * delta.sketch_width) ||
+        delta.sketch.size() != delta.sketch_cells.size())
+      throw Error(what + "the delta's sketch cells do not fit its base's sketch (" + std::to_string(base.sketch.size()) +
+                  " counters, the delta's width is " + std::to_string(delta.sketch_width) + ")");
+    out.sketch = base.sketch;
+    for (std::size_t c = 0; c < delta.sketch_cells.size(); ++c) {
+      const std::int64_t cell = delta.sketch_cells[c];
+      if (cell < 0 || static_cast<std::size_t>(cell) >= out.sketch.size())
+        throw Error(what + "sketch cell " + std::to_string(cell) + " is outside the sketch");
+      out.sketch[static_cast<std::size_t>(cell)] = delta.sketch[c];
+    }
+  } else {
+    out.sketch = delta.sketch;
+  }
   out.counters = delta.counters;
   out.total_rows = static_cast<std::int64_t>(out.ids.size());
   if (check_rows && out.total_rows != delta.total_rows)
@@ -813,6 +897,26 @@ bool is_regular(const std::string& path) {
 }
 
 }  // namespace
+
+bool sparsify_sketch(DynamicTableState& delta, const std::vector<std::uint16_t>& parent_sketch) {
+  if (delta.kind != DynamicKind::kDelta || delta.sketch_sparse || delta.sketch_width == 0 ||
+      parent_sketch.size() != delta.sketch.size())
+    return false;
+  std::vector<std::int64_t> cells;
+  std::vector<std::uint16_t> values;
+  // 10 bytes per changed counter (index and value) against 2 per counter for the whole sketch.
+  const std::size_t limit = delta.sketch.size() / 5;
+  for (std::size_t c = 0; c < delta.sketch.size(); ++c) {
+    if (delta.sketch[c] == parent_sketch[c]) continue;
+    if (cells.size() >= limit) return false;
+    cells.push_back(static_cast<std::int64_t>(c));
+    values.push_back(delta.sketch[c]);
+  }
+  delta.sketch_cells = std::move(cells);
+  delta.sketch = std::move(values);
+  delta.sketch_sparse = true;
+  return true;
+}
 
 DynamicTableState merge_dynamic_delta(const DynamicTableState& base, const DynamicTableState& delta) {
   return merge(base, delta, true);
@@ -839,14 +943,41 @@ std::vector<std::int64_t> list_dynamic_checkpoints(const std::string& dir) {
 
 namespace {
 
-// Verified headers of the files of one directory, each read at most once, and the chains built
-// from them (the rules of FORMAT.md 10.5).
+// The verified headers of the dynamic files of one directory, each read at most once (reading
+// one verifies its whole-file CRC-32, so a file is read whole once however many chains pass it).
+class HeaderCache {
+ public:
+  explicit HeaderCache(std::string dir) : dir_(std::move(dir)), steps_(list_dynamic_checkpoints(dir_)) {}
+  const std::string& dir() const { return dir_; }
+  const std::vector<std::int64_t>& steps() const { return steps_; }
+  std::string path(std::int64_t step) const { return dir_ + "/" + dynamic_file_name(step); }
+  // The file's header (tables without data), or why it cannot be read.
+  const std::pair<std::optional<DynamicCheckpointFile>, std::string>& header(std::int64_t step) {
+    auto it = headers_.find(step);
+    if (it != headers_.end()) return it->second;
+    auto& slot = headers_[step];
+    try {
+      slot.first = read_dynamic_checkpoint(path(step), false);
+    } catch (const Error& e) {
+      slot.second = e.message();
+    }
+    return slot;
+  }
+
+ private:
+  std::string dir_;
+  std::vector<std::int64_t> steps_;
+  std::map<std::int64_t, std::pair<std::optional<DynamicCheckpointFile>, std::string>> headers_;
+};
+
+// The chains of one table built from a directory's headers (the rules of FORMAT.md 10.5).
 class ChainWalker {
  public:
-  ChainWalker(std::string dir, std::string name) : dir_(std::move(dir)), name_(std::move(name)) {
-    steps_ = list_dynamic_checkpoints(dir_);
-  }
-  const std::vector<std::int64_t>& steps() const { return steps_; }
+  ChainWalker(std::string dir, std::string name)
+      : own_(std::make_unique<HeaderCache>(std::move(dir))), cache_(own_.get()), name_(std::move(name)) {}
+  // Shares `cache` (which must outlive this walker) with other walkers of the same directory.
+  ChainWalker(HeaderCache& cache, std::string name) : cache_(&cache), name_(std::move(name)) {}
+  const std::vector<std::int64_t>& steps() const { return cache_->steps(); }
 
   // The chain of the table from `candidate` down to a full base (newest first), or why not.
   std::vector<std::int64_t> chain(std::int64_t candidate, std::string& failure) {
@@ -854,11 +985,11 @@ class ChainWalker {
     std::int64_t step = candidate, child = -1;
     std::optional<std::uint32_t> want;
     for (;;) {
-      if (!std::binary_search(steps_.begin(), steps_.end(), step)) {
+      if (!std::binary_search(steps().begin(), steps().end(), step)) {
         failure = dynamic_file_name(child) + " links to " + dynamic_file_name(step) + ", which is missing";
         return {};
       }
-      const auto& h = header(step);
+      const auto& h = cache_->header(step);
       if (!h.first) {
         failure = h.second;
         return {};
@@ -881,7 +1012,7 @@ class ChainWalker {
     }
   }
 
-  std::string path(std::int64_t step) const { return dir_ + "/" + dynamic_file_name(step); }
+  std::string path(std::int64_t step) const { return cache_->path(step); }
 
   std::string warning(std::int64_t step, std::size_t files, const std::vector<std::string>& skipped) const {
     if (skipped.empty()) return "";
@@ -891,27 +1022,15 @@ class ChainWalker {
 
   [[noreturn]] void none(std::optional<std::int64_t> at_step, const std::vector<std::string>& skipped) const {
     if (skipped.empty())
-      throw ConfigError("dynamic table '" + name_ + "': no dynamic checkpoint in '" + dir_ + "'" +
+      throw ConfigError("dynamic table '" + name_ + "': no dynamic checkpoint in '" + cache_->dir() + "'" +
                         (at_step ? " at or before step " + std::to_string(*at_step) : std::string()));
-    throw Error("dynamic table '" + name_ + "': no complete state in '" + dir_ + "': " + join(skipped, ';'));
+    throw Error("dynamic table '" + name_ + "': no complete state in '" + cache_->dir() + "': " + join(skipped, ';'));
   }
 
  private:
-  const std::pair<std::optional<DynamicCheckpointFile>, std::string>& header(std::int64_t step) {
-    auto it = headers_.find(step);
-    if (it != headers_.end()) return it->second;
-    auto& slot = headers_[step];
-    try {
-      slot.first = read_dynamic_checkpoint(path(step), false);
-    } catch (const Error& e) {
-      slot.second = e.message();
-    }
-    return slot;
-  }
-
-  std::string dir_, name_;
-  std::vector<std::int64_t> steps_;
-  std::map<std::int64_t, std::pair<std::optional<DynamicCheckpointFile>, std::string>> headers_;
+  std::unique_ptr<HeaderCache> own_;
+  HeaderCache* cache_;
+  std::string name_;
 };
 
 }  // namespace
@@ -976,6 +1095,120 @@ DynamicRestore restore_dynamic_table(const std::string& dir, const std::string& 
     return r;
   }
   walker.none(at_step, skipped);
+}
+
+DynamicRetention plan_dynamic_retention(const std::string& dir, const std::vector<std::int64_t>& kept_steps,
+                                        const std::vector<std::int64_t>& compact_steps) {
+  HeaderCache cache(dir);
+  const std::vector<std::int64_t>& steps = cache.steps();
+  std::set<std::int64_t> needed;
+  DynamicRetention out;
+  if (kept_steps.empty()) {
+    out.needed = steps;  // nothing is kept, so nothing tells which files are unneeded
+    return out;
+  }
+  const std::int64_t newest_kept = *std::max_element(kept_steps.begin(), kept_steps.end());
+  // Files newer than every kept step belong to a save that is not committed (or another writer's):
+  // not retention's to judge.
+  for (const std::int64_t step : steps)
+    if (step > newest_kept) needed.insert(step);
+  std::set<std::int64_t> kept(kept_steps.begin(), kept_steps.end());
+  std::map<std::int64_t, std::set<std::int64_t>> chains;  // kept step whose chains are intact -> their files
+  for (const std::int64_t at : kept) {
+    // The newest file at or before the kept step: the state a restore at `at` starts from.
+    const auto it = std::upper_bound(steps.begin(), steps.end(), at);
+    if (it == steps.begin()) continue;  // no tables saved at or before it
+    const std::int64_t head = *std::prev(it);
+    needed.insert(head);
+    std::string broken;
+    std::set<std::int64_t> files{head};
+    const auto& h = cache.header(head);
+    if (!h.first) {
+      broken = h.second;
+    } else {
+      for (const auto& t : h.first->tables) {
+        ChainWalker walker(cache, t.name);
+        std::string failure;
+        const std::vector<std::int64_t> chain = walker.chain(head, failure);
+        if (chain.empty()) {
+          broken = failure;
+          break;
+        }
+        files.insert(chain.begin(), chain.end());
+      }
+    }
+    if (!broken.empty()) {
+      // A restore at `at` falls back to some older state (FORMAT.md 10.5): keep every candidate.
+      for (auto s = steps.begin(); s != it; ++s) needed.insert(*s);
+      out.notes.push_back("step " + std::to_string(at) + ": " + dynamic_file_name(head) +
+                          " has no intact chain (" + broken + "); every older dynamic file is kept");
+      continue;
+    }
+    needed.insert(files.begin(), files.end());
+    if (head == at) chains[at] = std::move(files);
+  }
+  // Compaction candidates: a delta no other kept step's chain runs through (its content may then
+  // change) whose rewriting as a full state frees at least one older file.
+  for (const std::int64_t c : std::set<std::int64_t>(compact_steps.begin(), compact_steps.end())) {
+    const auto mine = chains.find(c);
+    if (mine == chains.end() || mine->second.size() < 2) continue;
+    bool pinned = false, frees = false;
+    for (const auto& [other, files] : chains) pinned = pinned || (other != c && files.count(c) > 0);
+    for (const std::int64_t a : mine->second) {
+      if (a == c) continue;
+      bool used = false;
+      for (const auto& [other, files] : chains) used = used || (other != c && files.count(a) > 0);
+      frees = frees || !used;
+    }
+    if (!pinned && frees) out.compactable.push_back(c);
+  }
+  for (const std::int64_t step : steps) (needed.count(step) ? out.needed : out.unneeded).push_back(step);
+  return out;
+}
+
+DynamicPrune prune_dynamic_checkpoints(const std::string& dir, const std::vector<std::int64_t>& kept_steps,
+                                       const std::vector<std::int64_t>& compact_steps) {
+  DynamicPrune out;
+  out.plan = plan_dynamic_retention(dir, kept_steps, compact_steps);
+  if (!out.plan.compactable.empty()) {
+    // Each rewritten whole (atomically, by rename), then the plan again: its older links are
+    // unneeded now. A crash in between leaves them, and the next prune removes them.
+    for (const std::int64_t step : out.plan.compactable) {
+      const DynamicCheckpointFile head = read_dynamic_checkpoint(dir + "/" + dynamic_file_name(step), false);
+      std::vector<DynamicTableState> full;
+      for (const auto& t : head.tables) {
+        DynamicRestore r = restore_dynamic_table(dir, t.name, step);
+        if (r.step != step) throw Error(r.warning);
+        full.push_back(std::move(r.state));
+      }
+      write_dynamic_checkpoint(dir, step, full);
+      out.compacted.push_back(dynamic_file_name(step));
+    }
+    std::vector<std::string> notes = std::move(out.plan.notes);
+    out.plan = plan_dynamic_retention(dir, kept_steps);
+    out.plan.notes = std::move(notes);
+  }
+  for (const std::int64_t step : out.plan.unneeded) {
+    const std::string name = dynamic_file_name(step);
+    const std::string path = dir + "/" + name;
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) {
+      if (errno != ENOENT) out.not_removed.push_back(name + ": " + std::strerror(errno));
+      continue;
+    }
+    if (!S_ISREG(st.st_mode)) {
+      out.not_removed.push_back(name + ": it is " + detail::file_kind(st.st_mode) + ", not a regular file");
+      continue;
+    }
+    // unlink(2) never follows a link and never removes a directory, should the name change
+    // between the lstat and here.
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      out.not_removed.push_back(name + ": " + std::strerror(errno));
+      continue;
+    }
+    out.removed.push_back(name);
+  }
+  return out;
 }
 
 DynamicSaveResult compact_dynamic_checkpoints(const std::string& dir, std::optional<std::int64_t> at_step,

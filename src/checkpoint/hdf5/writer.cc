@@ -56,6 +56,7 @@
 #include "checkpoint/hdf5/h5_util.h"
 #include "checkpoint/hdf5/integrity.h"
 #include "strata/checkpoint/checkpoint.h"
+#include "strata/checkpoint/dynamic.h"
 #include "strata/common/error.h"
 #include "strata/common/parse.h"
 #include "strata/common/logging.h"
@@ -212,6 +213,28 @@ std::string validate_locally(const SaveRequest& req, const std::map<std::string,
     }
   }
   return {};
+}
+
+// Retention of the dynamic-<step>.h5 files beside the dense ones (FORMAT.md 10.8), run after the
+// pointer naming only `kept` is committed: a file goes once no kept step's chain needs it. Every
+// save runs it, so files left by a crash between the pointer and here go at the next save. The
+// checkpoint is committed by now, so a failure here is a warning, never a failed save.
+void prune_dynamic_files(const std::string& dir, const std::vector<CheckpointEntry>& kept) {
+  std::vector<std::int64_t> steps, preserved;
+  for (const auto& e : kept) {
+    steps.push_back(e.global_step);
+    if (e.preserved) preserved.push_back(e.global_step);
+  }
+  try {
+    // A preserved step outlives the others: its tables are rewritten whole once no newer kept
+    // step's chain runs through them, so that its chain's older links can go.
+    const DynamicPrune pruned = prune_dynamic_checkpoints(dir, steps, preserved);
+    for (const auto& note : pruned.plan.notes) STRATA_LOG(WARN) << "checkpoint: max_to_keep: dynamic tables: " << note;
+    for (const auto& why : pruned.not_removed)
+      STRATA_LOG(WARN) << "checkpoint: max_to_keep: not deleting " << dir << "/" << why;
+  } catch (const Error& e) {
+    STRATA_LOG(WARN) << "checkpoint: max_to_keep: dynamic tables of " << dir << " left in place: " << e.message();
+  }
 }
 
 }  // namespace
@@ -615,6 +638,7 @@ std::string save(MPI_Comm comm, const std::string& dir, std::int64_t global_step
             STRATA_LOG(WARN) << "checkpoint: max_to_keep: not deleting " << dir << "/" << e.file << ": " << kept;
           }
         }
+        if (options.max_to_keep > 0) prune_dynamic_files(dir, entries);
       } catch (const Error& e) {
         error = cannot + "commit failed: " + e.message();
         std::error_code ec;
