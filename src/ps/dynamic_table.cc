@@ -166,6 +166,7 @@ struct DynamicTable::Impl {
   std::vector<const float*> grad_ptrs;
   std::vector<std::uint32_t> sum_at;  // per unique row: its sum's offset in `sums`, or kNoRow
   std::vector<float> sums;
+  std::uint8_t touch_sink = 0;   // prefetch_record's loads land here (never read)
   std::vector<float> gathered;  // update_rows: values, slots and gradients of a batch's rows
   Shape row_shape;
   Initializer row_init;
@@ -265,7 +266,7 @@ struct DynamicTable::Impl {
   // Prefetches the first `bytes` (at most kMaxPrefetchLines lines) of the record of the first slot
   // whose tag matches `h` on its probe path (the id is not compared: no record is read). Reads the
   // index only, so it never changes what find() returns.
-  void prefetch_record(std::uint64_t h, std::size_t bytes, bool for_write) const {
+  void prefetch_record(std::uint64_t h, std::size_t bytes, bool for_write) {
     const auto tag = static_cast<std::uint16_t>(h & 0xff);
     std::size_t pos = home(h);
     for (int d = 1;; ++d) {
@@ -275,7 +276,17 @@ struct DynamicTable::Impl {
       if (sd == d && (s.meta & 0xff) == tag) {
         const std::uint8_t* rec = record(s.row());
         const std::size_t lines = std::min(kMaxPrefetchLines, (bytes + 63) / 64 + 1);  // +1: records straddle lines
-        for (std::size_t k = 0; k < lines; ++k) {
+        // For an update, a load rather than a prefetch of the first line: a prefetch that misses
+        // the TLB may be dropped, and a large table's records are mostly on pages the TLB does
+        // not hold; the load walks the page tables (its value is not used). Measured: updates of
+        // 2,000 rows of a 256k-row table 10-15% faster with it, lookups slower (their loop has
+        // less work to hide a stalled load behind), so lookups only prefetch.
+        std::size_t k = 0;
+        if (for_write) {
+          touch_sink = static_cast<std::uint8_t>(touch_sink + *reinterpret_cast<const volatile std::uint8_t*>(rec));
+          k = 1;
+        }
+        for (; k < lines; ++k) {
           if (for_write)
             __builtin_prefetch(rec + 64 * k, 1);
           else
