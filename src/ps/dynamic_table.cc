@@ -597,7 +597,7 @@ void DynamicTable::apply(const std::int64_t* ids, std::size_t n, const float* gr
   t.batch_rows.resize(n);
   t.batch_hash.resize(n);
   for (std::size_t i = 0; i < n; ++i) t.batch_hash[i] = t.hash(ids[i]);
-  // The whole record is prefetched for writing: the stamp now, values and slots in apply_rows.
+  // The whole record is prefetched for writing: the stamp now, values and slots in update_rows.
   for (std::size_t i = 0; i < std::min(n, kIndexAhead); ++i) t.prefetch_home(t.batch_hash[i]);
   for (std::size_t i = 0; i < std::min(n, kRecordAhead); ++i) t.prefetch_record(t.batch_hash[i], t.record_bytes, true);
   for (std::size_t i = 0; i < n; ++i) {
