@@ -61,8 +61,27 @@ struct ClientCore final : PsCore {
   std::vector<std::vector<std::int64_t>> dyn_readback;
   std::vector<std::vector<char>> dyn_readback_pending;
   std::vector<std::int64_t> dyn_message;  // the request being sent (reused)
-  std::vector<std::int64_t> dyn_keys;     // deduplication scratch (reused)
-  std::vector<std::uint32_t> dyn_slots;
+  // A batch's distinct ids grouped per PS (group_dynamic); every buffer is reused across calls,
+  // so a steady stream of batches allocates nothing and touches no fresh page.
+  struct DynamicBatch {
+    std::vector<std::uint32_t> slot_of;  // per input id: its distinct id's position in `ids`
+    std::vector<std::int64_t> ids;       // distinct ids, PS 0's first, each PS's in order of first appearance
+    std::vector<std::size_t> begin;      // num_ps + 1 offsets: PS p's distinct ids are [begin[p], begin[p + 1])
+    std::vector<float> rows;             // lookup: distinct rows (answers land here); update: summed gradients
+    // Scratch: the open-addressing table (key, then distinct number + 1 and the call's epoch, so
+    // it is never cleared between calls), the distinct ids in order of first appearance, their
+    // PS and their position in `ids`.
+    std::vector<std::int64_t> table_keys;
+    std::vector<std::uint64_t> table_tags;
+    std::uint32_t epoch = 0;
+    std::vector<std::int64_t> first_ids;
+    std::vector<std::int32_t> first_ps;
+    std::vector<std::uint32_t> position;
+    std::vector<char> started;  // update: per distinct id, whether its sum has its first gradient
+  };
+  DynamicBatch dyn_batch;
+  // Deduplicates ids[0..n) and groups the distinct ids per PS into dyn_batch (rows left unsized).
+  void group_dynamic(const std::int64_t* ids, std::size_t n);
   // Takes a drained read-back of PS p into dyn_acked (call after a flush).
   void take_readback(std::size_t d, int p);
   // Writes one request into this worker's area on PS p (after the previous one was answered) and

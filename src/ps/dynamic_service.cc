@@ -331,10 +331,13 @@ void ClientCore::send_dynamic(std::size_t d, int p, DynamicRequestKind kind, con
   const auto pi = static_cast<std::size_t>(p);
   const int peer = ps_rank[pi];
   const std::uint64_t area = l.request(worker);
-  // header | ids | (update) gradient rows, one contiguous message.
+  // header | ids | (update) gradient rows, one contiguous message. The buffer only grows: a
+  // resize within its size would zero what is written next anyway.
   const std::size_t row_floats = rows ? n * static_cast<std::size_t>(l.dim) : 0;
+  const std::size_t words = dynamic_header::kBytes / 8 + n + (row_floats + 1) / 2;
   std::vector<std::int64_t>& msg = dyn_message;
-  msg.assign(dynamic_header::kBytes / 8 + n + (row_floats + 1) / 2, 0);
+  if (msg.size() < words) msg.resize(words);
+  std::fill(msg.begin(), msg.begin() + dynamic_header::kBytes / 8, 0);
   msg[dynamic_header::kCount / 8] = static_cast<std::int64_t>(n);
   msg[dynamic_header::kKind / 8] = static_cast<std::int64_t>(kind);
   msg[dynamic_header::kStep / 8] = step;
@@ -364,48 +367,72 @@ void ClientCore::take_readback(std::size_t d, int p) {
   dyn_readback_pending[d][pi] = 0;
 }
 
-namespace {
-
-// A batch's distinct ids grouped per PS, in order of first appearance within each PS.
-struct Grouped {
-  std::vector<std::uint32_t> slot_of;          // per input id: its distinct id's index
-  std::vector<std::vector<std::int64_t>> ids;  // per PS: distinct ids
-  std::vector<std::vector<std::uint32_t>> at;  // per PS: their distinct index
-  std::size_t distinct = 0;
-};
-
 // Deduplicates with an open-addressing table of at least 2n slots (linear probing on mix64 of the
-// id): a batch of 4096 ids costs tens of microseconds, where std::unordered_map's node per id
-// cost several times that. `keys`/`slots` are scratch kept across calls.
-Grouped group(const std::int64_t* ids, std::size_t n, int num_ps, std::vector<std::int64_t>& keys,
-              std::vector<std::uint32_t>& slots) {
-  constexpr std::uint32_t kEmpty = ~std::uint32_t{0};
-  Grouped g;
-  g.slot_of.resize(n);
-  g.ids.resize(static_cast<std::size_t>(num_ps));
-  g.at.resize(static_cast<std::size_t>(num_ps));
+// id) whose entries carry the call's epoch, so the table is never cleared between calls. Then a
+// counting sort by PS (stable: each PS's ids stay in order of first appearance, the order the
+// requests have always carried). A batch of 4096 ids costs a few microseconds.
+void ClientCore::group_dynamic(const std::int64_t* ids, std::size_t n) {
+  DynamicBatch& b = dyn_batch;
+  const int P = num_ps();
+  const auto num = static_cast<std::size_t>(P);
   std::size_t cap = 16;
   while (cap < 2 * n) cap <<= 1;
-  keys.resize(cap);
-  slots.assign(cap, kEmpty);
+  if (b.table_keys.size() < cap) {
+    b.table_keys.assign(cap, 0);
+    b.table_tags.assign(cap, 0);
+    b.epoch = 0;
+  }
+  if (++b.epoch == 0) {  // 2^32 calls: start the epochs again from a clear table
+    std::fill(b.table_tags.begin(), b.table_tags.end(), 0);
+    b.epoch = 1;
+  }
+  const std::uint64_t epoch = std::uint64_t{b.epoch} << 32;
+  const std::size_t mask = cap - 1;
+  std::int64_t* keys = b.table_keys.data();
+  std::uint64_t* tags = b.table_tags.data();
+  if (b.slot_of.size() < n) b.slot_of.resize(n);
+  b.first_ids.clear();
+  b.first_ps.clear();
   for (std::size_t i = 0; i < n; ++i) {
     const std::int64_t id = ids[i];
-    std::size_t h = static_cast<std::size_t>(dynamic_mix64(static_cast<std::uint64_t>(id))) & (cap - 1);
-    while (slots[h] != kEmpty && keys[h] != id) h = (h + 1) & (cap - 1);
-    if (slots[h] == kEmpty) {
-      keys[h] = id;
-      slots[h] = static_cast<std::uint32_t>(g.distinct);
-      const auto p = static_cast<std::size_t>(num_ps == 1 ? 0 : shard_of(id, num_ps));
-      g.ids[p].push_back(id);
-      g.at[p].push_back(slots[h]);
-      ++g.distinct;
+    std::size_t h = static_cast<std::size_t>(dynamic_mix64(static_cast<std::uint64_t>(id))) & mask;
+    for (;;) {
+      const std::uint64_t tag = tags[h];
+      if ((tag & ~std::uint64_t{0xffffffff}) != epoch) {  // empty in this call
+        const auto distinct = static_cast<std::uint32_t>(b.first_ids.size());
+        keys[h] = id;
+        tags[h] = epoch | (std::uint64_t{distinct} + 1);
+        b.first_ids.push_back(id);
+        if (P > 1) b.first_ps.push_back(shard_of(id, P));
+        b.slot_of[i] = distinct;
+        break;
+      }
+      if (keys[h] == id) {
+        b.slot_of[i] = static_cast<std::uint32_t>(tag) - 1;
+        break;
+      }
+      h = (h + 1) & mask;
     }
-    g.slot_of[i] = slots[h];
   }
-  return g;
+  const std::size_t distinct = b.first_ids.size();
+  b.begin.assign(num + 1, 0);
+  if (P == 1) {
+    std::swap(b.ids, b.first_ids);  // positions are the distinct numbers
+    b.begin[1] = distinct;
+    return;
+  }
+  for (const std::int32_t p : b.first_ps) ++b.begin[static_cast<std::size_t>(p) + 1];
+  for (std::size_t p = 0; p < num; ++p) b.begin[p + 1] += b.begin[p];
+  b.ids.resize(distinct);
+  b.position.resize(distinct);
+  std::vector<std::size_t> next(b.begin.begin(), b.begin.end() - 1);
+  for (std::size_t j = 0; j < distinct; ++j) {
+    const std::size_t at = next[static_cast<std::size_t>(b.first_ps[j])]++;
+    b.position[j] = static_cast<std::uint32_t>(at);
+    b.ids[at] = b.first_ids[j];
+  }
+  for (std::size_t i = 0; i < n; ++i) b.slot_of[i] = b.position[b.slot_of[i]];
 }
-
-}  // namespace
 
 void ClientCore::lookup_dynamic(std::size_t d, const std::int64_t* ids, std::size_t n, float* out,
                                 DynamicRequestKind kind) {
@@ -416,53 +443,54 @@ void ClientCore::lookup_dynamic(std::size_t d, const std::int64_t* ids, std::siz
   settle_sync("lookup_dynamic");
   const auto dim = static_cast<std::size_t>(dynamic[d].dim);
   const int P = num_ps();
-  const Grouped g = group(ids, n, P, dyn_keys, dyn_slots);
-  std::vector<float> rows(g.distinct * dim);
+  const auto num = static_cast<std::size_t>(P);
+  group_dynamic(ids, n);
+  DynamicBatch& b = dyn_batch;
+  if (b.rows.size() < b.ids.size() * dim) b.rows.resize(b.ids.size() * dim);
+  // Answers are read straight into the distinct rows, at their positions.
+  float* rows = b.rows.data();
   const auto max_ids = static_cast<std::size_t>(dynamic[d].max_ids);
-  std::vector<std::size_t> pos(static_cast<std::size_t>(P), 0), count(static_cast<std::size_t>(P), 0);
-  std::vector<std::vector<float>> answer(static_cast<std::size_t>(P));
+  std::vector<std::size_t> pos(num, 0), count(num, 0);
   for (bool more = true; more;) {
     more = false;
-    for (int p = 0; p < P; ++p) {
-      const auto pi = static_cast<std::size_t>(p);
-      count[pi] = std::min(max_ids, g.ids[pi].size() - pos[pi]);
-      if (count[pi] > 0) send_dynamic(d, p, kind, g.ids[pi].data() + pos[pi], count[pi], nullptr, 0, true);
+    for (std::size_t pi = 0; pi < num; ++pi) {
+      count[pi] = std::min(max_ids, b.begin[pi + 1] - b.begin[pi] - pos[pi]);
+      if (count[pi] > 0)
+        send_dynamic(d, static_cast<int>(pi), kind, b.ids.data() + b.begin[pi] + pos[pi], count[pi], nullptr, 0, true);
     }
     // Where operations reach the PS in issue order and it serves requests on arrival (tcp between
     // nodes), the rows are read at once: one round trip for the request and the answer together,
     // valid when the request's read-back says it was served.
+    auto read_rows = [&](std::size_t pi) {
+      const DynamicLayout& l = layout.dynamic(d, static_cast<int>(pi));
+      transport->get(*region, ps_rank[pi], l.request(worker) + l.rows, rows + (b.begin[pi] + pos[pi]) * dim,
+                     4 * count[pi] * dim);
+    };
     bool speculated = false;
-    for (int p = 0; p < P; ++p) {
-      const auto pi = static_cast<std::size_t>(p);
-      answer[pi].resize(count[pi] * dim);
+    for (std::size_t pi = 0; pi < num; ++pi) {
       if (count[pi] == 0 || !dyn_readback_pending[d][pi]) continue;
-      const DynamicLayout& l = layout.dynamic(d, p);
-      transport->get(*region, ps_rank[pi], l.request(worker) + l.rows, answer[pi].data(), 4 * count[pi] * dim);
+      read_rows(pi);
       speculated = true;
     }
     if (speculated) transport->flush_all(*region);
     bool fetched = false;
-    for (int p = 0; p < P; ++p) {
-      const auto pi = static_cast<std::size_t>(p);
+    for (std::size_t pi = 0; pi < num; ++pi) {
       if (count[pi] == 0) continue;
       const bool was_speculated = dyn_readback_pending[d][pi] != 0;
-      take_readback(d, p);
+      take_readback(d, static_cast<int>(pi));
       if (was_speculated && dyn_acked[d][pi] >= dyn_sent[d][pi]) continue;
-      wait_dynamic(d, p, "lookup_dynamic");
-      const DynamicLayout& l = layout.dynamic(d, p);
-      transport->get(*region, ps_rank[pi], l.request(worker) + l.rows, answer[pi].data(), 4 * count[pi] * dim);
+      wait_dynamic(d, static_cast<int>(pi), "lookup_dynamic");
+      read_rows(pi);
       fetched = true;
     }
     if (fetched) transport->flush_all(*region);
-    for (int p = 0; p < P; ++p) {
-      const auto pi = static_cast<std::size_t>(p);
-      for (std::size_t i = 0; i < count[pi]; ++i)
-        std::memcpy(rows.data() + std::size_t{g.at[pi][pos[pi] + i]} * dim, answer[pi].data() + i * dim, 4 * dim);
+    for (std::size_t pi = 0; pi < num; ++pi) {
       pos[pi] += count[pi];
-      more |= pos[pi] < g.ids[pi].size();
+      more |= b.begin[pi] + pos[pi] < b.begin[pi + 1];
     }
   }
-  for (std::size_t i = 0; i < n; ++i) std::memcpy(out + i * dim, rows.data() + std::size_t{g.slot_of[i]} * dim, 4 * dim);
+  const std::uint32_t* slot_of = b.slot_of.data();
+  for (std::size_t i = 0; i < n; ++i) std::memcpy(out + i * dim, rows + std::size_t{slot_of[i]} * dim, 4 * dim);
 }
 
 void ClientCore::update_dynamic(std::size_t d, const std::int64_t* ids, std::size_t n, const float* grads,
@@ -476,47 +504,49 @@ void ClientCore::update_dynamic(std::size_t d, const std::int64_t* ids, std::siz
   if (n == 0 && !sync) return;
   const auto dim = static_cast<std::size_t>(dynamic[d].dim);
   const int P = num_ps();
-  const Grouped g = group(ids, n, P, dyn_keys, dyn_slots);
+  const auto num = static_cast<std::size_t>(P);
+  group_dynamic(ids, n);
+  DynamicBatch& b = dyn_batch;
+  const std::size_t distinct = b.ids.size();
   // Sum the gradients of each distinct id in order of appearance, starting from the first (as the
-  // table does, so a batch summed here equals the same batch summed there, bit for bit).
-  std::vector<float> sum(g.distinct * dim);
-  std::vector<char> started(g.distinct, 0);
+  // table does, so a batch summed here equals the same batch summed there, bit for bit), at the
+  // id's position: each request's gradient rows are then one contiguous run.
+  if (b.rows.size() < distinct * dim) b.rows.resize(distinct * dim);
+  float* sum = b.rows.data();
+  b.started.assign(distinct, 0);
   for (std::size_t i = 0; i < n; ++i) {
-    float* acc = sum.data() + std::size_t{g.slot_of[i]} * dim;
+    const std::uint32_t at = b.slot_of[i];
+    float* acc = sum + std::size_t{at} * dim;
     const float* gr = grads + i * dim;
-    if (!started[g.slot_of[i]]) {
+    if (!b.started[at]) {
       std::memcpy(acc, gr, 4 * dim);
-      started[g.slot_of[i]] = 1;
+      b.started[at] = 1;
     } else {
       for (std::size_t c = 0; c < dim; ++c) acc[c] += gr[c];
     }
   }
   const auto max_ids = static_cast<std::size_t>(dynamic[d].max_ids);
-  std::vector<std::size_t> requests(static_cast<std::size_t>(P));
+  std::vector<std::size_t> requests(num);
   std::size_t waves = 0;
-  for (int p = 0; p < P; ++p) {
-    const auto pi = static_cast<std::size_t>(p);
-    requests[pi] = (g.ids[pi].size() + max_ids - 1) / max_ids;
+  for (std::size_t pi = 0; pi < num; ++pi) {
+    requests[pi] = (b.begin[pi + 1] - b.begin[pi] + max_ids - 1) / max_ids;
     if (sync) requests[pi] = std::max<std::size_t>(1, requests[pi]);  // every PS takes part in every round
     waves = std::max(waves, requests[pi]);
   }
-  std::vector<float> payload;
   for (std::size_t k = 0; k < waves; ++k) {
-    for (int p = 0; p < P; ++p) {
-      const auto pi = static_cast<std::size_t>(p);
+    for (std::size_t pi = 0; pi < num; ++pi) {
       if (k >= requests[pi]) continue;
-      const std::size_t begin = k * max_ids;
-      const std::size_t count = std::min(max_ids, g.ids[pi].size() - std::min(begin, g.ids[pi].size()));
-      payload.resize(count * dim);
-      for (std::size_t i = 0; i < count; ++i)
-        std::memcpy(payload.data() + i * dim, sum.data() + std::size_t{g.at[pi][begin + i]} * dim, 4 * dim);
-      send_dynamic(d, p, DynamicRequestKind::kUpdate, g.ids[pi].data() + begin, count, payload.data(), step,
-                   k + 1 == requests[pi]);
+      const std::size_t size = b.begin[pi + 1] - b.begin[pi];
+      const std::size_t first = std::min(k * max_ids, size);
+      const std::size_t count = std::min(max_ids, size - first);
+      const std::size_t at = b.begin[pi] + first;
+      send_dynamic(d, static_cast<int>(pi), DynamicRequestKind::kUpdate, b.ids.data() + at, count, sum + at * dim,
+                   step, k + 1 == requests[pi]);
     }
     // Between waves, wait for the requests that are not a PS's last (a last one may be held
     // until the round completes, which can need this worker's later waves elsewhere).
-    for (int p = 0; p < P; ++p)
-      if (k + 1 < requests[static_cast<std::size_t>(p)]) wait_dynamic(d, p, "update_dynamic");
+    for (std::size_t pi = 0; pi < num; ++pi)
+      if (k + 1 < requests[pi]) wait_dynamic(d, static_cast<int>(pi), "update_dynamic");
   }
   for (int p = 0; p < P; ++p) wait_dynamic(d, p, "update_dynamic");
 }

@@ -56,6 +56,22 @@ static_assert(sizeof(Slot) == 6, "index slots are 6 bytes");
 
 inline int dist_of(std::uint16_t meta) { return meta >> 8; }
 
+// splitmix64's finaliser, inlined into the hot loops (dynamic_mix64 is the same function).
+inline std::uint64_t mix64(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Batched probes (lookup, apply): a table larger than the caches costs two dependent misses per
+// id, the index line and then the record. Id i + kIndexAhead is hashed and its index line
+// prefetched; id i + kRecordAhead, whose index line has arrived by then, has the record of its
+// first tag match prefetched; id i is then found with both in cache. The prefetches only read the
+// index, so what a lookup returns and what an update does are exactly those of one find per id.
+constexpr std::size_t kIndexAhead = 16;   // a power of two (the hash ring's size)
+constexpr std::size_t kRecordAhead = 8;   // < kIndexAhead
+constexpr std::size_t kMaxPrefetchLines = 4;  // of a record; the hardware prefetcher takes longer rows
+
 [[noreturn]] void bad_config(const char* field, std::int64_t value, const char* expected) {
   throw ConfigError(std::string("dynamic table: ") + field + " = " + std::to_string(value) + " is out of range (expected " +
                     expected + ")");
@@ -63,11 +79,7 @@ inline int dist_of(std::uint16_t meta) { return meta >> 8; }
 
 }  // namespace
 
-std::uint64_t dynamic_mix64(std::uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+std::uint64_t dynamic_mix64(std::uint64_t z) { return mix64(z); }
 
 int shard_of(std::int64_t id, int num_shards) {
   STRATA_CHECK(num_shards >= 1, "shard_of: num_shards must be >= 1, got ", num_shards);
@@ -154,6 +166,8 @@ struct DynamicTable::Impl {
   std::vector<const float*> grad_ptrs;
   std::vector<std::uint32_t> sum_at;  // per unique row: its sum's offset in `sums`, or kNoRow
   std::vector<float> sums;
+  std::uint8_t touch_sink = 0;   // prefetch_record's loads land here (never read)
+  std::vector<float> gathered;  // update_rows: values, slots and gradients of a batch's rows
   Shape row_shape;
   Initializer row_init;
 
@@ -225,7 +239,7 @@ struct DynamicTable::Impl {
   }
 
   // ---- index ----
-  std::uint64_t hash(std::int64_t id) const { return dynamic_mix64(static_cast<std::uint64_t>(id) ^ index_salt); }
+  std::uint64_t hash(std::int64_t id) const { return mix64(static_cast<std::uint64_t>(id) ^ index_salt); }
   std::size_t home(std::uint64_t h) const { return static_cast<std::size_t>(h >> (64 - index_bits)); }
   std::size_t mask() const { return index.size() - 1; }
 
@@ -237,6 +251,49 @@ struct DynamicTable::Impl {
       const int sd = dist_of(s.meta);
       if (sd < d) return kNoRow;  // empty, or a resident closer to home: the id would sit here
       if (sd == d && (s.meta & 0xff) == tag && id_of(s.row()) == id) return s.row();
+      pos = (pos + 1) & mask();
+    }
+  }
+
+  // Prefetches the index slots where a probe for hash `h` starts (a probe averages a few 6-byte
+  // slots, so it may run into the next line).
+  void prefetch_home(std::uint64_t h) const {
+    const Slot* s = &index[home(h)];
+    __builtin_prefetch(s);
+    __builtin_prefetch(reinterpret_cast<const char*>(s) + 32);
+  }
+
+  // Prefetches the first `bytes` (at most kMaxPrefetchLines lines) of the record of the first slot
+  // whose tag matches `h` on its probe path (the id is not compared: no record is read). Reads the
+  // index only, so it never changes what find() returns.
+  void prefetch_record(std::uint64_t h, std::size_t bytes, bool for_write) {
+    const auto tag = static_cast<std::uint16_t>(h & 0xff);
+    std::size_t pos = home(h);
+    for (int d = 1;; ++d) {
+      const Slot& s = index[pos];
+      const int sd = dist_of(s.meta);
+      if (sd < d) return;
+      if (sd == d && (s.meta & 0xff) == tag) {
+        const std::uint8_t* rec = record(s.row());
+        const std::size_t lines = std::min(kMaxPrefetchLines, (bytes + 63) / 64 + 1);  // +1: records straddle lines
+        // For an update, a load rather than a prefetch of the first line: a prefetch that misses
+        // the TLB may be dropped, and a large table's records are mostly on pages the TLB does
+        // not hold; the load walks the page tables (its value is not used). Measured: updates of
+        // 2,000 rows of a 256k-row table 10-15% faster with it, lookups slower (their loop has
+        // less work to hide a stalled load behind), so lookups only prefetch.
+        std::size_t k = 0;
+        if (for_write) {
+          touch_sink = static_cast<std::uint8_t>(touch_sink + *reinterpret_cast<const volatile std::uint8_t*>(rec));
+          k = 1;
+        }
+        for (; k < lines; ++k) {
+          if (for_write)
+            __builtin_prefetch(rec + 64 * k, 1);
+          else
+            __builtin_prefetch(rec + 64 * k, 0);
+        }
+        return;
+      }
       pos = (pos + 1) & mask();
     }
   }
@@ -423,6 +480,33 @@ struct DynamicTable::Impl {
     return r;
   }
 
+  // One optimizer update of each row of row_ptrs with its gradient at grad_ptrs (distinct rows).
+  // The rows' values and slots are gathered into one contiguous array each, updated by a single
+  // apply_dense over all of them, and written back. The result is bit-identical to updating row by
+  // row with apply_rows: the optimizer contract (strata/ps/optimizer.h) updates every element
+  // independently of its neighbours and of its address. It is faster because a record's values
+  // sit 16 bytes into it, so a row of 16 floats is never aligned to a 64-byte vector and Eigen
+  // would update it one element at a time; the long arrays are vectorised end to end.
+  void update_rows(const OptimizerConfig& optimizer, std::int64_t step) {
+    const std::size_t m = row_ptrs.size();
+    if (m == 0) return;
+    const std::size_t arrays = 1 + static_cast<std::size_t>(num_slot_arrays);
+    const std::size_t len = m * dim;
+    gathered.resize((arrays + 1) * len);  // values, slots..., gradients
+    float* g = gathered.data() + arrays * len;
+    for (std::size_t u = 0; u < m; ++u) {
+      for (std::size_t a = 0; a < arrays; ++a)
+        std::memcpy(gathered.data() + a * len + u * dim, row_ptrs[u] + a * dim, dim * sizeof(float));
+      std::memcpy(g + u * dim, grad_ptrs[u], dim * sizeof(float));
+    }
+    float* slot_arrays[2] = {nullptr, nullptr};
+    for (std::size_t a = 1; a < arrays; ++a) slot_arrays[a - 1] = gathered.data() + a * len;
+    apply_dense(optimizer, step, gathered.data(), slot_arrays, g, len);
+    for (std::size_t u = 0; u < m; ++u)
+      for (std::size_t a = 0; a < arrays; ++a)
+        std::memcpy(row_ptrs[u] + a * dim, gathered.data() + a * len + u * dim, dim * sizeof(float));
+  }
+
   std::int64_t bytes() const {
     std::size_t b = sizeof(Impl) + pages.size() * (record_bytes << page_shift) + pages.capacity() * sizeof(pages[0]) +
                     index.capacity() * sizeof(Slot) + sketch.capacity() * sizeof(std::uint16_t) +
@@ -430,6 +514,7 @@ struct DynamicTable::Impl {
                     batch_hash.capacity() * sizeof(std::uint64_t) + dedup.capacity() * sizeof(std::uint64_t) +
                     row_ptrs.capacity() * sizeof(float*) + grad_ptrs.capacity() * sizeof(float*) +
                     sum_at.capacity() * sizeof(std::uint32_t) + sums.capacity() * sizeof(float) +
+                    gathered.capacity() * sizeof(float) +
                     (changed_bits.capacity() + created_bits.capacity()) * sizeof(std::uint64_t) +
                     evicted.capacity() * sizeof(std::int64_t);
     return static_cast<std::int64_t>(b);
@@ -467,22 +552,23 @@ void DynamicTable::lookup(const std::int64_t* ids, std::size_t n, float* out, Lo
   STRATA_CHECK(ids != nullptr && out != nullptr, "dynamic table lookup: null ids or out with n = ", n);
   batch_floats("dynamic table lookup", n, t.dim);
   const std::size_t row_bytes = t.dim * sizeof(float);
-  // Hash a few ids ahead and prefetch their home slots: a large table's lookups are bound by the
-  // index's cache misses, which then overlap.
-  constexpr std::size_t kAhead = 8;
-  std::uint64_t ring[kAhead];
-  for (std::size_t i = 0; i < std::min(n, kAhead); ++i) {
+  const std::size_t touched = kRecordHeader + row_bytes;  // id, stamp, values
+  // Hashes of ids [i, i + kIndexAhead), by id index modulo kIndexAhead (see kIndexAhead).
+  std::uint64_t ring[kIndexAhead];
+  for (std::size_t i = 0; i < std::min(n, kIndexAhead); ++i) {
     ring[i] = t.hash(ids[i]);
-    __builtin_prefetch(&t.index[t.home(ring[i])]);
+    t.prefetch_home(ring[i]);
   }
+  for (std::size_t i = 0; i < std::min(n, kRecordAhead); ++i) t.prefetch_record(ring[i], touched, false);
   for (std::size_t i = 0; i < n; ++i) {
     const std::int64_t id = ids[i];
-    const std::uint64_t h = ring[i % kAhead];
-    if (i + kAhead < n) {
-      const std::uint64_t ahead = t.hash(ids[i + kAhead]);
-      ring[i % kAhead] = ahead;
-      __builtin_prefetch(&t.index[t.home(ahead)]);
+    const std::uint64_t h = ring[i % kIndexAhead];
+    if (i + kIndexAhead < n) {
+      const std::uint64_t ahead = t.hash(ids[i + kIndexAhead]);
+      ring[i % kIndexAhead] = ahead;
+      t.prefetch_home(ahead);
     }
+    if (i + kRecordAhead < n) t.prefetch_record(ring[(i + kRecordAhead) % kIndexAhead], touched, false);
     float* dst = out + i * t.dim;
     std::uint32_t r = t.find(id, h);
     if (r == kNoRow && mode == LookupMode::kTrain) {
@@ -511,8 +597,12 @@ void DynamicTable::apply(const std::int64_t* ids, std::size_t n, const float* gr
   t.batch_rows.resize(n);
   t.batch_hash.resize(n);
   for (std::size_t i = 0; i < n; ++i) t.batch_hash[i] = t.hash(ids[i]);
+  // The whole record is prefetched for writing: the stamp now, values and slots in update_rows.
+  for (std::size_t i = 0; i < std::min(n, kIndexAhead); ++i) t.prefetch_home(t.batch_hash[i]);
+  for (std::size_t i = 0; i < std::min(n, kRecordAhead); ++i) t.prefetch_record(t.batch_hash[i], t.record_bytes, true);
   for (std::size_t i = 0; i < n; ++i) {
-    if (i + 8 < n) __builtin_prefetch(&t.index[t.home(t.batch_hash[i + 8])]);
+    if (i + kIndexAhead < n) t.prefetch_home(t.batch_hash[i + kIndexAhead]);
+    if (i + kRecordAhead < n) t.prefetch_record(t.batch_hash[i + kRecordAhead], t.record_bytes, true);
     t.batch_rows[i] = t.find(ids[i], t.batch_hash[i]);
     if (t.batch_rows[i] != kNoRow) {
       t.set_stamp(t.batch_rows[i], t.clock);
@@ -565,7 +655,7 @@ void DynamicTable::apply(const std::int64_t* ids, std::size_t n, const float* gr
     float* acc = t.sums.data() + std::size_t{t.sum_at[u]} * t.dim;
     for (std::size_t k = 0; k < t.dim; ++k) acc[k] += g[k];
   }
-  apply_rows(config_.optimizer, step, t.row_ptrs.data(), t.dim, t.dim, t.grad_ptrs.data(), t.row_ptrs.size());
+  t.update_rows(config_.optimizer, step);
   t.counters.updates += static_cast<std::int64_t>(t.row_ptrs.size());
 }
 

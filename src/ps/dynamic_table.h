@@ -19,8 +19,9 @@
 // Determinism: a row's initial values are ps::fill() of the table's Initializer with the seed
 // row_seed(init.seed, id), i.e. a pure function of (initializer, id): the same on every PS, in any
 // insertion order, under any shard count. Optimizer slots start at slot_initial_value(). Updates
-// use the dense PS's optimizer code (apply_rows in strata/ps/optimizer.h), so a row updated here is
-// bit-identical to the same row of a dense variable updated with apply_sparse_rows.
+// use the dense PS's optimizer code (apply_dense in strata/ps/optimizer.h, over a batch's rows
+// gathered into contiguous arrays), so a row updated here is bit-identical to the same row of a
+// dense variable updated with apply_sparse_rows.
 //
 // Admission: with admit_after = N > 1, an id becomes a row on the lookup that sees it for the N-th
 // time, counted in a count-min sketch with conservative update (depth 4, `sketch_width` 16-bit

@@ -245,6 +245,8 @@ TEST_P(DynamicTransport, AsyncUpdatesAreNeverLost) {
 
 // A lookup returns the rows in the caller's order, duplicates included, each row the initializer's
 // for its id (row_seed), whichever PS holds it; ids of a batch larger than a request go in several.
+// Calls of shrinking and growing sizes follow (the client reuses its grouping buffers across calls:
+// nothing of an earlier batch may leak into a later one).
 TEST_P(DynamicTransport, LookupScattersRowsInCallerOrder) {
   TestComm comm;
   if (comm.size() < 2) GTEST_SKIP() << "needs a PS and a worker";
@@ -262,15 +264,22 @@ TEST_P(DynamicTransport, LookupScattersRowsInCallerOrder) {
     std::vector<std::int64_t> ids;
     for (int r = 0; r < 3; ++r)
       for (std::size_t i = 0; i < pool.size(); ++i) ids.push_back(pool[(i * 13 + static_cast<std::size_t>(r)) % pool.size()]);
-    std::vector<float> got(ids.size() * 16, -9.0f);
-    ps.client->lookup_dynamic("q/emb", ids.data(), ids.size(), got.data());
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      std::vector<float> want(16);
-      Initializer init = spec.init;
-      init.seed = row_seed(spec.init.seed, ids[i]);
-      fill(init, DType::kF32, {1, 16}, 0, 1, want.data());
-      ok = ok && std::memcmp(want.data(), got.data() + i * 16, 64) == 0;
-    }
+    auto check = [&](const std::vector<std::int64_t>& batch) {
+      std::vector<float> got(batch.size() * 16, -9.0f);
+      ps.client->lookup_dynamic("q/emb", batch.data(), batch.size(), got.data());
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        std::vector<float> want(16);
+        Initializer init = spec.init;
+        init.seed = row_seed(spec.init.seed, batch[i]);
+        fill(init, DType::kF32, {1, 16}, 0, 1, want.data());
+        ok = ok && std::memcmp(want.data(), got.data() + i * 16, 64) == 0;
+      }
+    };
+    check(ids);
+    check({pool[5]});                               // one id
+    check({pool[7], pool[7], pool[7], pool[3]});    // a few, repeated
+    check(std::vector<std::int64_t>(ids.rbegin(), ids.rend()));  // the large batch again, reversed
+    check({pool[39], pool[0]});
     ok = ok && ps.client->dynamic_dim("q/emb") == 16;
     ps.client->done();
   }
