@@ -11,6 +11,7 @@
 #include "strata/common/logging.h"
 #include "strata/common/parse.h"
 #include "strata/common/rank_context.h"
+#include "strata/nn/builtin.h"
 #include "strata/nn/graph.h"
 #include "strata/nn/graph_model.h"
 #include "strata/ps/parameter_servers.h"

@@ -15,6 +15,7 @@
 #include "model/gemm.h"
 #include "strata/common/error.h"
 #include "strata/model/model.h"
+#include "strata/nn/builtin.h"
 
 namespace strata::cli {
 namespace {
@@ -141,9 +142,10 @@ int run_step_bench(const StepBenchConfig& cfg) {
   }
   // The process default (STRATA_GEMM, ConfigError when bad) is what training would use.
   const GemmBackend process_default = model::detail::current_gemm_backend();
-  const std::unique_ptr<model::Model> net = model::make_model(mc);
-  const model::Params params = model::init_local_params(*net);
-  const Batch batch(net->config(), cfg.batch);
+  const model::ModelConfig resolved = model::resolve_model_config(mc);
+  const std::unique_ptr<nn::GraphModel> net = nn::make_builtin_model(resolved);
+  const model::Params params = nn::init_local_params(*net);
+  const Batch batch(resolved, cfg.batch);
 
   // The products one step makes, and the double-precision reference of the step.
   std::vector<GemmCall> calls;
@@ -152,8 +154,7 @@ int run_step_bench(const StepBenchConfig& cfg) {
   {
     model::detail::ScopedGemmBackend reference(GemmBackend::kReference);
     model::detail::GemmRecorder recorder;
-    std::int64_t correct = 0;
-    ref_loss = net->train_step(params, batch.inputs, &ref_grads, &correct);
+    ref_loss = net->step(params, batch.inputs, &ref_grads).loss;
     calls = recorder.calls();
   }
   double flops = 0;
@@ -168,14 +169,13 @@ int run_step_bench(const StepBenchConfig& cfg) {
     Row row;
     row.backend = model::detail::gemm_backend_id(b);
     model::Grads grads;
-    std::int64_t correct = 0;
     double loss = 0;
-    for (int i = 0; i < cfg.warmup; ++i) loss = net->train_step(params, batch.inputs, &grads, &correct);
+    for (int i = 0; i < cfg.warmup; ++i) loss = net->step(params, batch.inputs, &grads).loss;
     // After the warm-up (the first product of each shape runs the library's check), so the name
     // says whether it is still in use.
     row.library = model::detail::gemm_backend_name(model::detail::current_gemm_backend());
     auto start = Clock::now();
-    for (int i = 0; i < cfg.iters; ++i) loss = net->train_step(params, batch.inputs, &grads, &correct);
+    for (int i = 0; i < cfg.iters; ++i) loss = net->step(params, batch.inputs, &grads).loss;
     row.step_us = seconds_since(start) * 1e6 / cfg.iters;
     row.wrong = count_wrong(grads, ref_grads, &row.worst);
     if (!(std::fabs(loss - ref_loss) <= 1e-4 * std::max(1.0, std::fabs(ref_loss)))) ++row.wrong;

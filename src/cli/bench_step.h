@@ -15,7 +15,7 @@ struct StepBenchConfig {
 };
 
 // One process, no MPI, one thread. For each backend of src/model/gemm.h this build has (eigen, and
-// openblas when linked): -w then -n train_steps of the model on one synthetic batch (gradients
+// openblas when linked): -w then -n training steps of the model (its layer graph, nn::make_builtin_model) on one synthetic batch (gradients
 // kept across steps, as the training loop keeps them), then the same products the step makes
 // (recorded from the step itself, so the FLOPs are exactly those it needs: no input gradient for
 // a first layer fed by data) replayed back to back -w and -n times on buffers of the same shapes.

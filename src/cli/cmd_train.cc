@@ -18,6 +18,7 @@
 #include "strata/data/dataset.h"
 #include "strata/data/feature_column.h"
 #include "strata/model/model.h"
+#include "strata/nn/builtin.h"
 #include "strata/nn/model_spec.h"
 #include "strata/train/train_and_evaluate.h"
 
@@ -187,7 +188,7 @@ int run_train(const TrainCommand& cmd, int* argc, char*** argv) {
       if (config.seed == 0) config.seed = seed;
       return nn::make_estimator(config, load().layout);
     }
-    return train::make_builtin_model(name, hidden, seed, train);
+    return nn::make_builtin_model(name, hidden, seed, train);
   };
   eval_spec.steps = cmd.eval.steps;
   eval_spec.start_delay_secs = cmd.eval.start_delay_secs;

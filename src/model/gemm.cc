@@ -13,8 +13,18 @@
 #include <random>
 #include <sstream>
 
+// Every strata translation unit that includes Eigen must agree on EIGEN_FAST_MATH, or Eigen's
+// inline packet functions would differ between objects (ODR); src/ps/optimizer.cc needs 0.
+#ifndef EIGEN_FAST_MATH
+#define EIGEN_FAST_MATH 0
+#endif
+#if EIGEN_FAST_MATH
+#error "strata's GEMM must be built with EIGEN_FAST_MATH=0, like src/ps/optimizer.cc"
+#endif
+
+#include <Eigen/Core>
+
 #include "gemm_blis.h"
-#include "layers.h"  // Eigen with the models' EIGEN_FAST_MATH setting
 #include "strata/common/env.h"
 #include "strata/common/error.h"
 #include "strata/common/logging.h"
@@ -26,6 +36,7 @@
 namespace strata::model::detail {
 namespace {
 
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using Stride = Eigen::OuterStride<>;
 using ConstStridedMap = Eigen::Map<const RowMatrix, 0, Stride>;
 using StridedMap = Eigen::Map<RowMatrix, 0, Stride>;

@@ -1,5 +1,5 @@
-// Private single-precision matrix product for the models (DenseStack today, the layer graph in
-// src/nn later): C = alpha * op(A) op(B) + beta * C on row-major buffers, BLAS-style.
+// Private single-precision matrix product for the models (the layer graph, src/nn/kernels.cc):
+// C = alpha * op(A) op(B) + beta * C on row-major buffers, BLAS-style.
 //
 // Backends:
 //   blis       BLIS, serial flavour (libblis-serial-dev), when the build found it: the default.

@@ -1,11 +1,10 @@
-// The model factory and the model-independent helpers of strata/model/model.h: seed derivation,
-// local parameter initialisation and local SGD.
+// The built-in models' configuration check and the model-independent helpers of
+// strata/model/model.h: seed derivation and local SGD.
 #include "strata/model/model.h"
 
 #include <algorithm>
 #include <unordered_map>
 
-#include "builtin_models.h"
 #include "strata/common/error.h"
 
 namespace strata::model {
@@ -42,25 +41,23 @@ std::uint64_t derive_seed(std::uint64_t model_seed, const std::string& variable_
   return model_seed ^ h;
 }
 
-// Validates everything a model's constructor relies on (sizes >= 1, known name) and fills the
-// defaults, so the model classes can assume a sane ModelConfig and config() reports what runs.
-std::unique_ptr<Model> make_model(const ModelConfig& config) {
+// Validates everything the built-in graphs rely on (sizes >= 1, known name) and fills the
+// defaults, so the summary line reports what runs.
+ModelConfig resolve_model_config(const ModelConfig& config) {
   ModelConfig c = config;
   const bool known = c.name == "softmax" || c.name == "mlp" || c.name == "wide_deep";
   if (!known) throw ConfigError("unknown model '" + c.name + "' (known: " + join_names() + ")");
   check_positive(c, "num_classes", c.num_classes, 2);
   for (int width : c.hidden) check_positive(c, "every hidden layer width", width, 1);
   if (c.name == "softmax") {
-    // Softmax regression is the stack with no hidden layer; a --hidden flag meant for mlp must
-    // not silently turn it into one.
     c.hidden.clear();
     check_positive(c, "input_dim", c.input_dim, 1);
-    return detail::make_mlp_model(c);
+    return c;
   }
   if (c.name == "mlp") {
     if (c.hidden.empty()) c.hidden = default_mlp_hidden();
     check_positive(c, "input_dim", c.input_dim, 1);
-    return detail::make_mlp_model(c);
+    return c;
   }
   if (c.hidden.empty()) c.hidden = default_wide_deep_hidden();
   if (c.embed_dim == 0) c.embed_dim = kDefaultEmbedDim;
@@ -68,42 +65,7 @@ std::unique_ptr<Model> make_model(const ModelConfig& config) {
   check_positive(c, "num_fields", c.num_fields, 1);
   check_positive(c, "vocab", c.vocab, 1);
   check_positive(c, "embed_dim", c.embed_dim, 1);
-  return detail::make_wide_deep_model(c);
-}
-
-std::vector<std::int64_t> Model::rows_needed(const std::string& var, const Inputs&) const {
-  throw Error("model " + name() + " has no sparse variable '" + var + "'");
-}
-
-// Counted from variables() so it can never disagree with what the parameter servers hold.
-std::int64_t Model::num_parameters() const {
-  std::int64_t n = 0;
-  for (const ps::VariableSpec& spec : variables())
-    if (spec.trainable) n += ps::num_elements(spec.shape);
-  return n;
-}
-
-// Uses ps::fill, the function the parameter servers use to materialise variables, so a local
-// run starts from exactly the values a distributed run with the same seed starts from.
-Params init_local_params(const Model& model) {
-  const std::vector<std::string> sparse = model.sparse_variables();
-  Params params;
-  for (const ps::VariableSpec& spec : model.variables()) {
-    STRATA_CHECK(spec.dtype == ps::DType::kF32, "model variable ", spec.name, " is not f32");
-    const std::int64_t rows = ps::num_rows(spec.shape);
-    std::vector<float> values(static_cast<std::size_t>(ps::num_elements(spec.shape)));
-    ps::fill(spec.init, spec.dtype, spec.shape, 0, rows, values.data());
-    if (std::find(sparse.begin(), sparse.end(), spec.name) != sparse.end()) {
-      SparseParam& p = params.sparse[spec.name];
-      p.width = static_cast<int>(spec.shape.at(1));
-      p.rows.resize(static_cast<std::size_t>(rows));
-      for (std::int64_t r = 0; r < rows; ++r) p.rows[static_cast<std::size_t>(r)] = r;
-      p.values = std::move(values);
-    } else {
-      params.dense[spec.name] = DenseParam{std::move(values), spec.shape};
-    }
-  }
-  return params;
+  return c;
 }
 
 void sgd_apply_local(Params& params, const Grads& grads, float lr) {

@@ -155,10 +155,11 @@ Tensor Graph::dense(Tensor x, int units, Activation activation, const std::strin
 }
 
 Table Graph::embedding_table(std::int64_t vocab, int dim, const std::string& name,
-                             std::optional<ps::Initializer> init) {
+                             std::optional<ps::Initializer> init, const std::string& variable) {
   check_positive("embedding vocab", vocab);
   check_positive("embedding dim", dim);
-  const std::string var = layer_path(*def_, Op::kEmbedding, name) + "/embeddings";
+  check_segment("table variable name", variable);
+  const std::string var = layer_path(*def_, Op::kEmbedding, name) + "/" + variable;
   ps::Initializer i = init ? *init : ps::Initializer::uniform(-0.05, 0.05, 0);
   if (i.seed == 0) i.seed = model::derive_seed(def_->seed, var);
   i.validate(ps::DType::kF32);

@@ -274,6 +274,34 @@ std::string GraphModel::describe() const {
   return os.str();
 }
 
+bool GraphModel::dense_stack_shape(train::DenseStackShape* shape) const {
+  if (loss_ != Loss::kSoftmaxCrossEntropy) return false;
+  const detail::GraphDef& def = program_->def;
+  train::DenseStackShape s;
+  int previous = -1;
+  for (std::size_t i = 0; i < def.nodes.size(); ++i) {
+    if (!program_->live[i]) continue;
+    const Node& n = def.nodes[i];
+    const bool last = static_cast<int>(i) == program_->output;
+    if (previous < 0) {
+      if (n.op != Op::kDenseInput || n.first_column != 0) return false;
+      s.input_dim = n.width;
+    } else {
+      if (n.op != Op::kDense || n.inputs.size() != 1 || n.inputs[0] != previous) return false;
+      if (n.activation != (last ? Activation::kNone : Activation::kRelu)) return false;
+      if (last) {
+        s.num_classes = n.width;
+      } else {
+        s.hidden.push_back(n.width);
+      }
+    }
+    previous = static_cast<int>(i);
+  }
+  if (previous != program_->output || s.num_classes == 0) return false;
+  if (shape != nullptr) *shape = std::move(s);
+  return true;
+}
+
 std::vector<std::int64_t> GraphModel::rows_needed(const std::string& var, const train::Inputs& inputs) const {
   const detail::GraphDef& def = program_->def;
   int table = -1;

@@ -12,7 +12,7 @@
 #include "kernels.h"
 
 // Every strata translation unit that includes Eigen must agree on EIGEN_FAST_MATH (ODR), like
-// src/model/layers.h and src/ps/optimizer.cc.
+// src/model/gemm.cc and src/ps/optimizer.cc.
 #ifndef EIGEN_FAST_MATH
 #define EIGEN_FAST_MATH 0
 #endif
@@ -73,7 +73,9 @@ void gemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int l
   // a width-1 logit), and they are cheap either way.
   namespace md = strata::model::detail;
   const md::GemmBackend backend = md::current_gemm_backend();
-  if (m >= 2 && n >= 2 && k >= 2 && (backend == md::GemmBackend::kBlis || backend == md::GemmBackend::kOpenBlas)) {
+  // The double-precision reference (tests, `strata bench --op step`) takes every product.
+  if (backend == md::GemmBackend::kReference ||
+      (m >= 2 && n >= 2 && k >= 2 && (backend == md::GemmBackend::kBlis || backend == md::GemmBackend::kOpenBlas))) {
     md::sgemm(trans_a ? md::Transpose::kYes : md::Transpose::kNo, trans_b ? md::Transpose::kYes : md::Transpose::kNo,
               m, n, k, 1.0f, a, lda, b, ldb, accumulate ? 1.0f : 0.0f, c, ldc);
     return;

@@ -11,7 +11,7 @@
 // updates may under async (TF's unlocked applies interleave element by element).
 #include "ps/server_core.h"
 
-// Every strata translation unit that includes Eigen agrees on EIGEN_FAST_MATH (src/model/layers.h).
+// Every strata translation unit that includes Eigen agrees on EIGEN_FAST_MATH (src/model/gemm.cc).
 #ifndef EIGEN_FAST_MATH
 #define EIGEN_FAST_MATH 0
 #endif

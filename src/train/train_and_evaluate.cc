@@ -610,13 +610,17 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
     if (d.compare(0, 3, ctx.devices_kind) != 0) ctx.devices_kind = "mixed";
   // GPU replicas: one dense model per GPU, on the replica's device and stream. Its flat buffers
   // follow the CPU model's variable order, which is checked here once (a mismatch would push every
-  // gradient to the wrong variable). Only the built-in dense models have a GPU implementation.
+  // gradient to the wrong variable). Only dense stacks (Model::dense_stack_shape: the built-in
+  // mlp and softmax, a DNNClassifier over numeric columns without dropout) have a GPU
+  // implementation.
   PerReplica<std::unique_ptr<replica::GpuMlpReplica>> gpu_models;
   if (strategy.uses_gpus()) {
-    const auto* builtin = dynamic_cast<const BuiltinModel*>(net.get());
-    if (!builtin) throw ConfigError("GPU replicas run the built-in mlp and softmax models only (use --devices cpu)");
-    const model::ModelConfig& mc = builtin->builtin().config();
-    const replica::GpuMlpReplica::Shape shape{mc.input_dim, mc.hidden, mc.num_classes};
+    DenseStackShape stack;
+    if (!net->dense_stack_shape(&stack))
+      throw ConfigError("GPU replicas run dense-stack models only (the built-in mlp and softmax, or a DNNClassifier "
+                        "over numeric columns without dropout); the " + ctx.model_label +
+                        " model is not one (use --devices cpu)");
+    const replica::GpuMlpReplica::Shape shape{stack.input_dim, stack.hidden, stack.num_classes};
     for (int r = 0; r < replicas; ++r)
       gpu_models.push_back(std::make_unique<replica::GpuMlpReplica>(strategy.device_group(), r, shape));
     const auto& gv = gpu_models.front()->variables();

@@ -45,7 +45,7 @@ expect_rc 0
 if [ "$HAVE_GPU" = 1 ]; then want=gpu; else want=cpu; fi
 [ "$(summary_get 'j["devices"]')" = "$want" ] || fail "devices: $(summary_get 'j["devices"]'), expected $want"
 [ "$(summary_get 'len(j["worker_devices"])')" = 2 ] || fail "worker_devices: $(summary_get 'j["worker_devices"]')"
-[ "$(head -1 "$OUT" | grep -c '^strata train: softmax 784-10 .*2 worker(s) + 1 PS; replicas: worker 0 = .*, worker 1 = .*(--devices auto)$')" = 1 ] \
+[ "$(head -1 "$OUT" | grep -c '^strata train: softmax: 784 -> 10 .*2 worker(s) + 1 PS; replicas: worker 0 = .*, worker 1 = .*(--devices auto)$')" = 1 ] \
   || fail "startup line: $(head -1 "$OUT")"
 if [ "$HAVE_GPU" = 0 ]; then
   [ "$(summary_get 'j["worker_devices"]')" = "['cpu:1', 'cpu:1']" ] || fail "worker_devices: $(summary_get 'j["worker_devices"]')"

@@ -40,6 +40,7 @@
 #include "strata/common/error.h"
 #include "strata/config.h"
 #include "strata/model/model.h"
+#include "strata/nn/builtin.h"
 #include "strata/strategy/parameter_server_strategy.h"
 
 #if STRATA_HAVE_NCCL
@@ -58,6 +59,32 @@
 
 namespace strata::replica {
 namespace {
+
+// The CPU reference: the built-in model's layer graph (nn::make_builtin_model) beside the
+// configuration it was built from (defaults filled).
+class CpuModel {
+ public:
+  explicit CpuModel(const model::ModelConfig& config)
+      : config_(model::resolve_model_config(config)), net_(nn::make_builtin_model(config_)) {}
+  const model::ModelConfig& config() const { return config_; }
+  const nn::GraphModel& net() const { return *net_; }
+  std::vector<ps::VariableSpec> variables() const { return net_->variables(); }
+  std::int64_t num_parameters() const { return net_->num_parameters(); }
+  // The mean loss of the batch; *correct (when non-null) the examples predicted right.
+  double train_step(const model::Params& p, const model::Inputs& in, model::Grads* g, std::int64_t* correct) const {
+    const train::StepResult r = net_->step(p, in, g);
+    if (correct != nullptr) *correct = r.correct;
+    return r.loss;
+  }
+
+ private:
+  model::ModelConfig config_;
+  std::unique_ptr<nn::GraphModel> net_;
+};
+
+std::unique_ptr<CpuModel> make_cpu_model(const model::ModelConfig& config) {
+  return std::make_unique<CpuModel>(config);
+}
 
 // ---- device selection (pure: runs without a GPU) ----------------------------------------------
 
@@ -472,6 +499,7 @@ TEST(NcclReplicaGroup, MissingReplicaTimesOutNamingIt) {
 
 // ---- GPU MLP step against the CPU model -------------------------------------------------------
 
+
 struct Case {
   std::string name;
   model::ModelConfig config;
@@ -499,14 +527,14 @@ std::vector<Case> mlp_cases() {
   return cases;
 }
 
-gpu::MlpShape shape_of(const model::Model& m) {
+gpu::MlpShape shape_of(const CpuModel& m) {
   return gpu::MlpShape{m.config().input_dim, m.config().hidden, m.config().num_classes};
 }
 
 // Initial parameters with non-zero biases (Keras initialises them to zero, which would leave the
 // bias addition of the forward pass untested).
-model::Params test_params(const model::Model& m, std::uint32_t seed) {
-  model::Params params = model::init_local_params(m);
+model::Params test_params(const CpuModel& m, std::uint32_t seed) {
+  model::Params params = nn::init_local_params(m.net());
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-0.1f, 0.1f);
   for (auto& [name, p] : params.dense)
@@ -576,7 +604,7 @@ void upload_params(gpu::GpuMlp& mlp, const model::Params& params) {
 TEST(GpuMlpLayout, MatchesTheCpuModelWithoutAGpu) {
   for (const Case& c : mlp_cases()) {
     SCOPED_TRACE(c.name);
-    auto cpu = model::make_model(c.config);
+    auto cpu = make_cpu_model(c.config);
     const std::vector<gpu::MlpVariable> layout = gpu::mlp_variables(shape_of(*cpu));
     const auto specs = cpu->variables();
     ASSERT_EQ(layout.size(), specs.size());
@@ -653,7 +681,7 @@ TEST(GpuMlp, VariablesMatchTheCpuModel) {
   STRATA_REQUIRE_GPU();
   for (const Case& c : mlp_cases()) {
     SCOPED_TRACE(c.name);
-    auto cpu = model::make_model(c.config);
+    auto cpu = make_cpu_model(c.config);
     gpu::GpuMlp mlp(0, shape_of(*cpu), nullptr);
     const auto specs = cpu->variables();
     ASSERT_EQ(mlp.variables().size(), specs.size());
@@ -672,7 +700,7 @@ TEST(GpuMlp, StepMatchesCpuModel) {
   STRATA_REQUIRE_GPU();
   for (const Case& c : mlp_cases()) {
     SCOPED_TRACE(c.name);
-    auto cpu = model::make_model(c.config);
+    auto cpu = make_cpu_model(c.config);
     const model::Params params = test_params(*cpu, 17);
     const Batch batch = random_batch(cpu->config(), c.batch, 23);
     const model::Inputs inputs{c.batch, batch.x.data(), cpu->config().input_dim, nullptr, 0, batch.labels.data()};
@@ -776,7 +804,7 @@ TEST(GpuMlp, ReplicasAllReduceMeanMatchesCpu) {
   config.hidden = {29, 13};
   config.num_classes = 5;
   config.seed = 9;
-  auto cpu = model::make_model(config);
+  auto cpu = make_cpu_model(config);
   const model::Params params = test_params(*cpu, 31);
   auto group = make_group(true);
   const int k = group->size();
@@ -829,7 +857,7 @@ TEST(GpuMlp, ReplicaWithAnEmptyBatchContributesZeros) {
   config.hidden = {9};
   config.num_classes = 3;
   config.seed = 4;
-  auto cpu = model::make_model(config);
+  auto cpu = make_cpu_model(config);
   const model::Params params = test_params(*cpu, 8);
   auto group = make_group(false);  // the sum + divide MEAN, whose kernel runs right after NCCL's
   const int k = group->size();
@@ -1003,7 +1031,7 @@ void train_through_strategy(DevicePolicy devices) {
   config.hidden = {32, 16};
   config.num_classes = 4;
   config.seed = 5;
-  auto net = model::make_model(config);
+  auto net = make_cpu_model(config);
   std::vector<Variable> vars;
   strategy.scope([&] {
     if (!strategy.is_ps())

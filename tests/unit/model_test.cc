@@ -1,4 +1,5 @@
-// Unit tests of the built-in models (strata/model/model.h).
+// Unit tests of the built-in models (strata/nn/builtin.h: layer graphs built from a
+// strata/model/model.h ModelConfig).
 //
 // The oracle for the math is an independent, naive double-precision implementation of each model
 // written here from the definitions (loops, no Eigen). It checks the models' losses directly and
@@ -27,9 +28,40 @@
 #include <vector>
 
 #include "strata/common/error.h"
+#include "strata/nn/builtin.h"
 
 namespace strata::model {
 namespace {
+
+// A built-in model as these tests drive it: the graph nn::make_builtin_model builds, beside the
+// configuration it was built from (defaults filled).
+class Model {
+ public:
+  explicit Model(const ModelConfig& config)
+      : config_(resolve_model_config(config)), net_(nn::make_builtin_model(config_)) {}
+  const ModelConfig& config() const { return config_; }
+  const nn::GraphModel& net() const { return *net_; }
+  std::vector<ps::VariableSpec> variables() const { return net_->variables(); }
+  std::vector<std::string> sparse_variables() const { return net_->sparse_variables(); }
+  std::vector<std::int64_t> rows_needed(const std::string& var, const Inputs& in) const {
+    return net_->rows_needed(var, in);
+  }
+  std::string describe() const { return net_->describe(); }
+  std::int64_t num_parameters() const { return net_->num_parameters(); }
+  // The mean loss; *correct (when non-null) the examples predicted right.
+  double train_step(const Params& p, const Inputs& in, Grads* g, std::int64_t* correct) const {
+    const train::StepResult r = net_->step(p, in, g);
+    if (correct != nullptr) *correct = r.correct;
+    return r.loss;
+  }
+
+ private:
+  ModelConfig config_;
+  std::unique_ptr<nn::GraphModel> net_;
+};
+
+std::unique_ptr<Model> make_model(const ModelConfig& c) { return std::make_unique<Model>(c); }
+Params init_local_params(const Model& m) { return nn::init_local_params(m.net()); }
 
 ::testing::AssertionResult Contains(const std::string& haystack, const std::string& needle) {
   if (haystack.find(needle) != std::string::npos) return ::testing::AssertionSuccess();
@@ -371,7 +403,7 @@ TEST(ModelVariables, MlpDefaultsNamesShapesAndInitializers) {
   }
   EXPECT_EQ(seeds.size(), 3u) << "kernels must not share a seed";
   EXPECT_EQ(model->num_parameters(), 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10);
-  EXPECT_EQ(model->describe(), "mlp 784-256-128-10 relu (235146 parameters)");
+  EXPECT_EQ(model->describe(), "mlp: 784 -> 256-128-10 (235146 parameters)");
 
   // Values land inside Glorot's limit and differ between kernels and between model seeds.
   const Params p = init_local_params(*model);
@@ -397,7 +429,7 @@ TEST(ModelVariables, SoftmaxAndWideDeep) {
   EXPECT_EQ(sv[0].shape, (ps::Shape{784, 10}));
   EXPECT_EQ(sv[1].name, "logits/bias");
   EXPECT_TRUE(softmax->sparse_variables().empty());
-  EXPECT_EQ(softmax->describe(), "softmax 784-10 (7850 parameters)");
+  EXPECT_EQ(softmax->describe(), "softmax: 784 -> 10 (7850 parameters)");
 
   ModelConfig w;
   w.name = "wide_deep";
@@ -506,7 +538,7 @@ TEST(ModelRows, RowsNeededAreUniqueSortedAndSkipPadding) {
     model->rows_needed("deep/embedding", b.view());
     FAIL() << "no Error";
   } catch (const Error& e) {
-    EXPECT_TRUE(Contains(e.message(), "sparse id 7"));
+    EXPECT_TRUE(Contains(e.message(), "id 7 (example 1, field 1) is outside [0, 7) of 'deep/embedding'"));
   }
   EXPECT_THROW(make_model(tiny("mlp"))->rows_needed("x", b.view()), Error);
 }
@@ -547,8 +579,8 @@ TEST(ModelErrors, BadInputsAndParamsNameTheProblem) {
   bad.labels[2] = 3;
   EXPECT_TRUE(Contains(message(p, bad), "label 3 of example 2"));
   bad = b;
-  bad.dense_dim = 5;
-  EXPECT_TRUE(Contains(message(p, bad), "dense features"));
+  bad.dense_dim = 3;  // fewer columns than the model reads
+  EXPECT_TRUE(Contains(message(p, bad), "reads 4 dense feature columns, the inputs have 3"));
   Params missing = p;
   missing.dense.erase("dense_1/bias");
   EXPECT_TRUE(Contains(message(missing, b), "'dense_1/bias' was not provided"));

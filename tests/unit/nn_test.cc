@@ -24,6 +24,7 @@
 #include "strata/data/dataset.h"
 #include "strata/model/model.h"
 #include "strata/nn/graph.h"
+#include "strata/nn/builtin.h"
 #include "strata/nn/graph_model.h"
 
 namespace strata::nn {
@@ -448,7 +449,7 @@ TEST(NnGraphModel, ReproducesTheBuiltinMlp) {
   c.hidden = {16, 8};
   c.num_classes = 5;
   c.seed = 42;
-  const auto mlp = model::make_model(c);
+  const auto mlp = make_builtin_model(c);
   Graph g("", 42);
   Tensor h = g.dense(g.dense_input(0, 20), 16, Activation::kRelu);
   h = g.dense(h, 8, Activation::kRelu);
@@ -462,19 +463,34 @@ TEST(NnGraphModel, ReproducesTheBuiltinMlp) {
     EXPECT_EQ(got[i].init.to_string(), want[i].init.to_string());
   }
   EXPECT_EQ(m.num_parameters(), mlp->num_parameters());
-  const model::Params p = model::init_local_params(*mlp);
+  const train::Params p = init_local_params(*mlp);
   const Batch b = random_batch(32, 20, 0, 1, 5, 8);
   model::Grads gw, gg;
-  std::int64_t correct = 0;
-  const double loss = mlp->train_step(p, b.view(), &gw, &correct);
+  const train::StepResult builtin = mlp->step(p, b.view(), &gw);
   const train::StepResult r = m.step(p, b.view(), &gg);
-  EXPECT_NEAR(r.loss, loss, 1e-6 * std::fabs(loss));
-  EXPECT_EQ(r.correct, correct);
-  for (const auto& [name, d] : gw.dense) {
-    const auto& other = gg.dense.at(name).value;
-    ASSERT_EQ(other.size(), d.value.size()) << name;
-    for (std::size_t i = 0; i < d.value.size(); ++i) EXPECT_NEAR(other[i], d.value[i], 1e-6f) << name << "[" << i << "]";
-  }
+  EXPECT_EQ(r.loss, builtin.loss);
+  EXPECT_EQ(r.correct, builtin.correct);
+  for (const auto& [name, d] : gw.dense) EXPECT_EQ(gg.dense.at(name).value, d.value) << name;
+  // Both are dense stacks a GPU replica can run; a graph with any other layer is not.
+  train::DenseStackShape shape;
+  ASSERT_TRUE(mlp->dense_stack_shape(&shape));
+  EXPECT_EQ(shape.input_dim, 20);
+  EXPECT_EQ(shape.hidden, (std::vector<int>{16, 8}));
+  EXPECT_EQ(shape.num_classes, 5);
+  EXPECT_TRUE(m.dense_stack_shape(nullptr));
+  Graph d("", 42);
+  const Tensor dl = d.dense(d.dropout(d.dense(d.dense_input(0, 20), 16, Activation::kRelu), 0.1, 3), 5);
+  EXPECT_FALSE(GraphModel(d, dl, Loss::kSoftmaxCrossEntropy).dense_stack_shape(nullptr));
+  Graph t("", 42);
+  const Tensor tl = t.dense(t.dense(t.dense_input(0, 20), 16, Activation::kTanh), 5);
+  EXPECT_FALSE(GraphModel(t, tl, Loss::kSoftmaxCrossEntropy).dense_stack_shape(nullptr));
+  Graph o("", 42);
+  const Tensor ol = o.dense(o.dense_input(2, 18), 5);
+  EXPECT_FALSE(GraphModel(o, ol, Loss::kSoftmaxCrossEntropy).dense_stack_shape(nullptr));
+  c.name = "wide_deep";
+  c.num_fields = 3;
+  c.vocab = 10;
+  EXPECT_FALSE(make_builtin_model(c)->dense_stack_shape(nullptr));
   EXPECT_EQ(m.describe(), "mlp: 20 -> 16-8-5 (517 parameters)");
   EXPECT_EQ(m.default_optimizer(), "adam");
   GraphModel tuned(g, logits, Loss::kSoftmaxCrossEntropy, "mlp",

@@ -1,24 +1,12 @@
-// Built-in models of `strata train` (DESIGN.md section 7): softmax, mlp and wide_deep.
-//
-// A model is pure math on host buffers. It declares its variables (ps::VariableSpec, so the
-// parameter servers can place, initialise and checkpoint them), says which rows of its embedding
-// tables a batch needs, and computes the mean softmax cross-entropy loss of a batch together with
-// the gradients of that mean w.r.t. every trainable variable. It never talks to a parameter
-// server: the training loop pulls Params, calls train_step and pushes the Grads, so the same
-// model runs distributed, in a single process (init_local_params + sgd_apply_local) and in tests.
+// The data a model's step works on (Inputs, Params, Grads: host buffers, Keras' layouts), the
+// configuration of the built-in models of `strata train` (softmax, mlp, wide_deep: DESIGN.md
+// section 7) and model-independent helpers (seed derivation, local SGD). The models themselves are
+// layer graphs: nn::make_builtin_model (strata/nn/builtin.h) builds the built-in ones from a
+// ModelConfig, nn::GraphModel runs them; a model never talks to a parameter server (the training
+// loop pulls Params, calls its step and pushes the Grads).
 //
 // Layout conventions (Keras'): a dense layer's kernel has shape [in, out] and computes
 // y = x W + b on row-major batches; embedding tables have shape [vocab, width].
-//
-// Thread-safety: a Model is immutable after construction; every const member function, including
-// train_step, is reentrant and may run concurrently on several threads (CPU replicas). Each call
-// uses only its own scratch memory (per thread, reused across calls) and the caller's buffers.
-// The matrix products run on the calling thread (serial OpenBLAS or Eigen, no OpenMP):
-// parallelism comes from replicas, not from inside a step.
-//
-// Errors: a bad ModelConfig is a ConfigError; inputs or parameters that do not match the model
-// (wrong dims, a label out of range, an id outside [0, vocab), a missing variable or row) are a
-// strata::Error naming the variable or the offending value.
 #pragma once
 
 #include <cstdint>
@@ -67,14 +55,14 @@ struct SparseParam {
   int width = 0;
 };
 
-// Keyed by variable name (Model::variables()). Sparse variables (Model::sparse_variables()) live
+// Keyed by variable name (train::Model::variables()). Sparse variables (sparse_variables()) live
 // in `sparse`, every other variable in `dense`.
 struct Params {
   std::map<std::string, DenseParam> dense;
   std::map<std::string, SparseParam> sparse;
 };
 
-// Same layout as Params; train_step fills one entry per trainable variable. Buffers already
+// Same layout as Params; a step fills one entry per trainable variable. Buffers already
 // present with the right size are reused, so a caller that keeps one Grads across steps does not
 // reallocate the dense gradients.
 struct Grads {
@@ -82,7 +70,7 @@ struct Grads {
   std::map<std::string, SparseParam> sparse;
 };
 
-// What make_model builds. Zero / empty fields take the model's default where one is listed.
+// A built-in model (nn::make_builtin_model). Zero / empty fields take the model's default where one is listed.
 struct ModelConfig {
   std::string name = "mlp";    // softmax | mlp | wide_deep
   int input_dim = 784;         // dense features per example (wide_deep: may be 0)
@@ -112,65 +100,18 @@ inline const std::vector<int>& default_wide_deep_hidden() {
 }
 constexpr int kDefaultEmbedDim = 8;
 
-class Model {
- public:
-  virtual ~Model() = default;
-  Model(const Model&) = delete;
-  Model& operator=(const Model&) = delete;
+// The configuration with its defaults filled in (hidden, embed_dim; softmax drops any hidden
+// layer: a --hidden meant for mlp must not silently turn it into one), after checking every
+// size. ConfigError naming the model and the field ("model mlp: input_dim must be >= 1, got 0"),
+// or listing the known names for an unknown one.
+ModelConfig resolve_model_config(const ModelConfig& config);
 
-  // The configuration with defaults filled in (hidden, embed_dim).
-  const ModelConfig& config() const { return config_; }
-  const std::string& name() const { return config_.name; }
-  int num_classes() const { return config_.num_classes; }
-
-  // Every variable in creation order (all workers create the same sequence). Kernels are
-  // Glorot-uniform and biases zeros, like Keras Dense; embeddings uniform(-0.05, 0.05) like Keras
-  // Embedding; the wide weights zeros like Keras LinearModel. Seeds are derive_seed(seed, name),
-  // so no two variables share a random stream. No partitioners: placement is the caller's choice.
-  virtual std::vector<ps::VariableSpec> variables() const = 0;
-
-  // Names of the variables pulled and pushed by rows (embedding tables); empty for dense models.
-  virtual std::vector<std::string> sparse_variables() const { return {}; }
-
-  // Unique ids (ascending, padding -1 excluded) of `var`'s rows the batch reads. Error when `var`
-  // is not a sparse variable or an id lies outside [0, vocab).
-  virtual std::vector<std::int64_t> rows_needed(const std::string& var, const Inputs& inputs) const;
-
-  // Forward (and backward unless grads is null) over one batch. Returns the mean softmax
-  // cross-entropy loss (0 for an empty batch); fills *grads with d(mean loss)/d(variable) for
-  // every trainable variable (dense gradients for dense variables, SparseParam gradients listing
-  // rows_needed() for sparse ones). Sets *correct (if non-null; overwritten, not accumulated) to
-  // the number of examples whose argmax logit (the first one on ties) equals the label.
-  virtual double train_step(const Params& params, const Inputs& inputs, Grads* grads,
-                            std::int64_t* correct) const = 0;
-
-  // One line, e.g. "mlp 784-256-128-10 relu (235146 parameters)".
-  virtual std::string describe() const = 0;
-
-  // Total trainable elements (embedding tables counted in full).
-  std::int64_t num_parameters() const;
-
- protected:
-  explicit Model(ModelConfig config) : config_(std::move(config)) {}
-
- private:
-  ModelConfig config_;
-};
-
-// Builds a model. ConfigError for an unknown name (listing softmax, mlp, wide_deep) or bad sizes.
-std::unique_ptr<Model> make_model(const ModelConfig& config);
-
-// The names make_model accepts, in documentation order.
+// The built-in models' names, in documentation order.
 const std::vector<std::string>& model_names();
 
 // Seed of one variable: model_seed ^ FNV-1a-64(name). Stable across processes and builds (no
 // std::hash), so every worker derives the same initial values.
 std::uint64_t derive_seed(std::uint64_t model_seed, const std::string& variable_name);
-
-// Every variable of `model` filled from its initializer in this process (sparse tables in full,
-// rows 0..vocab-1): single-process training and tests. Values equal what the parameter servers
-// materialise, since both use ps::fill.
-Params init_local_params(const Model& model);
 
 // Plain SGD in place: value -= lr * grad for every dense gradient and every listed sparse row.
 // Error naming the variable when a gradient has no matching parameter, size or row.

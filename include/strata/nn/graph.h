@@ -124,10 +124,13 @@ class Graph {
   // ---- layers ----
   // Keras Dense: act(x W + b), kernel [in, units] Glorot-uniform, bias [units] zeros.
   Tensor dense(Tensor x, int units, Activation activation = Activation::kNone, const std::string& name = "");
-  // A [vocab, dim] table (variable "<layer>/embeddings"); default initializer Keras Embedding's
-  // uniform(-0.05, 0.05), seeded from the variable's name when `init` has no seed of its own.
+  // A [vocab, dim] table (variable "<layer>/<variable>", "<layer>/embeddings" by default; another
+  // `variable` segment keeps a layout's existing names, e.g. the built-in wide_deep's
+  // "wide/weights"); default initializer Keras Embedding's uniform(-0.05, 0.05), seeded from the
+  // variable's name when `init` has no seed of its own.
   Table embedding_table(std::int64_t vocab, int dim, const std::string& name = "",
-                        std::optional<ps::Initializer> init = std::nullopt);
+                        std::optional<ps::Initializer> init = std::nullopt,
+                        const std::string& variable = "embeddings");
   // A dynamic table of `dim` floats per row (variable "<layer>/embeddings", a
   // ps::DynamicVariableSpec): no vocabulary, any int64 id other than kNoId is a row, created on
   // the PS at its first (admitted) lookup from `init`, a pure function of (init, id). Default

@@ -76,6 +76,9 @@ class GraphModel : public train::Model {
                          train::Grads* grads) const override;
   bool predict(const train::Params& params, const train::Inputs& inputs, float* scores_out) const override;
   int prediction_width() const override;
+  // A dense stack when the live graph is exactly dense_input(0, d) -> Dense ReLU ... -> Dense
+  // (no activation) as the output, with softmax cross-entropy (train::DenseStackShape).
+  bool dense_stack_shape(train::DenseStackShape* shape) const override;
   train::PredictionKind prediction_kind() const override;
 
   std::string default_optimizer() const override { return defaults_.optimizer; }

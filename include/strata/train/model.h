@@ -9,8 +9,8 @@
 // Thread-safety: step() and rows_needed() are const and run concurrently, one call per replica
 // thread; each call may use only its own scratch memory and the caller's buffers.
 //
-// The built-in softmax, mlp and wide_deep models (strata/model/model.h) implement this interface
-// through BuiltinModel.
+// Every model strata builds is an nn::GraphModel (a layer graph: strata/nn/graph_model.h), the
+// built-in softmax, mlp and wide_deep among them (strata/nn/builtin.h).
 #pragma once
 
 #include <cstdint>
@@ -32,6 +32,16 @@ using model::Params;
 struct StepResult {
   double loss = 0;            // mean loss over the slice (0 for an empty slice)
   std::int64_t correct = 0;   // examples predicted right (for accuracy)
+};
+
+// A plain dense classifier: the inputs' first input_dim dense columns through Dense ReLU layers of
+// the hidden widths, then a Dense layer to num_classes logits, softmax cross-entropy, variables
+// (kernel [in, out], bias [out]) per layer in layer order. What a GPU replica
+// (replica::GpuMlpReplica) runs.
+struct DenseStackShape {
+  int input_dim = 0;
+  std::vector<int> hidden;
+  int num_classes = 0;
 };
 
 // What Model::predict writes per example.
@@ -76,39 +86,18 @@ class Model {
   virtual int prediction_width() const { return 0; }
   virtual PredictionKind prediction_kind() const { return PredictionKind::kNone; }
 
+  // True, with *shape filled, when the model is exactly a dense stack (above): such a model can
+  // also run on GPU replicas. The default is false.
+  virtual bool dense_stack_shape(DenseStackShape* shape) const {
+    (void)shape;
+    return false;
+  }
+
   // Defaults a RunConfig / TrainSpec field falls back to when left empty.
   virtual std::string default_optimizer() const { return "adam"; }
   virtual double default_learning_rate() const { return 0; }  // 0: the optimizer's own
   virtual int default_epochs() const { return 20; }
 };
-
-// A built-in model (softmax | mlp | wide_deep) as a train::Model.
-class BuiltinModel : public Model {
- public:
-  explicit BuiltinModel(std::unique_ptr<model::Model> model);
-  std::string name() const override { return model_->name(); }
-  std::string describe() const override { return model_->describe(); }
-  std::vector<ps::VariableSpec> variables() const override { return model_->variables(); }
-  std::vector<std::string> sparse_variables() const override { return model_->sparse_variables(); }
-  std::vector<std::int64_t> rows_needed(const std::string& var, const Inputs& inputs) const override {
-    return model_->rows_needed(var, inputs);
-  }
-  StepResult step(const Params& params, const Inputs& inputs, Grads* grads) const override;
-  // mlp/softmax: adam, 20 epochs (softmax reaches ~0.84 on Fashion-MNIST, mlp ~0.88);
-  // wide_deep: adagrad lr 0.2, 3 epochs on synthetic-sparse (~0.81).
-  std::string default_optimizer() const override;
-  double default_learning_rate() const override;
-  int default_epochs() const override;
-  const model::Model& builtin() const { return *model_; }
-
- private:
-  std::unique_ptr<model::Model> model_;
-};
-
-// A built-in model sized for `train` (input width, classes, fields, vocabulary), e.g.
-// make_builtin_model("mlp", {}, seed, train). ConfigError for an unknown name.
-std::unique_ptr<BuiltinModel> make_builtin_model(const std::string& name, const std::vector<int>& hidden,
-                                                 std::uint64_t seed, const data::Dataset& train);
 
 // The batch `b` as model Inputs (views of its buffers).
 Inputs inputs_of(const data::Batch& b);

@@ -44,7 +44,7 @@ std::vector<MlpVariable> mlp_variables(const MlpShape& shape) {
     throw ConfigError("GPU mlp: input_dim must be >= 1, got " + std::to_string(shape.input_dim));
   if (shape.num_classes < 2)
     throw ConfigError("GPU mlp: num_classes must be >= 2, got " + std::to_string(shape.num_classes));
-  // Names and order exactly as model::detail::DenseStack builds them.
+  // Names and order exactly as the built-in mlp/softmax graphs create them (src/nn/builtin.cc).
   std::vector<MlpVariable> variables;
   std::size_t offset = 0;
   int in = shape.input_dim;

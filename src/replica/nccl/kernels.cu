@@ -60,7 +60,7 @@ __global__ void bias_grad_kernel(const float* dy, int rows, int cols, float* db)
   }
 }
 
-// One warp per row. The arithmetic follows the CPU model (src/model/layers.cc) operation by
+// One warp per row. The arithmetic follows the CPU model (src/nn/graph_model.cc) operation by
 // operation: float max shift, exp and sums in double, the gradient rounded to float before the
 // float multiply by 1/batch. Only the order of the double sum differs (a warp tree, not a loop).
 constexpr int kSoftmaxWarps = 4;
