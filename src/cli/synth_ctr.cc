@@ -514,6 +514,12 @@ SynthCtrSummary write_synth_ctr(const SynthCtrOptions& options) {
   }
   summary.oracle_auc = train::exact_auc(logits.data(), labels.data(), labels.size());
   summary.oracle_log_loss = log_loss_sum / static_cast<double>(options.rows);
+  // Day k is rows [k * rows / days, (k + 1) * rows / days), as its file.
+  for (std::size_t k = 0; k < summary.days.size(); ++k) {
+    const std::size_t begin = static_cast<std::size_t>(k * options.rows / static_cast<std::uint64_t>(options.days));
+    summary.days[k].oracle_auc = train::exact_auc(logits.data() + begin, labels.data() + begin,
+                                                  static_cast<std::size_t>(summary.days[k].rows));
+  }
 
   nlohmann::json doc;
   doc["rows"] = summary.rows;
@@ -559,6 +565,7 @@ SynthCtrSummary write_synth_ctr(const SynthCtrOptions& options) {
       per_day.push_back({{"day", k},
                          {"file", summary.files[k]},
                          {"rows", d.rows},
+                         {"oracle_auc", std::isnan(d.oracle_auc) ? nlohmann::json(nullptr) : nlohmann::json(d.oracle_auc)},
                          {"distinct", distinct},
                          {"new", fresh},
                          {"distinct_per_field", d.distinct},

@@ -129,6 +129,7 @@ std::vector<std::string> synth_ctr_file_names(const std::string& out, int files)
 struct SynthCtrDay {
   std::uint64_t rows = 0;
   std::vector<std::uint64_t> distinct, fresh;  // kCtrCatFields each
+  double oracle_auc = 0;                       // of the day's rows (NaN when one class is absent)
 };
 
 struct SynthCtrSummary {

@@ -407,6 +407,8 @@ TEST(SynthCtrTest, ChurnIsDeterministicAndFreshIdsCarrySignal) {
   }
   EXPECT_GT(day_auc[0], 0.7);
   EXPECT_NEAR(day_auc[3], day_auc[0], 0.03);
+  // The sidecar's per-day oracle is the same computation.
+  for (int d = 0; d < 4; ++d) EXPECT_EQ(sa.days[static_cast<std::size_t>(d)].oracle_auc, day_auc[static_cast<std::size_t>(d)]);
 
   SynthCtrOptions plain = options(c, 4000, 3), by_day = options(b, 4000, 3);
   by_day.days = 3;
