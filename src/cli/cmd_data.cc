@@ -23,12 +23,32 @@ CLI::App* add_data_command(CLI::App& app, DataFlags& flags, CLI::App** synth_ctr
   s->add_option("--zipf", flags.zipf, "Zipf exponent of the id frequencies, 0 (uniform)..10 (default 1.05)");
   s->add_option("--missing", flags.missing, "fraction of fields left empty, 0..0.95 (default 0.02)");
   s->add_flag("--header", flags.header, "write the header line label I1..I13 C1..C26 first in every file");
+  s->add_option("--days", flags.days,
+                "split the rows into D consecutive days, file k holding day k (the per-day distinct and new id "
+                "counts go to FILE.json), 1..1000; --files defaults to D");
+  s->add_option("--id-bits", flags.id_bits,
+                "ids without a vocabulary: each field's ids spread over a 2^B space, written as ceil(B/4) hex "
+                "digits, 16..62 (default: 8 hex digits of the popularity rank)");
+  s->add_option("--churn", flags.churn,
+                "with --id-bits and --days: the fraction of each field's ids replaced by fresh ids from one day to "
+                "the next, at every popularity, 0..1 (default 0)");
   return data;
 }
 
 int run_data_synth_ctr(const DataFlags& flags) {
-  const SynthCtrOptions options = parse_synth_ctr_options(flags.rows, flags.seed, flags.out, flags.files, flags.vocab,
-                                                          flags.zipf, flags.missing, flags.header);
+  SynthCtrFlagText text;
+  text.rows = flags.rows;
+  text.seed = flags.seed;
+  text.out = flags.out;
+  text.files = flags.files;
+  text.vocab = flags.vocab;
+  text.zipf = flags.zipf;
+  text.missing = flags.missing;
+  text.id_bits = flags.id_bits;
+  text.days = flags.days;
+  text.churn = flags.churn;
+  text.header = flags.header;
+  const SynthCtrOptions options = parse_synth_ctr_options(text);
   const SynthCtrSummary summary = write_synth_ctr(options);
   std::cout << summary.json << "\n" << std::flush;
   return kExitOk;

@@ -88,7 +88,7 @@ int run_slurm_tasks_per_node(const SlurmFlags& flags);
 
 // `strata data synth-ctr`: no MPI. Numbers are kept as text for the strict parsers.
 struct DataFlags {
-  std::string rows, seed, out, files, vocab, zipf, missing;
+  std::string rows, seed, out, files, vocab, zipf, missing, id_bits, days, churn;
   bool header = false;
 };
 CLI::App* add_data_command(CLI::App& app, DataFlags& flags, CLI::App** synth_ctr);

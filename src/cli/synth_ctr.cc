@@ -45,10 +45,11 @@ constexpr int kEmbedDim = 4;
 constexpr double kIntOffset = 1.0;
 constexpr double kIntScale = 1.2;
 
-// Stream tags (data/rng.h derive_seed): rows, hidden weights, value bijections.
+// Stream tags (data/rng.h derive_seed): rows, hidden weights, value bijections, churn phases.
 constexpr std::uint64_t kTagRow = 0x5c7c0001;
 constexpr std::uint64_t kTagWeight = 0x5c7c0002;
 constexpr std::uint64_t kTagValue = 0x5c7c0003;
+constexpr std::uint64_t kTagPhase = 0x5c7c0004;
 
 // Approximately standard normal from four uniforms (Irwin-Hall, scaled to unit variance): only
 // +, -, *, so the same bits everywhere, and bounded (|x| <= 2 sqrt 3).
@@ -68,6 +69,28 @@ std::uint32_t permute32(std::uint32_t x, std::uint32_t key) {
   x *= 0xC2B2AE3Du;
   x ^= x >> 16;
   return x;
+}
+
+// A bijection of [0, 2^bits) keyed per field: xor with the key, then odd multiplications and
+// xor-shifts, each invertible modulo 2^bits (a right shift keeps the value below 2^bits).
+std::uint64_t permute_bits(std::uint64_t x, std::uint64_t key, int bits) {
+  const std::uint64_t mask = bits == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << bits) - 1;
+  const int half = bits / 2, third = (bits + 2) / 3;
+  x = (x ^ key) & mask;
+  x = (x * 0x9E3779B97F4A7C15ULL) & mask;
+  x ^= x >> half;
+  x = (x * 0xBF58476D1CE4E5B9ULL) & mask;
+  x ^= x >> third;
+  x = (x * 0x94D049BB133111EBULL) & mask;
+  x ^= x >> half;
+  return x;
+}
+
+// Generations a rank can reach over `days` days: g = floor(d * churn + phase) with phase < 1 and
+// d <= days - 1.
+std::uint64_t generations(int days, double churn) {
+  if (churn <= 0 || days <= 1) return 1;
+  return static_cast<std::uint64_t>(std::floor(static_cast<double>(days - 1) * churn)) + 2;
 }
 
 double sigmoid(double x) { return 1.0 / (1.0 + det_exp(-x)); }
@@ -160,9 +183,10 @@ void append_uint(std::uint64_t v, std::string* out) {
   while (n > 0) out->push_back(digits[--n]);
 }
 
-void append_hex8(std::uint32_t v, std::string* out) {
+// `digits` lower-case hex digits of v, most significant first (zero-padded, as Criteo's values).
+void append_hex(std::uint64_t v, int digits, std::string* out) {
   static constexpr char kHex[] = "0123456789abcdef";
-  for (int shift = 28; shift >= 0; shift -= 4) out->push_back(kHex[(v >> shift) & 0xF]);
+  for (int shift = 4 * (digits - 1); shift >= 0; shift -= 4) out->push_back(kHex[(v >> shift) & 0xF]);
 }
 
 }  // namespace
@@ -209,6 +233,11 @@ void SynthCtrOptions::validate() const {
   if (files < 1 || files > kMaxFiles)
     throw ConfigError("--files: " + std::to_string(files) + " is out of range [1, " + std::to_string(kMaxFiles) +
                       "]");
+  if (days < 0 || days > kMaxDays)
+    throw ConfigError("--days: " + std::to_string(days) + " is out of range [1, " + std::to_string(kMaxDays) + "]");
+  if (static_cast<std::uint64_t>(days) > rows)
+    throw ConfigError("--days: " + std::to_string(days) + " days for " + std::to_string(rows) +
+                      " rows (every day needs a row)");
   if (static_cast<std::uint64_t>(files) > rows)
     throw ConfigError("--files: " + std::to_string(files) + " files for " + std::to_string(rows) +
                       " rows (every file needs a row)");
@@ -221,6 +250,34 @@ void SynthCtrOptions::validate() const {
   if (!(zipf >= 0.0 && zipf <= 10.0)) throw ConfigError("--zipf: " + text_of(zipf) + " is out of range [0, 10]");
   if (!(missing >= 0.0 && missing <= 0.95))
     throw ConfigError("--missing: " + text_of(missing) + " is out of range [0, 0.95]");
+  if (id_bits != 0 && (id_bits < 16 || id_bits > 62))
+    throw ConfigError("--id-bits: " + std::to_string(id_bits) +
+                      " is out of range [16, 62] (0: 8-digit values of the popularity rank)");
+  if (days > 0 && files != days)
+    throw ConfigError("--files: " + std::to_string(files) + " files for " + std::to_string(days) +
+                      " days (file k holds day k: leave --files out or give --days)");
+  if (!(churn >= 0.0 && churn <= 1.0)) throw ConfigError("--churn: " + text_of(churn) + " is out of range [0, 1]");
+  if (churn > 0 && days < 2)
+    throw ConfigError("--churn: " + text_of(churn) + " needs --days of at least 2 (ids are replaced from day to day)");
+  if (churn > 0 && id_bits == 0)
+    throw ConfigError("--churn: " + text_of(churn) + " needs --id-bits (the id space of the fresh ids, e.g. 40)");
+  if (days > 0) {
+    std::uint64_t sum = 0;
+    for (std::uint64_t v : vocab) sum += v;
+    if (sum > kMaxDayVocabSum)
+      throw ConfigError("--vocab: the 26 sizes add up to " + std::to_string(sum) + ", over " +
+                        std::to_string(kMaxDayVocabSum) + " with --days (the per-day id counts keep 8 bytes a rank)");
+  }
+  if (id_bits != 0) {
+    // Every (rank, generation) of a field needs its own id: generation * vocab + rank < 2^id_bits.
+    const std::uint64_t gens = generations(days, churn);
+    const std::uint64_t space = std::uint64_t{1} << id_bits;
+    for (std::size_t f = 0; f < vocab.size(); ++f)
+      if (vocab[f] > space / gens)
+        throw ConfigError("--id-bits: " + std::to_string(id_bits) + " bits hold " + std::to_string(space) +
+                          " ids, fewer than C" + std::to_string(f + 1) + "'s " + std::to_string(vocab[f]) +
+                          " ranks x " + std::to_string(gens) + " generations (--days x --churn)");
+  }
 }
 
 void SynthCtrOptions::validate_output() const {
@@ -237,14 +294,19 @@ void SynthCtrOptions::validate_output() const {
     throw ConfigError("--out: '" + out + "' is a directory");
 }
 
-SynthCtrOptions parse_synth_ctr_options(const std::string& rows, const std::string& seed, const std::string& out,
-                                        const std::string& files, const std::string& vocab, const std::string& zipf,
-                                        const std::string& missing, bool header) {
+SynthCtrOptions parse_synth_ctr_options(const SynthCtrFlagText& text) {
+  const std::string& vocab = text.vocab;
   SynthCtrOptions o;
-  if (!rows.empty()) o.rows = parse_uint64(rows, "--rows");
-  if (!seed.empty()) o.seed = parse_uint64(seed, "--seed");
-  o.out = out;
-  if (!files.empty()) o.files = parse_int(files, "--files", 1, SynthCtrOptions::kMaxFiles);
+  if (!text.rows.empty()) o.rows = parse_uint64(text.rows, "--rows");
+  if (!text.seed.empty()) o.seed = parse_uint64(text.seed, "--seed");
+  o.out = text.out;
+  if (!text.files.empty()) o.files = parse_int(text.files, "--files", 1, SynthCtrOptions::kMaxFiles);
+  if (!text.days.empty()) {
+    o.days = parse_int(text.days, "--days", 1, SynthCtrOptions::kMaxDays);
+    if (text.files.empty()) o.files = o.days;
+  }
+  if (!text.id_bits.empty()) o.id_bits = parse_int(text.id_bits, "--id-bits", 16, 62);
+  if (!text.churn.empty()) o.churn = parse_double(text.churn, "--churn");
   if (!vocab.empty()) {
     const std::vector<std::string> parts = split(vocab, ',');
     if (parts.size() != 1 && parts.size() != static_cast<std::size_t>(kCtrCatFields))
@@ -254,9 +316,9 @@ SynthCtrOptions parse_synth_ctr_options(const std::string& rows, const std::stri
     for (const std::string& p : parts) o.vocab.push_back(parse_uint64(p, "--vocab"));
     if (o.vocab.size() == 1) o.vocab.assign(kCtrCatFields, o.vocab[0]);
   }
-  if (!zipf.empty()) o.zipf = parse_double(zipf, "--zipf");
-  if (!missing.empty()) o.missing = parse_double(missing, "--missing");
-  o.header = header;
+  if (!text.zipf.empty()) o.zipf = parse_double(text.zipf, "--zipf");
+  if (!text.missing.empty()) o.missing = parse_double(text.missing, "--missing");
+  o.header = text.header;
   o.validate();
   o.validate_output();
   return o;
@@ -278,8 +340,29 @@ SynthCtrModel::SynthCtrModel(const SynthCtrOptions& options) : options_(options)
   cumulative_.push_back(std::move(cdf));
 }
 
+int SynthCtrModel::day_of(std::uint64_t index) const {
+  if (options_.days <= 1) return 0;
+  // Day k starts at floor(k * rows / days): the largest k with k * rows <= (index + 1) * days - 1.
+  const auto days = static_cast<std::uint64_t>(options_.days);
+  return static_cast<int>(((index + 1) * days - 1) / options_.rows);
+}
+
+std::uint32_t SynthCtrModel::generation(int field, std::uint64_t rank, int day) const {
+  if (options_.churn <= 0 || day <= 0) return 0;
+  Rng phase(derive_seed(options_.seed, kTagPhase, static_cast<std::uint64_t>(field), rank));
+  return static_cast<std::uint32_t>(std::floor(static_cast<double>(day) * options_.churn + phase.uniform()));
+}
+
+std::uint64_t SynthCtrModel::value(int field, std::uint64_t rank, std::uint32_t generation) const {
+  const std::uint64_t key = derive_seed(options_.seed, kTagValue, static_cast<std::uint64_t>(field));
+  if (options_.id_bits == 0) return permute32(static_cast<std::uint32_t>(rank), static_cast<std::uint32_t>(key));
+  const std::uint64_t slot = generation * options_.vocab[static_cast<std::size_t>(field)] + rank;
+  return permute_bits(slot, key, options_.id_bits);
+}
+
 CtrRow SynthCtrModel::row(std::uint64_t index) const {
   CtrRow r;
+  r.day = day_of(index);
   Rng rng(derive_seed(options_.seed, kTagRow, index));
   const std::vector<double>& cdf = cumulative_[0];
   // Draw everything first, in a fixed order and count, whatever is missing.
@@ -298,15 +381,17 @@ CtrRow SynthCtrModel::row(std::uint64_t index) const {
   }
   const double u_label = rng.uniform();
 
-  // Hidden per-(field, id) weight and embedding: a pure function of seed, field and id.
+  // Hidden per-(field, id) weight and embedding: a pure function of seed, field and id (the rank
+  // without --id-bits, where rank and id are one).
   double weight[kCtrCatFields];
   double embed[kCtrCatFields][kEmbedDim];
   for (int f = 0; f < kCtrCatFields; ++f) {
-    Rng w(derive_seed(options_.seed, kTagWeight, static_cast<std::uint64_t>(f), r.cat_ids[f]));
+    r.cat_gens[f] = generation(f, r.cat_ids[f], r.day);
+    r.cats[f] = value(f, r.cat_ids[f], r.cat_gens[f]);
+    const std::uint64_t id = options_.id_bits == 0 ? r.cat_ids[f] : r.cats[f];
+    Rng w(derive_seed(options_.seed, kTagWeight, static_cast<std::uint64_t>(f), id));
     weight[f] = normalish(w);
     for (double& e : embed[f]) e = normalish(w);
-    const auto key = static_cast<std::uint32_t>(derive_seed(options_.seed, kTagValue, static_cast<std::uint64_t>(f)));
-    r.cats[f] = permute32(static_cast<std::uint32_t>(r.cat_ids[f]), key);
   }
 
   double logit = kBias;
@@ -326,7 +411,8 @@ CtrRow SynthCtrModel::row(std::uint64_t index) const {
   return r;
 }
 
-void SynthCtrModel::format(const CtrRow& row, std::string* line) {
+void SynthCtrModel::format(const CtrRow& row, std::string* line) const {
+  const int digits = options_.id_bits == 0 ? 8 : (options_.id_bits + 3) / 4;
   line->push_back(row.label ? '1' : '0');
   for (int j = 0; j < kCtrIntFields; ++j) {
     line->push_back('\t');
@@ -334,7 +420,7 @@ void SynthCtrModel::format(const CtrRow& row, std::string* line) {
   }
   for (int f = 0; f < kCtrCatFields; ++f) {
     line->push_back('\t');
-    if (!row.cat_missing[f]) append_hex8(row.cats[f], line);
+    if (!row.cat_missing[f]) append_hex(row.cats[f], digits, line);
   }
   line->push_back('\n');
 }
@@ -362,6 +448,24 @@ SynthCtrSummary write_synth_ctr(const SynthCtrOptions& options) {
   summary.rows = options.rows;
   summary.files = synth_ctr_file_names(options.out, options.files);
 
+  // With days: per (field, rank) the last day it was written and its generation then. Generations
+  // only grow with the day, so (rank, generation) was written before iff the last one written
+  // for the rank had that generation.
+  const bool by_day = options.days > 0;
+  std::vector<std::vector<std::int32_t>> last_day, last_gen;
+  if (by_day) {
+    for (std::uint64_t v : options.vocab) {
+      last_day.emplace_back(static_cast<std::size_t>(v), -1);
+      last_gen.emplace_back(static_cast<std::size_t>(v), -1);
+    }
+    summary.days.resize(static_cast<std::size_t>(options.days));
+    for (SynthCtrDay& d : summary.days) {
+      d.distinct.assign(kCtrCatFields, 0);
+      d.fresh.assign(kCtrCatFields, 0);
+    }
+    summary.distinct_ids.assign(kCtrCatFields, 0);
+  }
+
   std::vector<double> logits(static_cast<std::size_t>(options.rows));
   std::vector<std::uint8_t> labels(static_cast<std::size_t>(options.rows));
   double log_loss_sum = 0;
@@ -380,7 +484,25 @@ SynthCtrSummary write_synth_ctr(const SynthCtrOptions& options) {
     }
     for (; next < end; ++next) {
       const CtrRow r = model.row(next);
-      SynthCtrModel::format(r, &sink.buffer());
+      model.format(r, &sink.buffer());
+      if (by_day) {
+        SynthCtrDay& day = summary.days[static_cast<std::size_t>(r.day)];
+        ++day.rows;
+        for (int f = 0; f < kCtrCatFields; ++f) {
+          if (r.cat_missing[f]) continue;
+          const auto k = static_cast<std::size_t>(r.cat_ids[f]);
+          std::int32_t& seen_day = last_day[static_cast<std::size_t>(f)][k];
+          std::int32_t& seen_gen = last_gen[static_cast<std::size_t>(f)][k];
+          if (seen_day == r.day) continue;
+          ++day.distinct[static_cast<std::size_t>(f)];
+          if (seen_gen != static_cast<std::int32_t>(r.cat_gens[f])) {
+            ++day.fresh[static_cast<std::size_t>(f)];
+            ++summary.distinct_ids[static_cast<std::size_t>(f)];
+          }
+          seen_day = r.day;
+          seen_gen = static_cast<std::int32_t>(r.cat_gens[f]);
+        }
+      }
       sink.maybe_flush();
       logits[static_cast<std::size_t>(next)] = r.logit;
       labels[static_cast<std::size_t>(next)] = static_cast<std::uint8_t>(r.label);
@@ -392,6 +514,12 @@ SynthCtrSummary write_synth_ctr(const SynthCtrOptions& options) {
   }
   summary.oracle_auc = train::exact_auc(logits.data(), labels.data(), labels.size());
   summary.oracle_log_loss = log_loss_sum / static_cast<double>(options.rows);
+  // Day k is rows [k * rows / days, (k + 1) * rows / days), as its file.
+  for (std::size_t k = 0; k < summary.days.size(); ++k) {
+    const std::size_t begin = static_cast<std::size_t>(k * options.rows / static_cast<std::uint64_t>(options.days));
+    summary.days[k].oracle_auc = train::exact_auc(logits.data() + begin, labels.data() + begin,
+                                                  static_cast<std::size_t>(summary.days[k].rows));
+  }
 
   nlohmann::json doc;
   doc["rows"] = summary.rows;
@@ -415,6 +543,36 @@ SynthCtrSummary write_synth_ctr(const SynthCtrOptions& options) {
     doc["vocab"] = options.vocab;
   doc["zipf"] = options.zipf;
   doc["missing"] = options.missing;
+  if (options.id_bits != 0) {
+    doc["id_bits"] = options.id_bits;
+    doc["id_hex_digits"] = (options.id_bits + 3) / 4;
+  }
+  if (by_day) {
+    doc["days"] = options.days;
+    doc["churn"] = options.churn;
+    doc["distinct_ids"] = summary.distinct_ids;
+    std::uint64_t all = 0;
+    for (std::uint64_t n : summary.distinct_ids) all += n;
+    doc["distinct_ids_all_fields"] = all;
+    nlohmann::json per_day = nlohmann::json::array();
+    for (std::size_t k = 0; k < summary.days.size(); ++k) {
+      const SynthCtrDay& d = summary.days[k];
+      std::uint64_t distinct = 0, fresh = 0;
+      for (int f = 0; f < kCtrCatFields; ++f) {
+        distinct += d.distinct[static_cast<std::size_t>(f)];
+        fresh += d.fresh[static_cast<std::size_t>(f)];
+      }
+      per_day.push_back({{"day", k},
+                         {"file", summary.files[k]},
+                         {"rows", d.rows},
+                         {"oracle_auc", std::isnan(d.oracle_auc) ? nlohmann::json(nullptr) : nlohmann::json(d.oracle_auc)},
+                         {"distinct", distinct},
+                         {"new", fresh},
+                         {"distinct_per_field", d.distinct},
+                         {"new_per_field", d.fresh}});
+    }
+    doc["per_day"] = per_day;
+  }
   doc["files"] = summary.files;
   summary.json = doc.dump();
 
