@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
 #include <sstream>
 #include <utility>
 
@@ -44,8 +45,27 @@ struct TableScratch {
   float* grad = nullptr;                                  // [ids.size(), dim] in the caller's Grads
 };
 
+// Storage that starts on a 64-byte boundary. Node values and gradients are GEMM outputs: the
+// kernel libraries store whole cache lines when C's rows start on one, and glibc's malloc gives
+// 16 bytes (a large block, from mmap, sits 16 bytes past a page boundary).
+template <class T>
+struct CacheAligned {
+  using value_type = T;
+  static constexpr std::align_val_t kAlign{64};
+  CacheAligned() = default;
+  template <class U>
+  CacheAligned(const CacheAligned<U>&) noexcept {}
+  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlign)); }
+  void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, kAlign); }
+  template <class U>
+  bool operator==(const CacheAligned<U>&) const noexcept { return true; }
+  template <class U>
+  bool operator!=(const CacheAligned<U>&) const noexcept { return false; }
+};
+using FloatBuffer = std::vector<float, CacheAligned<float>>;
+
 struct Workspace {
-  std::vector<std::vector<float>> value, grad, aux;  // per node
+  std::vector<FloatBuffer> value, grad, aux;  // per node
   std::vector<std::vector<std::int32_t>> slot;       // per embedding node: id index per (row, slot)
   std::vector<TableScratch> table;                   // per variable (tables only)
   std::vector<const float*> var_value;               // per variable (dense only)
@@ -109,7 +129,7 @@ float activation_slope(Activation a, float y) {
   return 1.0f;
 }
 
-void resize(std::vector<float>& v, std::size_t n) { v.resize(n); }
+void resize(detail::FloatBuffer& v, std::size_t n) { v.resize(n); }
 
 // y = act(y + bias) over [rows, w], one loop per activation so that each vectorises.
 void bias_activation(Activation a, float* y, const float* bias, std::size_t rows, int w) {
@@ -533,7 +553,7 @@ train::StepResult GraphModel::run(const train::Params& params, const train::Inpu
     const Node& n = def.nodes[i];
     if (n.op == Op::kDenseInput) continue;
     const int w = n.width;
-    std::vector<float>& y = ws.value[i];
+    detail::FloatBuffer& y = ws.value[i];
     resize(y, nb * static_cast<std::size_t>(w));
     switch (n.op) {
       case Op::kDenseInput: break;
@@ -548,7 +568,7 @@ train::StepResult GraphModel::run(const train::Params& params, const train::Inpu
       case Op::kEmbedding: {
         const detail::TableScratch& ts = ws.table[static_cast<std::size_t>(n.table)];
         const std::vector<std::int32_t>& slot = ws.slot[i];
-        std::vector<float>& scale = ws.aux[i];
+        detail::FloatBuffer& scale = ws.aux[i];
         resize(scale, nb);
         for (std::size_t b = 0; b < nb; ++b) {
           float* row = y.data() + b * static_cast<std::size_t>(w);
@@ -642,7 +662,7 @@ train::StepResult GraphModel::run(const train::Params& params, const train::Inpu
       case Op::kCross: {
         const View x0 = view(n.inputs[0]);
         const View x = view(n.inputs[1]);
-        std::vector<float>& u = ws.aux[i];  // x W + b, kept for backward
+        detail::FloatBuffer& u = ws.aux[i];  // x W + b, kept for backward
         resize(u, nb * static_cast<std::size_t>(w));
         detail::gemm(false, false, batch, w, w, x.p, x.stride, ws.var_value[static_cast<std::size_t>(n.kernel)], w,
                      false, u.data(), w);
@@ -671,7 +691,7 @@ train::StepResult GraphModel::run(const train::Params& params, const train::Inpu
       }
       case Op::kDropout: {
         const View x = view(n.inputs[0]);
-        std::vector<float>& mask = ws.aux[i];
+        detail::FloatBuffer& mask = ws.aux[i];
         resize(mask, training ? nb * static_cast<std::size_t>(w) : 0);
         const float keep_scale = static_cast<float>(1.0 / (1.0 - n.rate));
         for (std::size_t b = 0; b < nb; ++b) {
@@ -695,7 +715,7 @@ train::StepResult GraphModel::run(const train::Params& params, const train::Inpu
   // ---- (4) loss, metrics, predictions, d(mean loss)/d(output) ----
   const View out = view(prog.output);
   train::StepResult result;
-  std::vector<float>& dout = ws.grad[static_cast<std::size_t>(prog.output)];
+  detail::FloatBuffer& dout = ws.grad[static_cast<std::size_t>(prog.output)];
   if (training) resize(dout, nb * static_cast<std::size_t>(out_width));
   const float inv_batch = batch > 0 ? 1.0f / static_cast<float>(batch) : 0.0f;
   double total = 0.0;
@@ -838,7 +858,7 @@ train::StepResult GraphModel::run(const train::Params& params, const train::Inpu
       case Op::kEmbedding: {
         const detail::TableScratch& ts = ws.table[static_cast<std::size_t>(n.table)];
         const std::vector<std::int32_t>& slot = ws.slot[i];
-        const std::vector<float>& scale = ws.aux[i];
+        const detail::FloatBuffer& scale = ws.aux[i];
         for (std::size_t b = 0; b < nb; ++b) {
           const float* g = dy + b * static_cast<std::size_t>(w);
           for (int s = 0; s < n.ids.count; ++s) {
@@ -917,7 +937,7 @@ train::StepResult GraphModel::run(const train::Params& params, const train::Inpu
       case Op::kCross: {
         const View x0 = view(n.inputs[0]);
         const View x = view(n.inputs[1]);
-        std::vector<float>& u = ws.aux[i];
+        detail::FloatBuffer& u = ws.aux[i];
         float* dx0 = grad_of(n.inputs[0]);
         float* dx = grad_of(n.inputs[1]);
         // y = x0 * u + x with u = x W + b: dx0 += dY * u, then u becomes dU = dY * x0.
@@ -955,7 +975,7 @@ train::StepResult GraphModel::run(const train::Params& params, const train::Inpu
       }
       case Op::kDropout:
         if (float* dx = grad_of(n.inputs[0])) {
-          const std::vector<float>& mask = ws.aux[i];
+          const detail::FloatBuffer& mask = ws.aux[i];
           for (std::size_t e = 0; e < nb * static_cast<std::size_t>(w); ++e) dx[e] += dy[e] * mask[e];
         }
         break;
