@@ -36,19 +36,7 @@ CLI::App* add_data_command(CLI::App& app, DataFlags& flags, CLI::App** synth_ctr
 }
 
 int run_data_synth_ctr(const DataFlags& flags) {
-  SynthCtrFlagText text;
-  text.rows = flags.rows;
-  text.seed = flags.seed;
-  text.out = flags.out;
-  text.files = flags.files;
-  text.vocab = flags.vocab;
-  text.zipf = flags.zipf;
-  text.missing = flags.missing;
-  text.id_bits = flags.id_bits;
-  text.days = flags.days;
-  text.churn = flags.churn;
-  text.header = flags.header;
-  const SynthCtrOptions options = parse_synth_ctr_options(text);
+  const SynthCtrOptions options = parse_synth_ctr_options(flags);
   const SynthCtrSummary summary = write_synth_ctr(options);
   std::cout << summary.json << "\n" << std::flush;
   return kExitOk;

@@ -6,6 +6,8 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "cli/synth_ctr.h"
+
 namespace strata::cli {
 
 // Process exit statuses (DESIGN.md section 7).
@@ -87,10 +89,9 @@ int run_slurm_hostnames(const SlurmFlags& flags);
 int run_slurm_tasks_per_node(const SlurmFlags& flags);
 
 // `strata data synth-ctr`: no MPI. Numbers are kept as text for the strict parsers.
-struct DataFlags {
-  std::string rows, seed, out, files, vocab, zipf, missing, id_bits, days, churn;
-  bool header = false;
-};
+// `strata data synth-ctr`'s flags are the generator's own flag text (parsed and checked by
+// parse_synth_ctr_options).
+using DataFlags = SynthCtrFlagText;
 CLI::App* add_data_command(CLI::App& app, DataFlags& flags, CLI::App** synth_ctr);
 int run_data_synth_ctr(const DataFlags& flags);
 

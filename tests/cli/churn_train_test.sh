@@ -8,8 +8,6 @@
 # distinct ids the generator wrote) and the model still learns (AUC clearly above chance).
 source "$(dirname "$0")/lib.sh"
 
-summary() { grep -E '^\{.*"global_step"' "$OUT" | tail -n1; }
-summary_get() { summary | python3 -c "import json,sys; j=json.load(sys.stdin); print($1)" 2>&1; }
 QUIET=(--log-every 0 --log-every-secs 0)
 D=$TEST_TMP
 SPEC="$(dirname "$0")/../../examples/specs/criteo_dlrm_churn_dynamic.json"

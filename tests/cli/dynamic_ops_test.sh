@@ -9,8 +9,6 @@
 #    damaged is one line and a skip, never a crash.
 source "$(dirname "$0")/lib.sh"
 
-summary() { grep -E '^\{.*"global_step"' "$OUT" | tail -n1; }
-summary_get() { summary | python3 -c "import json,sys; j=json.load(sys.stdin); print($1)" 2>&1; }
 QUIET=(--log-every 0 --log-every-secs 0)
 D=$TEST_TMP
 SPEC="$(dirname "$0")/../../examples/specs/criteo_dlrm_dynamic.json"

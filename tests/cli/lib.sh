@@ -67,6 +67,10 @@ json_get() {
   local expr=$1 line=${2:-1}
   sed -n "${line}p" "$OUT" | python3 -c "import json,sys; j=json.load(sys.stdin); print($expr)"
 }
+# summary: the last line of stdout that is a training summary (a JSON object with global_step);
+# summary_get EXPR evaluates a Python expression over it (`j`), or prints the error.
+summary() { grep -E '^\{.*"global_step"' "$OUT" | tail -n1; }
+summary_get() { summary | python3 -c "import json,sys; j=json.load(sys.stdin); print($1)" 2>&1; }
 expect_json() {
   local expr=$1 want=$2 line=${3:-1} got
   got=$(json_get "$expr" "$line" 2>&1) || { fail "stdout line $line is not JSON ($got)"; return; }

@@ -6,8 +6,6 @@
 # numeric columns trains on Fashion-MNIST (examples/specs/fashion_mnist_dnn.json).
 source "$(dirname "$0")/lib.sh"
 
-summary() { grep -E '^\{.*"global_step"' "$OUT" | tail -n1; }
-summary_get() { summary | python3 -c "import json,sys; j=json.load(sys.stdin); print($1)" 2>&1; }
 QUIET=(--log-every 0 --log-every-secs 0)
 D=$TEST_TMP
 
