@@ -8,12 +8,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "checkpoint/hdf5/dynamic_io.h"
@@ -475,6 +477,41 @@ TEST(DynamicRetention, APreservedDeltaIsCompactedWhenNothingNewerLinksThroughIt)
   }
   // Whole now: nothing more to compact.
   EXPECT_TRUE(prune_dynamic_checkpoints(dir.path(), {2, 6, 7}, {2}).compacted.empty());
+}
+
+// Retention plans every kept chain at every save: a settled file it verified before, unchanged
+// since, is not read whole again, while any change to it (here a flipped byte) is seen.
+TEST(DynamicRetention, ASettledFileIsVerifiedOnceUntilItChanges) {
+  TempDir dir;
+  Job job(false);
+  save_steps(job, dir);
+  using Steps = std::vector<std::int64_t>;
+  const std::uint64_t start = detail::dynamic_header_verifications();
+  DynamicRetention r = plan_dynamic_retention(dir.path(), {6, 7});
+  EXPECT_EQ(r.needed, (Steps{4, 5, 6, 7}));
+  // Just written: not settled, so read again at the next plan.
+  const std::uint64_t fresh = detail::dynamic_header_verifications();
+  EXPECT_EQ(fresh - start, 4u);
+  r = plan_dynamic_retention(dir.path(), {6, 7});
+  EXPECT_EQ(detail::dynamic_header_verifications() - fresh, 4u);
+  // Settled (both times over 2 s old when verified): read once more, then remembered.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2200));
+  const std::uint64_t settled = detail::dynamic_header_verifications();
+  r = plan_dynamic_retention(dir.path(), {6, 7});
+  EXPECT_EQ(detail::dynamic_header_verifications() - settled, 4u);
+  const std::uint64_t remembered = detail::dynamic_header_verifications();
+  r = plan_dynamic_retention(dir.path(), {6, 7});
+  EXPECT_EQ(detail::dynamic_header_verifications(), remembered);
+  EXPECT_EQ(r.needed, (Steps{4, 5, 6, 7}));
+  EXPECT_EQ(r.unneeded, (Steps{1, 2, 3}));
+  EXPECT_TRUE(r.notes.empty());
+  // A changed link is read again and found damaged: its chain keeps every older file.
+  flip_byte(dir.file(5), 0.5);
+  r = plan_dynamic_retention(dir.path(), {6, 7});
+  EXPECT_EQ(detail::dynamic_header_verifications() - remembered, 1u);
+  EXPECT_EQ(r.needed, (Steps{1, 2, 3, 4, 5, 6, 7}));
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_NE(r.notes[0].find("dynamic-5.h5"), std::string::npos) << r.notes[0];
 }
 
 TEST(DynamicRetention, ABrokenChainKeepsEveryOlderFileForTheFallback) {

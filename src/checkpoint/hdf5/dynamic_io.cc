@@ -19,11 +19,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string_view>
 
@@ -943,8 +946,87 @@ std::vector<std::int64_t> list_dynamic_checkpoints(const std::string& dir) {
 
 namespace {
 
-// The verified headers of the dynamic files of one directory, each read at most once (reading
-// one verifies its whole-file CRC-32, so a file is read whole once however many chains pass it).
+// What stat(2) says of a file, to the nanosecond: while all of it is unchanged, so is the file,
+// provided the file had settled before it was verified (see VerifiedHeaders).
+struct FileIdentity {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  off_t size = 0;
+  std::int64_t mtime_ns = 0;
+  std::int64_t ctime_ns = 0;
+  bool operator==(const FileIdentity& o) const {
+    return dev == o.dev && ino == o.ino && size == o.size && mtime_ns == o.mtime_ns && ctime_ns == o.ctime_ns;
+  }
+};
+
+std::optional<FileIdentity> identity_of(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  auto ns = [](const timespec& t) { return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec; };
+  return FileIdentity{st.st_dev, st.st_ino, st.st_size, ns(st.st_mtim), ns(st.st_ctim)};
+}
+
+std::int64_t wall_clock_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::atomic<std::uint64_t> g_header_verifications{0};
+
+// Headers of dynamic files verified by this process, kept across calls: retention plans the
+// chains of every kept step at every save, and reading each kept file whole each time would make a
+// save cost the whole retained history. Thread-safe (a mutex).
+//
+// An entry is used only while the file's identity (device, inode, size, mtime, ctime) is the one
+// seen around its verification. A rewrite in place within one timestamp tick of the write before
+// it could keep that identity, so a file is remembered only when both its times were at least
+// kSettledNs older than the moment its verification began: any change after that moment stamps a
+// later time, which differs. A fresh file is therefore read whole at each plan until it settles.
+// Failures are never remembered. A restore still verifies every byte it reads.
+class VerifiedHeaders {
+ public:
+  static VerifiedHeaders& instance() {
+    static VerifiedHeaders headers;
+    return headers;
+  }
+
+  std::pair<std::optional<DynamicCheckpointFile>, std::string> header(const std::string& path) {
+    const std::optional<FileIdentity> before = identity_of(path);
+    if (before) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const auto it = entries_.find(path);
+      if (it != entries_.end() && it->second.first == *before) return {it->second.second, ""};
+    }
+    const std::int64_t started = wall_clock_ns();
+    std::pair<std::optional<DynamicCheckpointFile>, std::string> out;
+    g_header_verifications.fetch_add(1, std::memory_order_relaxed);
+    try {
+      out.first = read_dynamic_checkpoint(path, false);
+    } catch (const Error& e) {
+      out.second = e.message();
+      return out;
+    }
+    const std::optional<FileIdentity> after = identity_of(path);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (before && after && *before == *after && std::max(after->mtime_ns, after->ctime_ns) + kSettledNs <= started) {
+      if (entries_.size() >= kMaxEntries) entries_.clear();
+      entries_[path] = {*after, *out.first};
+    } else {
+      entries_.erase(path);
+    }
+    return out;
+  }
+
+ private:
+  static constexpr std::int64_t kSettledNs = 2'000'000'000;  // above any common filesystem's tick
+  static constexpr std::size_t kMaxEntries = 4096;
+  std::mutex mutex_;
+  std::map<std::string, std::pair<FileIdentity, DynamicCheckpointFile>> entries_;
+};
+
+// The verified headers of the dynamic files of one directory, each looked up at most once per
+// plan (VerifiedHeaders reads a file whole, to verify its CRC-32s, only when it has not seen it
+// settled and unchanged before).
 class HeaderCache {
  public:
   explicit HeaderCache(std::string dir) : dir_(std::move(dir)), steps_(list_dynamic_checkpoints(dir_)) {}
@@ -956,11 +1038,7 @@ class HeaderCache {
     auto it = headers_.find(step);
     if (it != headers_.end()) return it->second;
     auto& slot = headers_[step];
-    try {
-      slot.first = read_dynamic_checkpoint(path(step), false);
-    } catch (const Error& e) {
-      slot.second = e.message();
-    }
+    slot = VerifiedHeaders::instance().header(path(step));
     return slot;
   }
 
@@ -1034,6 +1112,10 @@ class ChainWalker {
 };
 
 }  // namespace
+
+std::uint64_t detail::dynamic_header_verifications() {
+  return g_header_verifications.load(std::memory_order_relaxed);
+}
 
 DynamicRestorePlan plan_dynamic_restore(const std::string& dir, const std::string& name,
                                         std::optional<std::int64_t> at_step) {

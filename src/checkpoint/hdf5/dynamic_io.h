@@ -20,4 +20,8 @@ DynamicSaveResult write_dynamic_file(const std::string& final_path, std::int64_t
 // `dataset_lines` are "dataset <len>:<path> <dtype> [<dims>] checksum <crc>" lines, any order.
 std::string dynamic_table_text(const DynamicTableState& table, std::vector<std::string> dataset_lines);
 
+// How many dynamic files this process has read whole to verify a header for chain planning
+// (retention, restore plans). Thread-safe. For tests: a settled file seen before is not read again.
+std::uint64_t dynamic_header_verifications();
+
 }  // namespace strata::checkpoint::detail
