@@ -1,6 +1,7 @@
 // Optimizer updates for parameter-server shards. The rules and the floating-point contract are in
-// include/strata/ps/optimizer.h; this file keeps two implementations of each rule that must agree
-// bit for bit: an Eigen one (vectorised, used by the PS) and a scalar loop (the test oracle).
+// include/strata/ps/optimizer.h; this file keeps implementations of each rule that must agree
+// bit for bit: an Eigen one (vectorised, used by the PS; on x86 momentum, Adagrad, Adam and RMSprop
+// run as one fused pass over Eigen's packets, fused_update) and a scalar loop (the test oracle).
 //
 // Why the Eigen path is written the way it is:
 //   * Each statement is one coefficient-wise Eigen expression over Maps of the caller's memory, so
