@@ -260,7 +260,7 @@ TEST_P(DynamicTransport, AsyncUpdatesAreNeverLost) {
       counts_ok = at != where.end() && static_cast<double>(snap.update_counts[i]) == named[at->second];
       if (!counts_ok)
         first_bad = "id " + std::to_string(snap.ids[i]) + ": count " + std::to_string(snap.update_counts[i]) +
-                    ", expected " + (at == where.end() ? std::string("no row") : std::to_string(named[at->second]));
+                    ", expected " + (at == where.end() ? std::string("no row") : std::to_string(static_cast<long long>(named[at->second])));
     }
     rows_held = static_cast<double>(snap.ids.size());
   }
