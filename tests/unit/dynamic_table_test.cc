@@ -941,6 +941,14 @@ TEST(DynamicTableCounts, StepsBeyondTheStampsRangeAreErrors) {
   expect_error([&] { u.import_rows(s); }, "clock 1099511627776 is outside");
   EXPECT_EQ(u.size(), 0);
   EXPECT_EQ(t.update_count(id), 1);
+  // A count at its largest value stays there (saturates) instead of wrapping to 0.
+  s = t.export_rows();
+  s.update_counts[0] = std::numeric_limits<std::uint32_t>::max() - 1;
+  u.import_rows(s);
+  u.apply(&id, 1, g, 5);
+  EXPECT_EQ(u.update_count(id), std::int64_t{std::numeric_limits<std::uint32_t>::max()});
+  u.apply(&id, 1, g, 6);
+  EXPECT_EQ(u.update_count(id), std::int64_t{std::numeric_limits<std::uint32_t>::max()});
 }
 
 // ---- delta tracking ---------------------------------------------------------------------------
