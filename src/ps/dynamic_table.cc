@@ -225,10 +225,15 @@ struct DynamicTable::Impl {
     return v;
   }
   void set_count(std::uint32_t r, std::uint32_t v) { std::memcpy(record(r) + kCountAt, &v, 4); }
-  // One more applied update; saturates at 2^32 - 1 rather than wrapping to a small count.
-  void bump_count(std::uint32_t r) {
-    const std::uint32_t v = count_of(r);
-    if (v != std::numeric_limits<std::uint32_t>::max()) set_count(r, v + 1);
+  // One more applied update of the row whose values start at `values`; saturates at 2^32 - 1
+  // rather than wrapping to a small count. Addressed from the values because the count sits just
+  // before them (record bytes 12-15), on the line a batch's update loads anyway.
+  static void bump_count(float* values) {
+    std::uint8_t* at = reinterpret_cast<std::uint8_t*>(values) - kRecordHeader + kCountAt;
+    std::uint32_t v;
+    std::memcpy(&v, at, 4);
+    if (v != std::numeric_limits<std::uint32_t>::max()) ++v;
+    std::memcpy(at, &v, 4);
   }
   float* values(std::uint32_t r) const { return reinterpret_cast<float*>(record(r) + kRecordHeader); }
 
@@ -519,6 +524,7 @@ struct DynamicTable::Impl {
     gathered.resize((arrays + 1) * len);  // values, slots..., gradients
     float* g = gathered.data() + arrays * len;
     for (std::size_t u = 0; u < m; ++u) {
+      bump_count(row_ptrs[u]);  // once per row and batch: row_ptrs holds each row once
       for (std::size_t a = 0; a < arrays; ++a)
         std::memcpy(gathered.data() + a * len + u * dim, row_ptrs[u] + a * dim, dim * sizeof(float));
       std::memcpy(g + u * dim, grad_ptrs[u], dim * sizeof(float));
@@ -662,7 +668,6 @@ void DynamicTable::apply(const std::int64_t* ids, std::size_t n, const float* gr
     while (t.dedup[pos] != 0 && (t.dedup[pos] >> 32) != std::uint64_t{r} + 1) pos = (pos + 1) & (cap - 1);
     if (t.dedup[pos] == 0) {
       t.dedup[pos] = (std::uint64_t{r} + 1) << 32 | t.row_ptrs.size();
-      t.bump_count(r);  // once per row and batch, however often the batch names it
       t.row_ptrs.push_back(t.values(r));
       t.grad_ptrs.push_back(g);
       t.sum_at.push_back(kNoRow);
