@@ -8,14 +8,15 @@
 #     examples/specs/criteo_dlrm_churn_dynamic.json
 #
 # Data: `strata data synth-ctr --days 3 --churn 0.3 --id-bits 40`, days 0..1 trained in file order
-# (each worker its own batches), day 2 evaluated; once sync (the figures repeat) and once async.
-# Asserts, for each: exit 0; the ranks sit where asked (PS on cn1, workers on cn2) and the transport is tcp
-# over 2 nodes; every one of the 26 tables evicted rows, no shard holds more than the configured
-# capacity, both PS hold rows of every table (ids are spread by their hash, so each PS holds
-# between a quarter and three quarters of all rows), admitted = rows + evicted, live rows at most
-# half the distinct ids the training days wrote; AUC clearly above chance (> 0.55).
+# (--shard data: each worker every other row), day 2 evaluated; once sync and once async.
+# Asserts, for each: exit 0; the ranks sit where asked (PS on cn1, workers on cn2) and the
+# transport is tcp over 2 nodes; every one of the 26 tables evicted rows, no shard holds more than
+# the configured capacity, both PS hold rows of every table (ids are spread by their hash, so each
+# PS holds between a quarter and three quarters of all rows), admitted = rows + evicted, live rows
+# at most half the distinct ids the training days wrote; AUC clearly above chance (> 0.55).
 # Every assertion prints PASS/FAIL; a failure dumps the job's output.
-# Environment: STRATA_STEP_TIMEOUT (default 80 s) bounds each command.
+# Environment: STRATA_STEP_TIMEOUT (default 80 s) bounds each command; STRATA_KEEP_CLUSTER_DIR=1
+# keeps the data and the jobs' output (with run_on_cluster.sh's cluster directory).
 set -uo pipefail
 
 [[ $# -eq 2 ]] || { echo "usage: dynamic_churn_test.sh STRATA_BIN SPEC" >&2; exit 2; }
@@ -76,7 +77,7 @@ for mode in sync async; do
   # so every lookup and update crosses the link.
   STRATA_NUM_PS=2 STRATA_LOG_LEVEL=debug step "$name" "$here/cluster_mpirun" "$D" --host cn1:2,cn2:2 -np 4 \
     "$BIN" train --model-spec "$work/spec.json" --data "csv:$DAY0,$DAY1" --eval-data "csv:$DAY2" \
-    --streaming --shuffle-buffer 0 --epochs 1 --consistency "$mode" --log-every 0 --log-every-secs 0
+    --streaming --shuffle-buffer 0 --shard data --epochs 1 --consistency "$mode" --log-every 0 --log-every-secs 0
   if [[ $rc -eq 0 ]]; then pass "$name: exit status 0"; else fail "$name: exit status $rc"; fi
   line=$(grep -m1 '^strata train: transport' "$work/$name.out")
   if [[ $line == *"transport tcp"*"2 node(s)"* ]]; then pass "$name: transport line: tcp over 2 nodes"
