@@ -145,10 +145,13 @@ struct DynamicTable::Impl {
   // A record and its stamp at the scan. A candidate whose record now holds another stamp was
   // updated (restamped to the clock) or freed since; a record freed and reused after the scan
   // carries a stamp >= the clock of the scan, above every candidate's, so it never matches.
+  // Ties go by id, not by record: which record a row sits in depends on the order rows came, the
+  // set of (stamp, id) pairs does not (see "Rounds" in the header).
   struct Candidate {
     std::int64_t stamp;
+    std::int64_t id;
     std::uint32_t row;
-    bool operator<(const Candidate& o) const { return stamp != o.stamp ? stamp < o.stamp : row < o.row; }
+    bool operator<(const Candidate& o) const { return stamp != o.stamp ? stamp < o.stamp : id < o.id; }
   };
   std::vector<Candidate> candidates;  // oldest first, consumed from `next_candidate`
   std::size_t next_candidate = 0;
@@ -426,7 +429,14 @@ struct DynamicTable::Impl {
     }
     return low + 1;
   }
-  bool admitted(std::int64_t id, bool count) { return cfg.admit_after <= 1 || sightings(id, count) >= cfg.admit_after; }
+  // With rounds, a sighting is held for end_round() and the decision uses the counted state plus it.
+  bool admitted(std::int64_t id, bool count) {
+    if (cfg.admit_after <= 1) return true;
+    if (!cfg.round_boundaries) return sightings(id, count) >= cfg.admit_after;
+    if (count) held_sightings.push_back(id);
+    return sightings(id, false) + 1 >= cfg.admit_after;
+  }
+  std::vector<std::int64_t> held_sightings;  // with rounds: this round's training lookups' ids
 
   // ---- eviction ----
   // Removes a live row (eviction): an id of the saved state goes on the evicted list.
@@ -446,7 +456,7 @@ struct DynamicTable::Impl {
     for (std::uint32_t r = 0; r < fresh; ++r) {
       const std::int64_t s = stamp_of(r);
       if (s == kFreeStamp || s >= clock) continue;
-      const Candidate c{s, r};
+      const Candidate c{s, id_of(r), r};
       if (heap.size() < keep) {
         heap.push(c);
       } else if (c < heap.top()) {
@@ -469,7 +479,7 @@ struct DynamicTable::Impl {
     for (;;) {
       while (next_candidate < candidates.size()) {
         const Candidate& c = candidates[next_candidate++];
-        if (stamp_of(c.row) == c.stamp && c.stamp < clock) {
+        if (stamp_of(c.row) == c.stamp && id_of(c.row) == c.id && c.stamp < clock) {
           remove_row(c.row);
           ++counters.evicted_capacity;
           return true;
@@ -493,7 +503,10 @@ struct DynamicTable::Impl {
 
   // Creates the row of an absent, admitted id; kNoRow when the table is full and nothing can go.
   std::uint32_t create(std::int64_t id, std::uint64_t h) {
-    if (live >= cfg.capacity && !evict_one()) {
+    // With rounds, capacity is restored at end_round(); within a round the table may double.
+    const bool room = cfg.round_boundaries ? live < std::min(2 * cfg.capacity, DynamicTableConfig::kMaxCapacity)
+                                           : live < cfg.capacity || evict_one();
+    if (!room) {
       ++counters.rejected_full;
       return kNoRow;
     }
@@ -540,7 +553,8 @@ struct DynamicTable::Impl {
   std::int64_t bytes() const {
     std::size_t b = sizeof(Impl) + pages.size() * (record_bytes << page_shift) + pages.capacity() * sizeof(pages[0]) +
                     index.capacity() * sizeof(Slot) + sketch.capacity() * sizeof(std::uint16_t) +
-                    candidates.capacity() * sizeof(Candidate) + batch_rows.capacity() * sizeof(std::uint32_t) +
+                    candidates.capacity() * sizeof(Candidate) + held_sightings.capacity() * sizeof(std::int64_t) +
+                    batch_rows.capacity() * sizeof(std::uint32_t) +
                     batch_hash.capacity() * sizeof(std::uint64_t) + dedup.capacity() * sizeof(std::uint64_t) +
                     row_ptrs.capacity() * sizeof(float*) + grad_ptrs.capacity() * sizeof(float*) +
                     sum_at.capacity() * sizeof(std::uint32_t) + sums.capacity() * sizeof(float) +
@@ -688,6 +702,17 @@ void DynamicTable::apply(const std::int64_t* ids, std::size_t n, const float* gr
   }
   t.update_rows(config_.optimizer, step);
   t.counters.updates += static_cast<std::int64_t>(t.row_ptrs.size());
+}
+
+std::int64_t DynamicTable::end_round() {
+  Impl& t = *impl_;
+  if (!t.cfg.round_boundaries) return 0;
+  std::sort(t.held_sightings.begin(), t.held_sightings.end());
+  for (const std::int64_t id : t.held_sightings) t.sightings(id, /*count=*/true);
+  t.held_sightings.clear();
+  std::int64_t evicted = 0;
+  while (t.live > t.cfg.capacity && t.evict_one()) ++evicted;
+  return evicted;
 }
 
 std::int64_t DynamicTable::evict_older_than(std::int64_t global_step, std::int64_t ttl) {

@@ -43,11 +43,24 @@
 //
 // Eviction: rows carry the step of their last update ("stamp"; creation stamps the table's clock).
 // evict_older_than() removes rows not updated for `ttl` steps. When the table is at `capacity`, a
-// new row replaces the least-recently-updated row (exact LRU by stamp, ties by record number),
+// new row replaces the least-recently-updated row (exact LRU by stamp, ties by id),
 // found from a batch of the oldest rows picked by one scan (1/32 of the table per scan). A row
 // stamped at the current clock is never evicted to make room (so a batch never evicts a row it
 // just created or updated); an id that finds no room is treated like a not-admitted id (zeros,
 // update dropped, counted in rejected_full).
+//
+// Rounds (config round_boundaries, what the PS sets for synchronous training): several workers'
+// lookups of one step reach a PS in whatever order the network gives, so anything a lookup decides
+// from what earlier lookups of the same step did would differ from run to run. With rounds, a
+// lookup decides only from the state at the last end_round(): an id is admitted when its count
+// committed by then plus this sighting reaches N (the same answer for every worker that looks it up
+// in the step), the sighting itself is held until end_round(), and a row created at capacity
+// evicts nothing (the table may hold up to twice its capacity within a round). end_round() counts
+// the held sightings in id order and evicts least-recently-updated rows (ties by id, so the set of
+// rows decides, not their order of arrival) down to capacity. A sync job is then bit-for-bit
+// repeatable, and equal to one table fed every worker's lookups and then updates, with admission
+// and capacity eviction too. An update of an id not looked up in its step is admitted as if it had
+// been (count + 1 >= N).
 //
 // Thread-safety: none inside. One thread (the shard's service thread) owns a table and makes every
 // call; const member functions may run concurrently with each other only.
@@ -88,6 +101,7 @@ struct DynamicTableConfig {
   std::int64_t capacity = std::int64_t{1} << 24;  // most rows, in [1, kMaxCapacity]
   std::int64_t admit_after = 0;                   // N: 0 or 1 admit at once; at most 65535
   std::int64_t sketch_width = std::int64_t{1} << 16;  // counters per sketch row (N > 1): a power of two in [64, 2^26]
+  bool round_boundaries = false;  // sync training: admission and capacity act at end_round() (see above)
 
   static constexpr std::int64_t kMaxCapacity = (std::int64_t{1} << 31) - 1;
   static constexpr int kSketchDepth = 4;
@@ -185,6 +199,13 @@ class DynamicTable {
   // `ttl` steps); ttl >= 1, global_step in [0, kMaxDynamicStep]. Advances the clock to
   // max(clock, global_step). Returns rows removed.
   std::int64_t evict_older_than(std::int64_t global_step, std::int64_t ttl);
+
+  // With round_boundaries, the end of a step's round (after its updates): counts the step's held
+  // sightings in id order, then evicts the least-recently-updated rows stamped before the clock
+  // (ties by id) until at most `capacity` remain. Returns rows evicted. Without round_boundaries it
+  // does nothing (returns 0). export_rows() and the delta see only counted sightings: call it
+  // before a save.
+  std::int64_t end_round();
 
   // Halves every admission counter (TinyLFU's reset): ids that stopped appearing lose their
   // progress towards admission. No-op without admission.

@@ -347,8 +347,58 @@ TEST(DynamicTable, CapacityEvictsTheLeastRecentlyUpdatedRow) {
   small.apply(batch.data() + 8, 4, gg.data(), 2);
   EXPECT_EQ(small.size(), 8);
   EXPECT_EQ(small.stats().evicted_capacity, 4);
-  // Same stamp: ties go by record number, the first four created.
+  // Same stamp: ties go by id, the four smallest.
   EXPECT_EQ(small.export_rows().ids, (std::vector<std::int64_t>{1004, 1005, 1006, 1007, 1008, 1009, 1010, 1011}));
+}
+
+// Rounds (sync training): two workers' lookups of a step reach the table in either order; with
+// admission and capacity eviction both orders must give every worker the same rows and leave the
+// same table, equal to the order "worker 0, then worker 1". Without rounds they do not (checked,
+// so that the test shows what rounds are for).
+TEST(DynamicTable, RoundsMakeLookupOrderIrrelevantWithAdmissionAndCapacity) {
+  auto run = [](bool rounds, bool swap_order, std::vector<std::vector<float>>* seen) {
+    DynamicTableConfig c = make_config(OptimizerKind::kAdagrad, 4);
+    c.capacity = 48;
+    c.admit_after = 2;
+    c.sketch_width = 64;
+    c.round_boundaries = rounds;
+    DynamicTable t(c);
+    std::mt19937_64 gen(11);
+    for (std::int64_t step = 1; step <= 30; ++step) {
+      std::vector<std::int64_t> ids[2];
+      for (auto& v : ids)
+        for (int i = 0; i < 20; ++i) v.push_back(static_cast<std::int64_t>(gen() % 90) * 7919 - 3000);
+      std::vector<float> out[2];
+      for (int k = 0; k < 2; ++k) {
+        const int w = swap_order ? 1 - k : k;
+        out[w] = lookup(t, ids[w]);
+      }
+      seen->push_back(out[0]);
+      seen->push_back(out[1]);
+      for (int w = 0; w < 2; ++w) {
+        const std::vector<float> g = random_grads(gen, ids[w].size(), 4);
+        t.apply(ids[w].data(), ids[w].size(), g.data(), step);
+      }
+      t.end_round();
+      if (rounds) {
+        EXPECT_LE(t.size(), c.capacity) << "step " << step;
+      }
+    }
+    return t.export_rows();
+  };
+  std::vector<std::vector<float>> a, b, c, d;
+  const DynamicTableSnapshot in_order = run(true, false, &a), swapped = run(true, true, &b);
+  expect_same_snapshot(in_order, swapped);
+  EXPECT_EQ(in_order.sketch, swapped.sketch);
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(same_bits(a[i], b[i])) << "lookup " << i;
+  // Something was admitted, evicted and trained.
+  EXPECT_GT(in_order.stats.evicted_capacity, 0);
+  EXPECT_GT(in_order.stats.rejected_lookups, 0);
+  EXPECT_GT(in_order.stats.updates, 100);
+  // The same job without rounds depends on the order.
+  const DynamicTableSnapshot plain = run(false, false, &c), plain_swapped = run(false, true, &d);
+  EXPECT_FALSE(plain.ids == plain_swapped.ids && same_bits(plain.values, plain_swapped.values) && c == d);
 }
 
 TEST(DynamicTable, CapacityEvictionAtScaleKeepsTheNewestRows) {
