@@ -124,7 +124,11 @@ void ServerCore::prepare_dynamic() {
   dynamic_state.resize(dynamic.size());
   for (std::size_t d = 0; d < dynamic.size(); ++d) {
     DynamicState& st = dynamic_state[d];
-    st.table = std::make_unique<DynamicTable>(table_config(dynamic[d], options.optimizer));
+    DynamicTableConfig config = table_config(dynamic[d], options.optimizer);
+    // Sync: the workers' lookups of a step arrive in any order; rounds make admission and capacity
+    // eviction independent of it (dynamic_table.h, "Rounds"), ended below once a round is applied.
+    config.round_boundaries = options.consistency.mode == Consistency::kSync;
+    st.table = std::make_unique<DynamicTable>(config);
     const auto workers = static_cast<std::size_t>(num_workers);
     st.seen.assign(workers, 0);
     st.bells.assign(workers, 0);
@@ -189,6 +193,7 @@ void ServerCore::apply_dynamic_round(std::size_t d) {
     st.staged_rows[wi].clear();
     st.staged_steps[wi].clear();
   }
+  st.table->end_round();
   for (int w = 0; w < num_workers; ++w) {
     const auto wi = static_cast<std::size_t>(w);
     st.waiting[wi] = 0;

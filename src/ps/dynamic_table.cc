@@ -503,8 +503,9 @@ struct DynamicTable::Impl {
 
   // Creates the row of an absent, admitted id; kNoRow when the table is full and nothing can go.
   std::uint32_t create(std::int64_t id, std::uint64_t h) {
-    // With rounds, capacity is restored at end_round(); within a round the table may double.
-    const bool room = cfg.round_boundaries ? live < std::min(2 * cfg.capacity, DynamicTableConfig::kMaxCapacity)
+    // With rounds, capacity is restored at end_round(); within a round the table may grow to four
+    // times it (the index has room for eight, max_index_bits).
+    const bool room = cfg.round_boundaries ? live < std::min(4 * cfg.capacity, DynamicTableConfig::kMaxCapacity)
                                            : live < cfg.capacity || evict_one();
     if (!room) {
       ++counters.rejected_full;

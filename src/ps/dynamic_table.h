@@ -55,12 +55,15 @@
 // lookup decides only from the state at the last end_round(): an id is admitted when its count
 // committed by then plus this sighting reaches N (the same answer for every worker that looks it up
 // in the step), the sighting itself is held until end_round(), and a row created at capacity
-// evicts nothing (the table may hold up to twice its capacity within a round). end_round() counts
+// evicts nothing. end_round() counts
 // the held sightings in id order and evicts least-recently-updated rows (ties by id, so the set of
 // rows decides, not their order of arrival) down to capacity. A sync job is then bit-for-bit
 // repeatable, and equal to one table fed every worker's lookups and then updates, with admission
 // and capacity eviction too. An update of an id not looked up in its step is admitted as if it had
-// been (count + 1 >= N).
+// been (count + 1 >= N). Memory: within a round the table may hold up to four times its capacity;
+// a round that brings more new ids than that has the excess refused (rejected_full) in arrival
+// order, the one case where the order still shows. After end_round() it holds at most capacity
+// rows, or the rows the round itself updated if those are more (they are never evicted).
 //
 // Thread-safety: none inside. One thread (the shard's service thread) owns a table and makes every
 // call; const member functions may run concurrently with each other only.

@@ -11,6 +11,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -87,28 +88,59 @@ std::vector<float> grads_of(int w, int t, std::size_t n, std::int64_t dim) {
   return g;
 }
 
-// The reference's lookup of a batch as the client makes it: each distinct id once (admission
-// counts a call's distinct ids), the rows scattered back in the batch's order.
-void ref_lookup(DynamicTable& table, const std::vector<std::int64_t>& ids, float* out) {
-  std::vector<std::int64_t> distinct;
-  std::map<std::int64_t, std::size_t> at;
-  for (auto id : ids)
-    if (at.emplace(id, distinct.size()).second) distinct.push_back(id);
-  const auto dim = static_cast<std::size_t>(table.dim());
-  std::vector<float> rows(distinct.size() * dim);
-  table.lookup(distinct.data(), distinct.size(), rows.data());
-  for (std::size_t i = 0; i < ids.size(); ++i) std::memcpy(out + i * dim, rows.data() + at[ids[i]] * dim, 4 * dim);
-}
-
 #define SKIP_WITHOUT_TWO_WORKERS(comm) \
   if ((comm).size() < 3) GTEST_SKIP() << "needs a PS and two workers"
 
-// (transport, admit_after)
-class DynamicSync : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+// (transport, admit_after, capacity per PS; 0: the default, never reached)
+class DynamicSync : public ::testing::TestWithParam<std::tuple<std::string, int, int>> {};
+
+// The reference: one DynamicTable per PS (capacity is per PS), each id in its PS's table.
+struct ShardedReference {
+  std::vector<std::unique_ptr<DynamicTable>> tables;
+  ShardedReference(const DynamicTableConfig& config, int num_ps) {
+    for (int p = 0; p < num_ps; ++p) tables.push_back(std::make_unique<DynamicTable>(config));
+  }
+  DynamicTable& of(std::int64_t id) { return *tables[static_cast<std::size_t>(shard_of(id, static_cast<int>(tables.size())))]; }
+  // A client's lookup: each distinct id once, the rows scattered back in the batch's order.
+  void lookup(const std::vector<std::int64_t>& ids, float* out, DynamicTable::LookupMode mode) {
+    const auto dim = static_cast<std::size_t>(tables[0]->dim());
+    std::set<std::int64_t> done;
+    std::vector<float> row(dim);
+    std::map<std::int64_t, std::vector<float>> rows;
+    for (auto id : ids) {
+      if (!done.insert(id).second) continue;
+      of(id).lookup(&id, 1, row.data(), mode);
+      rows[id] = row;
+    }
+    for (std::size_t i = 0; i < ids.size(); ++i) std::memcpy(out + i * dim, rows[ids[i]].data(), 4 * dim);
+  }
+  // A worker's update: each PS gets its ids in the batch's order (duplicates summed by the table
+  // in that order, as the client sums them).
+  void apply(const std::vector<std::int64_t>& ids, const std::vector<float>& g, std::int64_t step) {
+    const auto dim = static_cast<std::size_t>(tables[0]->dim());
+    for (std::size_t p = 0; p < tables.size(); ++p) {
+      std::vector<std::int64_t> mine;
+      std::vector<float> mine_g;
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        if (static_cast<std::size_t>(shard_of(ids[i], static_cast<int>(tables.size()))) != p) continue;
+        mine.push_back(ids[i]);
+        mine_g.insert(mine_g.end(), g.begin() + static_cast<std::ptrdiff_t>(i * dim),
+                      g.begin() + static_cast<std::ptrdiff_t>((i + 1) * dim));
+      }
+      tables[p]->apply(mine.data(), mine.size(), mine_g.data(), step);
+    }
+  }
+  void end_round() {
+    for (auto& t : tables) t->end_round();
+  }
+};
 
 // Sync: every step each worker looks up its batch, then updates it; a PS applies a round's batches
-// in worker order. The reference is one DynamicTable fed, each step, every worker's lookup and
-// then every worker's update in worker order. Batches of 300 draws over 12-id requests: split.
+// in worker order and then ends the round. The reference is one DynamicTable per PS (with rounds,
+// as the PS's) fed, each step, every worker's lookup and then every worker's update in worker
+// order: with rounds the order in which the workers' lookups reach a PS changes nothing, so every
+// lookup and the final rows are bit-equal, admission and capacity eviction included. Batches of
+// 300 draws over 12-id requests: split.
 TEST_P(DynamicSync, MatchesOneTableBitForBit) {
   TestComm comm;
   SKIP_WITHOUT_TWO_WORKERS(comm);
@@ -119,8 +151,11 @@ TEST_P(DynamicSync, MatchesOneTableBitForBit) {
   options.consistency = ConsistencyConfig::parse("sync");
   DynamicVariableSpec spec = dyn("user/emb", 5, 12);
   spec.admit_after = std::get<1>(GetParam());
+  const int capacity = std::get<2>(GetParam());
+  if (capacity > 0) spec.capacity = capacity;
   auto ps = ParameterServers::materialize(*job.runtime, options, {}, {spec});
-  const std::vector<std::int64_t> pool = id_pool(160);
+  // With a capacity: more ids than a round touches, so rows not updated lately are evicted.
+  const std::vector<std::int64_t> pool = id_pool(capacity > 0 ? 600 : 160);
   const int steps = 5;
   const std::size_t n = 300;
   bool ok = true;
@@ -134,36 +169,32 @@ TEST_P(DynamicSync, MatchesOneTableBitForBit) {
     config.optimizer = options.optimizer;
     config.capacity = spec.capacity;
     config.admit_after = spec.admit_after;
-    DynamicTable ref(config);
+    config.round_boundaries = true;
+    ShardedReference ref(config, job.num_ps);
     const int me = ps.client->worker_index();
     for (int t = 0; t < steps; ++t) {
       std::vector<std::vector<float>> ref_rows(static_cast<std::size_t>(job.workers));
       for (int w = 0; w < job.workers; ++w) {
         const auto ids = batch(pool, w, t, n);
         ref_rows[static_cast<std::size_t>(w)].resize(n * 5);
-        ref_lookup(ref, ids, ref_rows[static_cast<std::size_t>(w)].data());
+        ref.lookup(ids, ref_rows[static_cast<std::size_t>(w)].data(), DynamicTable::LookupMode::kTrain);
       }
       const auto ids = batch(pool, me, t, n);
       std::vector<float> got(n * 5);
       ps.client->lookup_dynamic("user/emb", ids.data(), n, got.data());
-      // With admission, which of two workers sees an id's N-th sighting first is a race: compare
-      // the final state only.
-      if (spec.admit_after <= 1 && std::memcmp(got.data(), ref_rows[static_cast<std::size_t>(me)].data(), got.size() * 4) != 0) {
+      if (std::memcmp(got.data(), ref_rows[static_cast<std::size_t>(me)].data(), got.size() * 4) != 0) {
         ok = false;
         if (first_diff.empty()) first_diff = "lookup at step " + std::to_string(t);
       }
-      for (int w = 0; w < job.workers; ++w) {
-        const auto wids = batch(pool, w, t, n);
-        const auto g = grads_of(w, t, n, 5);
-        ref.apply(wids.data(), n, g.data(), t + 1);
-      }
+      for (int w = 0; w < job.workers; ++w) ref.apply(batch(pool, w, t, n), grads_of(w, t, n, 5), t + 1);
+      ref.end_round();
       const auto g = grads_of(me, t, n, 5);
       ps.client->update_dynamic("user/emb", ids.data(), n, g.data(), t + 1);
     }
     // The final rows of every id of the pool (inference: nothing created).
     std::vector<float> got(pool.size() * 5), want(pool.size() * 5);
     ps.client->lookup_dynamic("user/emb", pool.data(), pool.size(), got.data(), DynamicLookup::kInference);
-    ref.lookup(pool.data(), pool.size(), want.data(), DynamicTable::LookupMode::kInference);
+    ref.lookup(pool, want.data(), DynamicTable::LookupMode::kInference);
     if (std::memcmp(got.data(), want.data(), got.size() * 4) != 0) {
       ok = false;
       first_diff += " final rows";
@@ -172,6 +203,14 @@ TEST_P(DynamicSync, MatchesOneTableBitForBit) {
     std::size_t nonzero = 0;
     for (float v : got) nonzero += v != 0.0f;
     ok = ok && nonzero > got.size() / 2;
+    // With a capacity, rows were evicted and every PS holds at most its capacity plus what the
+    // last round updated (rows updated in the current round are never evicted).
+    if (capacity > 0) {
+      std::int64_t evicted = 0;
+      for (auto& table : ref.tables) evicted += table->stats().evicted_capacity;
+      ok = ok && evicted > 0;
+      if (evicted == 0) first_diff += " nothing evicted";
+    }
     ps.client->done();
   }
   ps.endpoint().barrier();
@@ -181,9 +220,10 @@ TEST_P(DynamicSync, MatchesOneTableBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Compiled, DynamicSync,
                          ::testing::Combine(::testing::ValuesIn(strata::comm::compiled_transports()),
-                                            ::testing::Values(0, 2)),
+                                            ::testing::Values(0, 2), ::testing::Values(0, 200)),
                          [](const auto& info) {
-                           return "admit" + std::to_string(std::get<1>(info.param)) + "_" + std::get<0>(info.param);
+                           return "admit" + std::to_string(std::get<1>(info.param)) + "_cap" +
+                                  std::to_string(std::get<2>(info.param)) + "_" + std::get<0>(info.param);
                          });
 
 class DynamicTransport : public ::testing::TestWithParam<std::string> {};
