@@ -2,8 +2,10 @@
 //
 // Deadlock freedom of the request protocol: a server thread only ever sends replies to requests a
 // client made, and a client receives every reply it is owed before it sends anything but a get
-// request (drain_all), so no client is blocked sending a large payload while a server is blocked
-// sending it a reply it does not read. Get requests are 40 bytes and never fill a socket buffer.
+// request (drain), or, for a put_notify with a read-back, receives them as they arrive whenever
+// its send would wait (send_ahead), so no client is blocked sending a large payload while a server
+// is blocked sending it a reply it does not read. Get requests are 40 bytes and never fill a
+// socket buffer.
 #include "comm/tcp/tcp_transport.h"
 
 #include <fcntl.h>
@@ -350,11 +352,64 @@ TcpTransport::Peer& TcpTransport::connect(int peer) {
 
 void TcpTransport::drain(int peer) {
   Peer& p = peers_[peer];
-  if (p.gets.empty()) return;
+  if (!p.owes()) {
+    p.gets.clear();
+    p.head = 0;
+    return;
+  }
   const Deadline deadline = Deadline::in(timeout_s_);
-  for (const Pending& g : p.gets) recv_all(p.sock.fd(), g.dst, g.bytes, deadline, peer, "get reply");
+  for (; p.head < p.gets.size(); ++p.head, p.got = 0) {
+    const Pending& g = p.gets[p.head];
+    recv_all(p.sock.fd(), static_cast<char*>(g.dst) + p.got, g.bytes - p.got, deadline, peer, "get reply");
+  }
   p.gets.clear();
-  p.writes_unacked = false;  // the server answered after everything we sent before
+  p.head = 0;
+}
+
+void TcpTransport::receive_some(int peer) {
+  Peer& p = peers_[peer];
+  while (p.owes()) {
+    const Pending& g = p.gets[p.head];
+    const ssize_t n = ::recv(p.sock.fd(), static_cast<char*>(g.dst) + p.got, g.bytes - p.got, MSG_DONTWAIT);
+    if (n > 0) {
+      p.got += static_cast<std::size_t>(n);
+      if (p.got == g.bytes) {
+        ++p.head;
+        p.got = 0;
+      }
+      continue;
+    }
+    if (n == 0 || (n < 0 && errno == ECONNRESET))
+      throw PeerFailure(peer, "get reply: the connection to " + rank_str(peer) +
+                                  " was closed (that rank ended or failed)");
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+    throw Error("get reply: receive from " + rank_str(peer) + ": " + std::strerror(errno));
+  }
+  p.gets.clear();
+  p.head = 0;
+}
+
+void TcpTransport::await_writable(int peer, const Deadline& deadline, const char* what) {
+  std::vector<pollfd> fds;
+  std::vector<int> who;
+  for (int q = 0; q < size_; ++q) {
+    const bool target = q == peer;
+    if (!target && !peers_[q].owes()) continue;
+    const short events = static_cast<short>((target ? POLLOUT : 0) | (peers_[q].owes() ? POLLIN : 0));
+    fds.push_back(pollfd{peers_[q].sock.fd(), events, 0});
+    who.push_back(q);
+  }
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline.at - Clock::now()).count();
+  const int ms = static_cast<int>(std::clamp<long long>(left, 0, 1000));
+  const int rc = ::poll(fds.data(), fds.size(), ms);
+  if (rc < 0 && errno != EINTR) throw Error(std::string(what) + ": poll: " + std::strerror(errno));
+  if (rc == 0 && deadline.passed())
+    throw TimeoutError(std::string(what) + ": " + rank_str(peer) + " took no more bytes before the deadline "
+                           "(--timeout / STRATA_TIMEOUT_S)",
+                       {peer});
+  for (std::size_t i = 0; i < fds.size() && rc > 0; ++i)
+    if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) && peers_[who[i]].owes()) receive_some(who[i]);
 }
 
 void TcpTransport::send_request(int peer, const Request& req, std::vector<iovec> payload, const char* what) {
@@ -363,6 +418,14 @@ void TcpTransport::send_request(int peer, const Request& req, std::vector<iovec>
   Peer& p = connect(peer);
   payload.insert(payload.begin(), iovec{const_cast<Request*>(&req), sizeof req});
   sendv_all(p.sock.fd(), std::move(payload), Deadline::in(timeout_s_), peer, what);
+}
+
+void TcpTransport::send_ahead(int peer, const Request& req, std::vector<iovec> payload, const char* what) {
+  Peer& p = connect(peer);
+  payload.insert(payload.begin(), iovec{const_cast<Request*>(&req), sizeof req});
+  const Deadline deadline = Deadline::in(timeout_s_);
+  sendv_all_or_wait(p.sock.fd(), std::move(payload), deadline, peer, what,
+                    [&] { await_writable(peer, deadline, what); });
 }
 
 std::uint64_t TcpTransport::round_trip(int peer, const Request& req, const char* what) {
@@ -393,6 +456,7 @@ void TcpTransport::get(Region& region, int peer, std::uint64_t offset, void* dst
   req.a = bytes;
   send_request(peer, req, {}, "get");
   peers_[peer].gets.push_back({dst, bytes});
+  peers_[peer].writes_unacked = false;  // its reply follows every earlier write's effect
 }
 
 void TcpTransport::put(Region& region, int peer, std::uint64_t offset, const void* src, std::size_t bytes) {
@@ -447,6 +511,7 @@ void TcpTransport::get_rows(Region& region, int peer, std::uint64_t offset, std:
   req.b = rows.size();
   send_request(peer, req, {iovec{const_cast<std::int64_t*>(rows.data()), rows.size() * 8}}, "get_rows");
   peers_[peer].gets.push_back({dst, rows.size() * row_bytes});
+  peers_[peer].writes_unacked = false;  // its reply follows every earlier write's effect
 }
 
 void TcpTransport::accumulate_rows(Region& region, int peer, std::uint64_t offset, std::size_t row_elems,
@@ -496,10 +561,19 @@ void TcpTransport::put_notify(Region& region, int peer, std::uint64_t offset, co
   // Payload: piece size, read-back offset (kNoReadback: no reply), then the bytes. The two words
   // are sent before send_request returns.
   const std::uint64_t words[2] = {piece_bytes, readback ? readback_offset : kNoReadback};
-  send_request(peer, req, {iovec{const_cast<std::uint64_t*>(words), sizeof words}, iovec{const_cast<void*>(src), bytes}},
-               "put_notify");
-  peers_[peer].writes_unacked = true;
-  if (readback) peers_[peer].gets.push_back({readback, sizeof *readback});
+  std::vector<iovec> payload{iovec{const_cast<std::uint64_t*>(words), sizeof words},
+                             iovec{const_cast<void*>(src), bytes}};
+  if (!readback) {
+    send_request(peer, req, std::move(payload), "put_notify");
+    peers_[peer].writes_unacked = true;
+    return;
+  }
+  // The read-back is answered once every piece took effect, so it proves this write done: the
+  // request may go out while earlier replies are still owed (a client can keep several requests
+  // in flight to a PS that serves them on arrival; send_ahead keeps it free of deadlock).
+  send_ahead(peer, req, std::move(payload), "put_notify");
+  peers_[peer].gets.push_back({readback, sizeof *readback});
+  peers_[peer].writes_unacked = false;
 }
 
 bool TcpTransport::consume_notified(Region& region, std::uint64_t counter_offset, PieceHandler handler) {
@@ -548,8 +622,14 @@ void TcpTransport::sync_local(Region& region) {
 }
 
 void TcpTransport::progress() {
-  // Remote requests are served by the server thread; only the node window may want progress.
+  // Remote requests are served by the server thread; the node window may want progress, and
+  // replies already here are taken in (a server never waits long to send them).
+  // The client side belongs to the rank's own thread; a handler on the server thread that calls
+  // progress (a PS applying a push it was handed) must not touch it.
   local_->progress();
+  if (std::this_thread::get_id() == server_.get_id()) return;
+  for (int p = 0; p < size_; ++p)
+    if (peers_[p].owes()) receive_some(p);
 }
 
 // ---- server thread ----------------------------------------------------------------------------

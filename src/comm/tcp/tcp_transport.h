@@ -136,15 +136,31 @@ class TcpTransport final : public Transport {
   };
   struct Peer {  // client side of this rank's connection to one remote rank
     Socket sock;
+    // Replies owed, in request order: gets[head] has its first `got` bytes received, those before
+    // it are complete.
     std::vector<Pending> gets;
-    bool writes_unacked = false;  // a put/accumulate was sent after the last answered request
+    std::size_t head = 0;
+    std::size_t got = 0;
+    // A write was sent after the last request whose reply is received or owed (that reply is sent
+    // after the write took effect: one connection, served in order).
+    bool writes_unacked = false;
+    bool owes() const { return head < gets.size(); }
   };
 
   Peer& connect(int peer);
   // Receives every pending get reply from `peer`, in order.
   void drain(int peer);
+  // Receives what has arrived of the replies `peer` owes, without waiting.
+  void receive_some(int peer);
+  // Waits (at most a second) until `peer`'s socket may take more bytes, receiving meanwhile the
+  // replies any peer owes us as they arrive.
+  void await_writable(int peer, const Deadline& deadline, const char* what);
   // Sends a request (and its payload pieces) to a remote peer, after draining its gets.
   void send_request(int peer, const Request& req, std::vector<iovec> payload, const char* what);
+  // Sends a request without draining first: while the socket takes no more, replies owed by any
+  // peer are received as they arrive (so this rank never waits to send while a server waits for it
+  // to read). Used by put_notify with a read-back, whose own reply then proves its writes done.
+  void send_ahead(int peer, const Request& req, std::vector<iovec> payload, const char* what);
   std::uint64_t round_trip(int peer, const Request& req, const char* what);
   void flush_remote(int peer);
 
