@@ -106,6 +106,8 @@ struct ClientCore final : PsCore {
   // Per PS: a request of this worker was seen answered on arrival (a put_notify's read-back said
   // so), so requests to it may be posted without waiting for the previous answer.
   std::vector<char> dyn_on_arrival;
+  // Chunks a call is posted in to such PS ranks (STRATA_TCP_DYNAMIC_CHUNKS, read with the first call).
+  int dyn_chunks = 1;
   struct Posted {  // a request posted ahead: its PS, its number, whether its batch ends with it
     int p;
     std::int64_t number;
@@ -117,9 +119,10 @@ struct ClientCore final : PsCore {
   std::deque<std::int64_t> dyn_posted_readback;
   // Whether every PS may take requests posted ahead (dyn_on_arrival sized here).
   bool dynamic_pipelined();
-  // Posts one request to PS p as one put_notify with a read-back, without waiting for earlier ones.
+  // Posts one request to PS p as one put_notify with a read-back, without waiting for earlier ones;
+  // with `answer`, a lookup's rows are read into it behind the read-back (put_notify_get).
   void post_dynamic(std::size_t d, int p, DynamicRequestKind kind, const std::int64_t* ids, std::size_t n,
-                    const float* rows, std::int64_t step, bool last);
+                    const float* rows, std::int64_t step, bool last, float* answer = nullptr);
   // Flushes, checks every posted request's read-back and empties the list. A request that is not
   // its batch's last must have been answered on arrival (else the PS broke the protocol: an
   // error naming it); a last one may wait for its sync round (wait_dynamic).

@@ -31,6 +31,7 @@
 
 #include "ps/client_core.h"
 #include "ps/server_core.h"
+#include "strata/common/env.h"
 #include "strata/common/error.h"
 
 namespace strata::ps {
@@ -38,13 +39,10 @@ namespace strata::ps {
 namespace {
 
 constexpr std::int64_t kMaxStep = std::int64_t{1} << 62;
-// A pipelined lookup posts its ids in about kChunks chunks of at least kMinChunkIds: enough for the
-// PS's work on one chunk to cover the next one's trip, few enough that per-request costs (a
-// wake-up, an answer word, a get) stay small.
-constexpr std::size_t kChunks = 4;
+// Posted ahead in chunks (STRATA_TCP_DYNAMIC_CHUNKS > 1), a chunk has at least this many ids: each
+// request costs a wake-up and a reply on both sides.
 constexpr std::size_t kMinChunkIds = 256;
-// The most distinct ids of one update request posted ahead.
-constexpr std::size_t kUpdateChunkIds = 512;
+constexpr std::int64_t kMaxChunks = 64;
 
 const char* kind_name(DynamicRequestKind kind) {
   switch (kind) {
@@ -399,28 +397,41 @@ void ClientCore::dedupe_chunk(const std::int64_t* ids, std::size_t lo, std::size
   DynamicBatch& b = dyn_batch;
   // The table holds at least twice the call's ids (start_dedupe), so a probe always ends.
   const std::size_t mask = b.table.size() - 1;
+  const int shift = 64 - __builtin_ctzll(b.table.size());  // the table size is a power of two
   DynamicBatch::Slot* table = b.table.data();
   const std::uint32_t epoch = b.epoch;
   std::uint32_t* slot_of = b.slot_of.data();
   std::int64_t* first = b.first_ids.data();
   auto distinct = static_cast<std::uint32_t>(b.distinct);
+  // Inline mixing (the high bits of a multiply after a fold): a call per id would cost more than
+  // the probe. Only this call's slot choice depends on it.
+  auto home = [shift](std::int64_t id) {
+    auto x = static_cast<std::uint64_t>(id);
+    x = (x ^ (x >> 31)) * 0x9e3779b97f4a7c15ULL;
+    return static_cast<std::size_t>(x >> shift);
+  };
+  // The table is usually cold (the PS, or the caller's model, ran in between on this core): the
+  // slots of the ids kAhead places on are fetched while this one is probed.
+  constexpr std::size_t kAhead = 16;
+  for (std::size_t i = lo; i < std::min(hi, lo + kAhead); ++i) __builtin_prefetch(table + home(ids[i]), 1, 3);
   for (std::size_t i = lo; i < hi; ++i) {
     const std::int64_t id = ids[i];
-    std::size_t h = static_cast<std::size_t>(dynamic_mix64(static_cast<std::uint64_t>(id))) & mask;
-    for (;;) {
-      DynamicBatch::Slot& e = table[h];
-      if (e.epoch != epoch) {  // empty in this call
-        e = DynamicBatch::Slot{id, epoch, distinct};
-        first[distinct] = id;
-        slot_of[i] = distinct++;
-        break;
-      }
-      if (e.key == id) {
-        slot_of[i] = e.number;
-        break;
-      }
+    if (i + kAhead < hi) __builtin_prefetch(table + home(ids[i + kAhead]), 1, 3);
+    std::size_t h = home(id);
+    DynamicBatch::Slot* e = table + h;
+    // Past slots of this call that hold other ids (rare: at most half the slots are in use).
+    while (e->epoch == epoch && e->key != id) {
       h = (h + 1) & mask;
+      e = table + h;
     }
+    // New or seen, without a branch on it (it is as good as random): the slot is rewritten either
+    // way, and the id is stored at the next distinct place, which only a new id keeps.
+    const bool fresh = e->epoch != epoch;
+    const std::uint32_t number = fresh ? distinct : e->number;
+    *e = DynamicBatch::Slot{id, epoch, number};
+    first[distinct] = id;
+    slot_of[i] = number;
+    distinct += fresh ? 1u : 0u;
   }
   b.distinct = distinct;
 }
@@ -455,12 +466,19 @@ void ClientCore::group_dynamic(const std::int64_t* ids, std::size_t n) {
 
 bool ClientCore::dynamic_pipelined() {
   const auto num = static_cast<std::size_t>(num_ps());
-  if (dyn_on_arrival.size() != num) dyn_on_arrival.assign(num, 0);
+  if (dyn_on_arrival.size() != num) {
+    dyn_on_arrival.assign(num, 0);
+    const std::int64_t chunks = Env::from_process().get_int("STRATA_TCP_DYNAMIC_CHUNKS", 1);
+    if (chunks < 1 || chunks > kMaxChunks)
+      throw ConfigError("STRATA_TCP_DYNAMIC_CHUNKS = " + std::to_string(chunks) + " is out of range [1, " +
+                        std::to_string(kMaxChunks) + "]");
+    dyn_chunks = static_cast<int>(chunks);
+  }
   return std::all_of(dyn_on_arrival.begin(), dyn_on_arrival.end(), [](char c) { return c != 0; });
 }
 
 void ClientCore::post_dynamic(std::size_t d, int p, DynamicRequestKind kind, const std::int64_t* ids, std::size_t n,
-                              const float* rows, std::int64_t step, bool last) {
+                              const float* rows, std::int64_t step, bool last, float* answer) {
   const DynamicLayout& l = layout.dynamic(d, p);
   const auto pi = static_cast<std::size_t>(p);
   const std::size_t row_floats = rows ? n * static_cast<std::size_t>(l.dim) : 0;
@@ -477,8 +495,13 @@ void ClientCore::post_dynamic(std::size_t d, int p, DynamicRequestKind kind, con
   const std::size_t bytes = dynamic_header::kBytes + 8 * n + 4 * row_floats;
   // put_notify returns once the message is handed to the kernel, so the buffer is free again.
   dyn_posted_readback.push_back(0);
-  transport->put_notify(*region, ps_rank[pi], l.request(worker), msg.data(), bytes, bytes, l.doorbell(worker),
-                        &dyn_posted_readback.back(), l.ack(worker));
+  if (answer)  // the answer rows come back behind the ack word, in the same reply
+    transport->put_notify_get(*region, ps_rank[pi], l.request(worker), msg.data(), bytes, bytes, l.doorbell(worker),
+                              &dyn_posted_readback.back(), l.ack(worker), l.request(worker) + l.rows, answer,
+                              4 * n * static_cast<std::size_t>(l.dim));
+  else
+    transport->put_notify(*region, ps_rank[pi], l.request(worker), msg.data(), bytes, bytes, l.doorbell(worker),
+                          &dyn_posted_readback.back(), l.ack(worker));
   dyn_posted.push_back(Posted{p, ++dyn_sent[d][pi], last});
 }
 
@@ -529,7 +552,8 @@ void ClientCore::lookup_pipelined(std::size_t d, const std::int64_t* ids, std::s
   float* rows = b.rows.data();
   std::vector<std::size_t>& start = b.begin;  // per PS: where its ids of the chunk start
   start.assign(num + 1, 0);
-  const std::size_t chunk = std::max(kMinChunkIds, (n + kChunks - 1) / kChunks);
+  const auto chunks = static_cast<std::size_t>(dyn_chunks);
+  const std::size_t chunk = std::max(kMinChunkIds, (n + chunks - 1) / chunks);
   for (std::size_t lo = 0; lo < n; lo += chunk) {
     const std::size_t hi = std::min(n, lo + chunk);
     const std::size_t d0 = b.distinct;
@@ -561,9 +585,7 @@ void ClientCore::lookup_pipelined(std::size_t d, const std::int64_t* ids, std::s
     for (std::size_t pi = 0; pi < num; ++pi)
       for (std::size_t first = start[pi]; first < start[pi + 1]; first += max_ids) {
         const std::size_t count = std::min(max_ids, start[pi + 1] - first);
-        const DynamicLayout& l = layout.dynamic(d, static_cast<int>(pi));
-        post_dynamic(d, static_cast<int>(pi), kind, b.ids.data() + first, count, nullptr, 0, false);
-        transport->get(*region, ps_rank[pi], l.request(worker) + l.rows, rows + first * dim, 4 * count * dim);
+        post_dynamic(d, static_cast<int>(pi), kind, b.ids.data() + first, count, nullptr, 0, false, rows + first * dim);
       }
     transport->progress();  // takes in the answers that arrived, so no PS waits to send them
   }
@@ -674,9 +696,15 @@ void ClientCore::update_dynamic(std::size_t d, const std::int64_t* ids, std::siz
     }
   }
   const bool ahead = dynamic_pipelined();
-  // Posted ahead, requests are cut smaller: the PS applies one while the next is on the wire.
-  const auto max_ids = ahead ? std::min<std::size_t>(kUpdateChunkIds, static_cast<std::size_t>(dynamic[d].max_ids))
-                             : static_cast<std::size_t>(dynamic[d].max_ids);
+  // Posted ahead in several chunks, requests are cut smaller: the PS applies one while the next is
+  // on the wire. The largest PS share sets the size, so that every PS gets about `dyn_chunks`.
+  auto max_ids = static_cast<std::size_t>(dynamic[d].max_ids);
+  if (ahead && dyn_chunks > 1) {
+    std::size_t largest = 0;
+    for (std::size_t pi = 0; pi < num; ++pi) largest = std::max(largest, b.begin[pi + 1] - b.begin[pi]);
+    const auto chunks = static_cast<std::size_t>(dyn_chunks);
+    max_ids = std::min(max_ids, std::max(kMinChunkIds, (largest + chunks - 1) / chunks));
+  }
   std::vector<std::size_t> requests(num);
   std::size_t waves = 0;
   for (std::size_t pi = 0; pi < num; ++pi) {

@@ -29,7 +29,7 @@
 namespace strata::comm::tcp {
 namespace {
 
-enum Op : std::uint32_t { kGet = 1, kPut, kAcc, kGetRows, kAccRows, kFetchAdd, kRead, kFlush, kPutNotify };
+enum Op : std::uint32_t { kGet = 1, kPut, kAcc, kGetRows, kAccRows, kFetchAdd, kRead, kFlush, kPutNotify, kPutNotifyGet };
 // Unauthenticated connections held at once; a new one beyond this evicts the oldest (a legitimate
 // client's handshake takes one round trip, and a client that is dropped connects again).
 constexpr std::size_t kMaxPending = 64;
@@ -91,8 +91,9 @@ std::string TcpTransport::check_request(const Request& req, std::uint64_t region
     case kGet:
     case kPut:
     case kPutNotify:
+    case kPutNotifyGet:
       if (!fits(off, req.a, region_bytes)) break;
-      if (req.op == kPutNotify && (req.b % 8 != 0 || !fits(req.b, 8, region_bytes)))
+      if ((req.op == kPutNotify || req.op == kPutNotifyGet) && (req.b % 8 != 0 || !fits(req.b, 8, region_bytes)))
         return "put_notify counter offset " + std::to_string(req.b) + " is unaligned or outside the region";
       return "";
     case kAcc: {
@@ -576,6 +577,38 @@ void TcpTransport::put_notify(Region& region, int peer, std::uint64_t offset, co
   peers_[peer].writes_unacked = false;
 }
 
+void TcpTransport::put_notify_get(Region& region, int peer, std::uint64_t offset, const void* src, std::size_t bytes,
+                                  std::size_t piece_bytes, std::uint64_t counter_offset, std::int64_t* readback,
+                                  std::uint64_t readback_offset, std::uint64_t get_offset, void* dst,
+                                  std::size_t get_bytes) {
+  auto& r = as_tcp(region);
+  if (!readback) throw Error("put_notify_get: no read-back word");
+  if (piece_bytes == 0) throw Error("put_notify_get: piece_bytes is 0");
+  r.check_range(peer, offset, bytes, "put_notify_get");
+  r.check_range(peer, counter_offset, 8, "put_notify_get (counter)");
+  if (counter_offset % 8 != 0)
+    throw Error("put_notify_get: counter offset " + std::to_string(counter_offset) + " is not aligned to int64");
+  r.check_range(peer, readback_offset, 8, "put_notify_get (read-back)");
+  r.check_range(peer, get_offset, get_bytes, "put_notify_get (get)");
+  if (same_node(peer) || bytes == 0)
+    return Transport::put_notify_get(region, peer, offset, src, bytes, piece_bytes, counter_offset, readback,
+                                     readback_offset, get_offset, dst, get_bytes);
+  Request req;
+  req.op = kPutNotifyGet;
+  req.region = r.id();
+  req.offset = offset;
+  req.a = bytes;
+  req.b = counter_offset;
+  // Payload: piece size, read-back offset, get offset, get size, then the bytes.
+  const std::uint64_t words[4] = {piece_bytes, readback_offset, get_offset, get_bytes};
+  send_ahead(peer, req,
+             {iovec{const_cast<std::uint64_t*>(words), sizeof words}, iovec{const_cast<void*>(src), bytes}},
+             "put_notify_get");
+  peers_[peer].gets.push_back({readback, sizeof *readback});
+  if (get_bytes > 0) peers_[peer].gets.push_back({dst, get_bytes});
+  peers_[peer].writes_unacked = false;  // the answer follows the put's effects
+}
+
 bool TcpTransport::consume_notified(Region& region, std::uint64_t counter_offset, PieceHandler handler) {
   as_tcp(region).set_handler(counter_offset, std::move(handler));
   return true;
@@ -687,19 +720,30 @@ bool TcpTransport::handle(int fd, int from) {
       recv_all(fd, base + req.offset, req.a, deadline, from, "put payload");
       std::atomic_thread_fence(std::memory_order_seq_cst);
       break;
-    case kPutNotify: {
-      std::uint64_t words[2] = {0, 0};  // piece size, read-back offset
-      recv_all(fd, words, sizeof words, deadline, from, "put_notify piece size");
+    case kPutNotify:
+    case kPutNotifyGet: {
+      // piece size, read-back offset (kNoReadback: none), and for kPutNotifyGet the get's offset and size
+      std::uint64_t words[4] = {0, 0, 0, 0};
+      const bool with_get = req.op == kPutNotifyGet;
+      recv_all(fd, words, with_get ? 32 : 16, deadline, from, "put_notify piece size");
       const std::uint64_t piece = words[0];
       r->check_local(req.offset, req.a, "put_notify (served)");
       r->check_local(req.b, 8, "put_notify counter (served)");
-      if (words[1] != kNoReadback) r->check_local(words[1], 8, "put_notify read-back (served)");
+      if (words[1] != kNoReadback || with_get) r->check_local(words[1], 8, "put_notify read-back (served)");
+      if (with_get) r->check_local(words[2], words[3], "put_notify_get get (served)");
       if (piece == 0 || req.b % 8 != 0) throw Error("put_notify from " + rank_str(from) + ": bad piece size or counter");
-      // Answered once every piece took effect (handed over or stored and counted).
+      // Answered once every piece took effect (handed over or stored and counted): the read-back
+      // word, and the get's bytes behind it in the same send.
       auto answer = [&] {
-        if (words[1] == kNoReadback) return;
+        if (words[1] == kNoReadback && !with_get) return;
         const std::int64_t v = local_->atomic_read(r->inner(), self, words[1]);
-        send_all(fd, &v, sizeof v, deadline, from, "put_notify read-back");
+        if (!with_get) {
+          send_all(fd, &v, sizeof v, deadline, from, "put_notify read-back");
+        } else {
+          std::atomic_thread_fence(std::memory_order_seq_cst);  // the consumer's stores, on this thread
+          sendv_all(fd, {iovec{const_cast<std::int64_t*>(&v), sizeof v}, iovec{base + words[2], words[3]}}, deadline,
+                    from, "put_notify_get reply");
+        }
       };
       const std::int64_t one = 1;
       // Pieces with a consumer are received into a buffer that fits in cache and handed over

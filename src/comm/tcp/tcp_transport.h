@@ -91,6 +91,12 @@ class TcpTransport final : public Transport {
   void put_notify(Region& region, int peer, std::uint64_t offset, const void* src, std::size_t bytes,
                   std::size_t piece_bytes, std::uint64_t counter_offset, std::int64_t* readback,
                   std::uint64_t readback_offset) override;
+  // One request (kPutNotifyGet): the server answers with the read-back word and the get's bytes in
+  // one send as soon as the put took effect.
+  void put_notify_get(Region& region, int peer, std::uint64_t offset, const void* src, std::size_t bytes,
+                      std::size_t piece_bytes, std::uint64_t counter_offset, std::int64_t* readback,
+                      std::uint64_t readback_offset, std::uint64_t get_offset, void* dst,
+                      std::size_t get_bytes) override;
   // Pieces from peers on other nodes reach the handler on the server thread, received into a
   // buffer that stays in cache (a PS applies them there: one pass over the gradient instead of a
   // store into the inbox and a load by the service loop on another core).
