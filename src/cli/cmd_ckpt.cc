@@ -284,6 +284,7 @@ std::vector<DynamicRow> dynamic_rows(const std::string& dir, bool with_data) {
         std::vector<float>().swap(t.values);
         std::vector<std::vector<float>>().swap(t.slots);
         std::vector<std::int64_t>().swap(t.stamps);
+        std::vector<std::uint32_t>().swap(t.update_counts);
         std::vector<std::uint16_t>().swap(t.sketch);
       }
     } catch (const Error& e) {
@@ -903,8 +904,12 @@ int run_dynamic_diff(const CkptFlags& f, std::optional<double> atol) {
     if (x.sketch != y.sketch) report(name + " sketch differs");
     if (!(x.counters == y.counters)) report(name + " counters differ");
     const auto dim = static_cast<std::size_t>(x.dim);
-    std::int64_t only_a = 0, only_b = 0, rows_differ = 0;
-    std::string first;
+    std::int64_t only_a = 0, only_b = 0, rows_differ = 0, counts_differ = 0;
+    std::string first, first_count;
+    // Update counts are exact (no --atol); a file without them (older format) counts 0 a row.
+    auto count_of = [](const ck::DynamicTableState& t, std::size_t i) -> std::uint32_t {
+      return t.update_counts.empty() ? 0 : t.update_counts[i];
+    };
     std::size_t i = 0, j = 0;
     while (i < x.ids.size() || j < y.ids.size()) {
       if (j == y.ids.size() || (i < x.ids.size() && x.ids[i] < y.ids[j])) {
@@ -920,12 +925,17 @@ int run_dynamic_diff(const CkptFlags& f, std::optional<double> atol) {
       for (std::size_t s = 0; s < x.slots.size() && equal; ++s)
         for (std::size_t k = 0; k < dim && equal; ++k) equal = same(x.slots[s][i * dim + k], y.slots[s][j * dim + k]);
       if (!equal && rows_differ++ == 0) first = std::to_string(x.ids[i]);
+      if (count_of(x, i) != count_of(y, j) && counts_differ++ == 0)
+        first_count = std::to_string(x.ids[i]) + " (A " + std::to_string(count_of(x, i)) + ", B " +
+                      std::to_string(count_of(y, j)) + ")";
       ++i, ++j;
     }
     if (only_a > 0) report(name + ": " + std::to_string(only_a) + " id(s) only in A");
     if (only_b > 0) report(name + ": " + std::to_string(only_b) + " id(s) only in B");
     if (rows_differ > 0)
       report(name + ": " + std::to_string(rows_differ) + " row(s) differ (values, slots or stamp), first id " + first);
+    if (counts_differ > 0)
+      report(name + ": " + std::to_string(counts_differ) + " row(s) differ in update count, first id " + first_count);
   }
   for (const auto& y : tb)
     if (std::none_of(ta.begin(), ta.end(), [&](const auto& t) { return t.name == y.name; }))

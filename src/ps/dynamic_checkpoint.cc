@@ -40,6 +40,7 @@ checkpoint::DynamicTableState full_state(const std::string& name, const DynamicT
   t.values = std::move(snap.values);
   t.slots = std::move(snap.slots);
   t.stamps = std::move(snap.stamps);
+  t.update_counts = std::move(snap.update_counts);
   t.clock = snap.clock;
   t.sketch_width = snap.sketch_width;
   t.sketch = std::move(snap.sketch);
@@ -67,6 +68,7 @@ DynamicTableSnapshot to_snapshot(checkpoint::DynamicTableState t) {
   s.values = std::move(t.values);
   s.slots = std::move(t.slots);
   s.stamps = std::move(t.stamps);
+  s.update_counts = std::move(t.update_counts);
   s.clock = t.clock;
   s.sketch = std::move(t.sketch);
   const checkpoint::DynamicTableCounters& c = t.counters;
@@ -113,6 +115,9 @@ checkpoint::DynamicTableState union_of_shards(std::vector<checkpoint::DynamicTab
   std::sort(order.begin(), order.end());
   out.ids.reserve(rows);
   out.stamps.reserve(rows);
+  // Counts when any shard has them (a shard without them, from an older file, counts 0 a row).
+  const bool counts = std::any_of(shards.begin(), shards.end(), [](const auto& t) { return !t.update_counts.empty(); });
+  if (counts) out.update_counts.reserve(rows);
   out.values.resize(rows * dim);
   out.slots.assign(first.slots.size(), std::vector<float>(rows * dim));
   for (std::size_t r = 0; r < order.size(); ++r) {
@@ -123,6 +128,7 @@ checkpoint::DynamicTableState union_of_shards(std::vector<checkpoint::DynamicTab
     const std::size_t i = at.second;
     out.ids.push_back(id);
     out.stamps.push_back(src.stamps[i]);
+    if (counts) out.update_counts.push_back(src.update_counts.empty() ? 0 : src.update_counts.at(i));
     std::memcpy(out.values.data() + r * dim, src.values.data() + i * dim, dim * sizeof(float));
     for (std::size_t k = 0; k < out.slots.size(); ++k)
       std::memcpy(out.slots[k].data() + r * dim, src.slots[k].data() + i * dim, dim * sizeof(float));
@@ -209,7 +215,7 @@ void recv_vector(std::vector<T>& v, std::size_t n, const PeerLink& link) {
 }
 
 // The header words of a state on the wire.
-enum Word { kRows, kDim, kSlots, kSketchWidth, kEvicted, kClock, kTotalRows, kCounters, kWords = kCounters + 9 };
+enum Word { kRows, kDim, kSlots, kSketchWidth, kEvicted, kClock, kTotalRows, kCountRows, kCounters, kWords = kCounters + 9 };
 
 }  // namespace
 
@@ -222,6 +228,7 @@ void send_state(const checkpoint::DynamicTableState& s, const PeerLink& link) {
   h[kEvicted] = static_cast<std::int64_t>(s.evicted_ids.size());
   h[kClock] = s.clock;
   h[kTotalRows] = s.total_rows;
+  h[kCountRows] = static_cast<std::int64_t>(s.update_counts.size());
   const auto& c = s.counters;
   const std::int64_t counters[9] = {c.admitted,      c.lookups,     c.updates,          c.rejected_lookups, c.rejected_updates,
                                     c.rejected_full, c.evicted_ttl, c.evicted_capacity, c.imported};
@@ -231,6 +238,7 @@ void send_state(const checkpoint::DynamicTableState& s, const PeerLink& link) {
   send_vector(s.values, link);
   for (const auto& slot : s.slots) send_vector(slot, link);
   send_vector(s.stamps, link);
+  send_vector(s.update_counts, link);
   send_vector(s.sketch, link);
   send_vector(s.evicted_ids, link);
 }
@@ -254,6 +262,8 @@ checkpoint::DynamicTableState recv_state(const PeerLink& link, std::int64_t dim,
               ", clock " + std::to_string(h[kClock]) + ", total rows " + std::to_string(h[kTotalRows]) + ")");
   for (int k = 0; k < 9; ++k)
     if (h[kCounters + k] < 0) throw bad("a negative counter");
+  if (h[kCountRows] != 0 && h[kCountRows] != h[kRows])
+    throw bad(std::to_string(h[kCountRows]) + " update counts for " + std::to_string(h[kRows]) + " rows");
   checkpoint::DynamicTableState s;
   s.dim = dim;
   s.sketch_width = sketch_width;
@@ -270,6 +280,7 @@ checkpoint::DynamicTableState recv_state(const PeerLink& link, std::int64_t dim,
   s.slots.resize(num_slots);
   for (auto& slot : s.slots) recv_vector(slot, elems, link);
   recv_vector(s.stamps, n, link);
+  recv_vector(s.update_counts, static_cast<std::size_t>(h[kCountRows]), link);
   recv_vector(s.sketch, static_cast<std::size_t>(sketch_width) * DynamicTableConfig::kSketchDepth, link);
   recv_vector(s.evicted_ids, static_cast<std::size_t>(h[kEvicted]), link);
   return s;

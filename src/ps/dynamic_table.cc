@@ -36,8 +36,16 @@ constexpr int kMinIndexBits = 10;
 // doubling.
 constexpr double kMaxLoad = 0.875;
 constexpr int kMaxDist = 255;          // probe distance + 1 fits the slot's 8 bits
-constexpr std::size_t kRecordHeader = 16;  // id, stamp
-constexpr std::int64_t kFreeStamp = -1;    // stamp of a free record (live stamps are >= 0)
+// Record header: [id int64][stamp u32][update count u32]. The stamp is 32 bits so that the
+// update count fits beside it without growing the record: a 16-float SGD row is 80 bytes with or
+// without the count, and a 64-bit stamp plus a 32-bit count would make it 88 (100 bytes a row with
+// the index at 1M rows, 1.56x of its values, over the 1.5x budget). Steps are therefore bounded by
+// kMaxDynamicStep (checked wherever one enters: apply, evict_older_than, import).
+constexpr std::size_t kRecordHeader = 16;
+constexpr std::size_t kStampAt = 8, kCountAt = 12;
+constexpr std::int64_t kFreeStamp = -1;                   // stamp_of() of a free record (live stamps are >= 0)
+constexpr std::uint32_t kFreeStampBits = 0xffffffffu;     // how a free record's stamp is stored
+static_assert(kMaxDynamicStep == kFreeStampBits - 1, "every live stamp fits 32 bits below the free marker");
 
 // One index slot: meta = (probe distance + 1) << 8 | tag, 0 when empty; the record number split in
 // two halves so the slot packs into 6 bytes with 2-byte alignment.
@@ -201,12 +209,32 @@ struct DynamicTable::Impl {
     return v;
   }
   std::int64_t stamp_of(std::uint32_t r) const {
-    std::int64_t v;
-    std::memcpy(&v, record(r) + 8, 8);
-    return v;
+    std::uint32_t v;
+    std::memcpy(&v, record(r) + kStampAt, 4);
+    return v == kFreeStampBits ? kFreeStamp : std::int64_t{v};
   }
   void set_id(std::uint32_t r, std::int64_t v) { std::memcpy(record(r), &v, 8); }
-  void set_stamp(std::uint32_t r, std::int64_t v) { std::memcpy(record(r) + 8, &v, 8); }
+  // `v` is kFreeStamp or a step in [0, kMaxDynamicStep] (every caller checked its input).
+  void set_stamp(std::uint32_t r, std::int64_t v) {
+    const std::uint32_t bits = v == kFreeStamp ? kFreeStampBits : static_cast<std::uint32_t>(v);
+    std::memcpy(record(r) + kStampAt, &bits, 4);
+  }
+  std::uint32_t count_of(std::uint32_t r) const {
+    std::uint32_t v;
+    std::memcpy(&v, record(r) + kCountAt, 4);
+    return v;
+  }
+  void set_count(std::uint32_t r, std::uint32_t v) { std::memcpy(record(r) + kCountAt, &v, 4); }
+  // One more applied update of the row whose values start at `values`; saturates at 2^32 - 1
+  // rather than wrapping to a small count. Addressed from the values because the count sits just
+  // before them (record bytes 12-15), on the line a batch's update loads anyway.
+  static void bump_count(float* values) {
+    std::uint8_t* at = reinterpret_cast<std::uint8_t*>(values) - kRecordHeader + kCountAt;
+    std::uint32_t v;
+    std::memcpy(&v, at, 4);
+    if (v != std::numeric_limits<std::uint32_t>::max()) ++v;
+    std::memcpy(at, &v, 4);
+  }
   float* values(std::uint32_t r) const { return reinterpret_cast<float*>(record(r) + kRecordHeader); }
 
   std::uint32_t alloc_record() {
@@ -472,6 +500,7 @@ struct DynamicTable::Impl {
     const std::uint32_t r = alloc_record();
     set_id(r, id);
     set_stamp(r, clock);
+    set_count(r, 0);
     init_row(r, id);
     ++live;
     index_add(h, r);
@@ -495,6 +524,7 @@ struct DynamicTable::Impl {
     gathered.resize((arrays + 1) * len);  // values, slots..., gradients
     float* g = gathered.data() + arrays * len;
     for (std::size_t u = 0; u < m; ++u) {
+      bump_count(row_ptrs[u]);  // once per row and batch: row_ptrs holds each row once
       for (std::size_t a = 0; a < arrays; ++a)
         std::memcpy(gathered.data() + a * len + u * dim, row_ptrs[u] + a * dim, dim * sizeof(float));
       std::memcpy(g + u * dim, grad_ptrs[u], dim * sizeof(float));
@@ -587,7 +617,8 @@ void DynamicTable::lookup(const std::int64_t* ids, std::size_t n, float* out, Lo
 
 void DynamicTable::apply(const std::int64_t* ids, std::size_t n, const float* grads, std::int64_t step) {
   Impl& t = *impl_;
-  STRATA_CHECK(step >= 1, "dynamic table apply: step must be >= 1 (1-based count of updates), got ", step);
+  STRATA_CHECK(step >= 1 && step <= kMaxDynamicStep, "dynamic table apply: step must be in [1, ", kMaxDynamicStep,
+               "] (1-based count of updates; a row's stamp holds 32 bits), got ", step);
   if (n == 0) return;
   STRATA_CHECK(ids != nullptr && grads != nullptr, "dynamic table apply: null ids or grads with n = ", n);
   batch_floats("dynamic table apply", n, t.dim);
@@ -661,7 +692,8 @@ void DynamicTable::apply(const std::int64_t* ids, std::size_t n, const float* gr
 
 std::int64_t DynamicTable::evict_older_than(std::int64_t global_step, std::int64_t ttl) {
   Impl& t = *impl_;
-  STRATA_CHECK(global_step >= 0, "dynamic table evict_older_than: global_step must be >= 0, got ", global_step);
+  STRATA_CHECK(global_step >= 0 && global_step <= kMaxDynamicStep, "dynamic table evict_older_than: global_step must be in [0, ",
+               kMaxDynamicStep, "], got ", global_step);
   STRATA_CHECK(ttl >= 1, "dynamic table evict_older_than: ttl must be >= 1 step, got ", ttl);
   t.clock = std::max(t.clock, global_step);
   const std::int64_t limit = global_step - ttl;  // no overflow: global_step >= 0, ttl >= 1
@@ -702,12 +734,14 @@ DynamicTableSnapshot DynamicTable::export_records(const std::vector<std::uint32_
   const std::size_t n = order.size();
   s.ids.resize(n);
   s.stamps.resize(n);
+  s.update_counts.resize(n);
   s.values.resize(n * t.dim);
   s.slots.assign(static_cast<std::size_t>(t.num_slot_arrays), std::vector<float>(n * t.dim));
   for (std::size_t i = 0; i < n; ++i) {
     const std::uint32_t r = order[i].second;
     s.ids[i] = order[i].first;
     s.stamps[i] = t.stamp_of(r);
+    s.update_counts[i] = t.count_of(r);
     const float* v = t.values(r);
     std::memcpy(s.values.data() + i * t.dim, v, t.dim * sizeof(float));
     for (int k = 0; k < t.num_slot_arrays; ++k)
@@ -764,12 +798,18 @@ void DynamicTable::import_snapshot(const DynamicTableSnapshot& snap, const std::
           std::to_string(floats));
   if (snap.stamps.size() != n)
     bad(std::to_string(snap.stamps.size()) + " stamps for " + std::to_string(n) + " ids");
-  if (snap.clock < 0) bad("clock " + std::to_string(snap.clock) + " is negative");
+  if (!snap.update_counts.empty() && snap.update_counts.size() != n)
+    bad(std::to_string(snap.update_counts.size()) + " update counts for " + std::to_string(n) +
+        " ids (none, or one per id)");
+  if (snap.clock < 0 || snap.clock > kMaxDynamicStep)
+    bad("clock " + std::to_string(snap.clock) + " is outside [0, " + std::to_string(kMaxDynamicStep) + "]");
   for (std::size_t i = 0; i < n; ++i) {
     if (i > 0 && snap.ids[i] <= snap.ids[i - 1])
       bad("ids are not strictly increasing at index " + std::to_string(i) + " (" + std::to_string(snap.ids[i - 1]) +
           ", " + std::to_string(snap.ids[i]) + ")");
-    if (snap.stamps[i] < 0) bad("stamp " + std::to_string(snap.stamps[i]) + " of id " + std::to_string(snap.ids[i]) + " is negative");
+    if (snap.stamps[i] < 0 || snap.stamps[i] > kMaxDynamicStep)
+      bad("stamp " + std::to_string(snap.stamps[i]) + " of id " + std::to_string(snap.ids[i]) + " is outside [0, " +
+          std::to_string(kMaxDynamicStep) + "]");
   }
   // Evicted ids: strictly increasing and none of them also a row of the delta (both sorted).
   for (std::size_t i = 0, j = 0; i < removed.size(); ++i) {
@@ -823,6 +863,7 @@ void DynamicTable::import_snapshot(const DynamicTableSnapshot& snap, const std::
     }
     t.mark_changed(r);
     t.set_stamp(r, snap.stamps[i]);
+    t.set_count(r, snap.update_counts.empty() ? 0 : snap.update_counts[i]);  // none: a file from before the counts
     float* v = t.values(r);
     std::memcpy(v, snap.values.data() + i * t.dim, t.dim * sizeof(float));
     for (int k = 0; k < t.num_slot_arrays; ++k)
@@ -889,6 +930,12 @@ std::int64_t DynamicTable::changed_rows() const {
   std::int64_t n = 0;
   for (std::uint64_t w : impl_->changed_bits) n += __builtin_popcountll(w);
   return n;
+}
+
+std::int64_t DynamicTable::update_count(std::int64_t id) const {
+  const Impl& t = *impl_;
+  const std::uint32_t r = t.find(id, t.hash(id));
+  return r == kNoRow ? -1 : std::int64_t{t.count_of(r)};
 }
 
 DynamicTableStats DynamicTable::stats() const {

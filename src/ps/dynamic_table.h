@@ -3,8 +3,11 @@
 // by age or capacity. Private to the ps layer; the data plane (later) owns one table per shard.
 //
 // Layout (docs/DYNAMIC.md has the figures):
-//   * Row store: fixed-size pages of records, record r = [id int64][stamp int64][values dim f32]
-//     [slot 0 dim f32][slot 1 dim f32] (as many slots as the optimizer has), padded to 8 bytes.
+//   * Row store: fixed-size pages of records, record r = [id int64][stamp u32][update count u32]
+//     [values dim f32][slot 0 dim f32][slot 1 dim f32] (as many slots as the optimizer has),
+//     padded to 8 bytes. The stamp is 32 bits to make room for the count within the same 16-byte
+//     header (so steps are bounded by kMaxDynamicStep); the count is the number of applied updates
+//     that named the row (once per batch), saturating at 2^32 - 1.
 //     Pages are about 64 KiB. A row keeps its record number for its whole life; freed records form a free list threaded
 //     through their id field, so memory of evicted rows is reused, never returned.
 //   * Index: open addressing with Robin Hood linear probing over a power-of-two array of 6-byte
@@ -30,6 +33,13 @@
 // early. Until then a training lookup returns zeros
 // (DeepRec's default_value_no_permission; TFRA's default is also a constant) and an update is
 // dropped; both are counted. Only training lookups count as "seen"; updates do not.
+//
+// Update counts: every row counts the apply() batches that updated it (an id named several times
+// in one batch counts once, like its one optimizer update; a gradient dropped because the id is
+// not admitted or finds no room counts nothing, since there is no row). A row starts at 0 when it
+// is created (also after an eviction), and export/import carry the count, so it survives a
+// reshard and a checkpoint. With synchronous or asynchronous workers alike, a row's count equals
+// the number of pushes that named its id since the row was created: the "no lost update" check.
 //
 // Eviction: rows carry the step of their last update ("stamp"; creation stamps the table's clock).
 // evict_older_than() removes rows not updated for `ttl` steps. When the table is at `capacity`, a
@@ -65,6 +75,10 @@ int shard_of(std::int64_t id, int num_shards);
 // The seed of row `id`'s initializer stream: mix64(mix64(table_seed ^ kRowSalt) + id). Distinct
 // ids of one table get distinct seeds (mix64 is a bijection).
 std::uint64_t row_seed(std::uint64_t table_seed, std::int64_t id);
+
+// The largest step a table takes (apply's step, evict_older_than's global step, a snapshot's clock
+// and stamps): 2^32 - 2, since a row stores its stamp in 32 bits (2^32 - 1 marks a free record).
+inline constexpr std::int64_t kMaxDynamicStep = (std::int64_t{1} << 32) - 2;
 
 struct DynamicTableConfig {
   std::int64_t dim = 16;  // floats per row, in [1, 65536]
@@ -106,7 +120,9 @@ struct DynamicTableStats {
 //   ids           n ids, strictly increasing
 //   values        n * dim floats, row i at i * dim
 //   slots         num_slots(optimizer) arrays of n * dim floats, in slot_names() order
-//   stamps        n steps of last update
+//   stamps        n steps of last update, in [0, kMaxDynamicStep]
+//   update_counts n update counts (one per id); an import also takes an empty vector, meaning
+//                 every count 0 (a checkpoint written before the counts existed)
 //   clock         the table's clock (largest step seen)
 //   sketch        kSketchDepth * sketch_width counters (empty when admit_after <= 1), row-major
 //   stats         the counters at export (bytes and rows describe the exporting table)
@@ -117,6 +133,7 @@ struct DynamicTableSnapshot {
   std::vector<float> values;
   std::vector<std::vector<float>> slots;
   std::vector<std::int64_t> stamps;
+  std::vector<std::uint32_t> update_counts;
   std::int64_t clock = 0;
   std::vector<std::uint16_t> sketch;
   DynamicTableStats stats;
@@ -158,13 +175,15 @@ class DynamicTable {
   // The gradients of an id listed several times are summed in order of appearance, then its row
   // gets one update (apply_sparse_rows' semantics). A missing id gets a row first if it is
   // admitted (its count already reached N), else its gradient is dropped (rejected_updates).
-  // `step` >= 1 is Adam's t (1-based count of updates, as for a dense variable); the clock becomes
+  // Each row updated gains one in its update count. `step` in [1, kMaxDynamicStep] (strata::Error
+  // otherwise) is Adam's t (1-based count of updates, as for a dense variable); the clock becomes
   // max(clock, step) and stamps every row of the batch (so out-of-order steps from asynchronous
   // workers never move a stamp backwards).
   void apply(const std::int64_t* ids, std::size_t n, const float* grads, std::int64_t step);
 
   // Removes the rows whose stamp s satisfies s + ttl <= global_step (not updated during the last
-  // `ttl` steps); ttl >= 1. Advances the clock to max(clock, global_step). Returns rows removed.
+  // `ttl` steps); ttl >= 1, global_step in [0, kMaxDynamicStep]. Advances the clock to
+  // max(clock, global_step). Returns rows removed.
   std::int64_t evict_older_than(std::int64_t global_step, std::int64_t ttl);
 
   // Halves every admission counter (TinyLFU's reset): ids that stopped appearing lose their
@@ -181,7 +200,8 @@ class DynamicTable {
   // added as well; a reshard (num_shards > 1) leaves them alone, since every new shard reads every
   // old snapshot and would count them again. Everything is checked first (dims, array sizes, ids
   // strictly increasing, room under capacity): a bad snapshot throws strata::Error naming the
-  // field and changes nothing.
+  // field and changes nothing. A row's update count becomes the snapshot's (0 when the snapshot
+  // has none).
   void import_rows(const DynamicTableSnapshot& snap, int shard = 0, int num_shards = 1);
 
   // ---- incremental saves --------------------------------------------------------------------
@@ -207,6 +227,10 @@ class DynamicTable {
   void apply_delta(const DynamicTableDelta& delta, int shard = 0, int num_shards = 1);
 
   DynamicTableStats stats() const;
+
+  // The update count of `id`'s row (see "Update counts" above), or -1 when the table holds no row
+  // for it. Reads only (counts nothing, creates nothing).
+  std::int64_t update_count(std::int64_t id) const;
 
  private:
   struct Impl;

@@ -126,6 +126,7 @@ checkpoint::DynamicTableState gather_union(MPI_Comm world, const checkpoint::Dyn
 std::string compare_rows(const checkpoint::DynamicTableState& a, const checkpoint::DynamicTableState& b) {
   if (a.ids != b.ids) return "ids differ (" + std::to_string(a.ids.size()) + " vs " + std::to_string(b.ids.size()) + ")";
   if (a.stamps != b.stamps) return "stamps differ";
+  if (a.update_counts != b.update_counts) return "update counts differ";
   if (a.values.size() != b.values.size() || std::memcmp(a.values.data(), b.values.data(), 4 * a.values.size()) != 0)
     return "values differ";
   for (std::size_t k = 0; k < a.slots.size(); ++k)

@@ -190,7 +190,11 @@ class DynamicTransport : public ::testing::TestWithParam<std::string> {};
 
 // Async SGD with lr 1 on zero rows and gradients of 1: a row ends at minus the number of times it
 // was listed in any worker's batch, exactly (small integers in float), if and only if no update
-// was lost or doubled. The PS's row-update counters add up to the distinct ids of every batch.
+// was lost or doubled. Every worker draws its batches from the same pool, with repeats inside a
+// batch, so both workers push the same ids concurrently (to 2 PS at 4 ranks). Each row's update
+// count (DynamicTable's per-row counter, read from every PS's table) equals the number of batches
+// that named its id, and the PS's table-wide update counters add up to the distinct ids of every
+// batch.
 TEST_P(DynamicTransport, AsyncUpdatesAreNeverLost) {
   TestComm comm;
   if (comm.size() < 2) GTEST_SKIP() << "needs a PS and a worker";
@@ -204,23 +208,26 @@ TEST_P(DynamicTransport, AsyncUpdatesAreNeverLost) {
   options.optimizer = OptimizerConfig::parse("sgd:lr=1");
   auto ps = ParameterServers::materialize(*job.runtime, options, {}, {dyn("item/emb", 3, 50, Initializer::zeros())});
   const std::vector<std::int64_t> pool = id_pool(200);
-  const int steps = 20;
+  const int steps = 40;
   const std::size_t n = 257;
   std::vector<double> count(pool.size(), 0.0);  // times each pool id was listed, this rank
+  std::vector<double> named(pool.size(), 0.0);  // batches that named each pool id, this rank
   double distinct_updates = 0;                  // distinct ids per batch, summed, this rank
+  std::map<std::int64_t, std::size_t> where;
+  for (std::size_t i = 0; i < pool.size(); ++i) where[pool[i]] = i;
   std::vector<std::int64_t> listed;
   if (ps.is_ps()) {
     ps.server->serve();
   } else {
     const int me = ps.client->worker_index();
-    std::map<std::int64_t, std::size_t> where;
-    for (std::size_t i = 0; i < pool.size(); ++i) where[pool[i]] = i;
     for (int t = 0; t < steps; ++t) {
       const auto ids = batch(pool, me + 100, t, n);
       std::vector<float> ones(n * 3, 1.0f);
       ps.client->update_dynamic("item/emb", ids.data(), n, ones.data(), t + 1);
       for (auto id : ids) count[where[id]] += 1;
-      distinct_updates += static_cast<double>(std::set<std::int64_t>(ids.begin(), ids.end()).size());
+      const std::set<std::int64_t> distinct(ids.begin(), ids.end());
+      for (auto id : distinct) named[where[id]] += 1;
+      distinct_updates += static_cast<double>(distinct.size());
     }
   }
   bool ok = true;
@@ -239,8 +246,32 @@ TEST_P(DynamicTransport, AsyncUpdatesAreNeverLost) {
   if (ps.server) updates = static_cast<double>(ps.server->dynamic_stats("item/emb").updates);
   ps.endpoint().barrier();
   MPI_Allreduce(MPI_IN_PLACE, &updates, 1, MPI_DOUBLE, MPI_SUM, comm.get());
+  // Per-row update counts: every PS checks each of its rows against the batches that named the id
+  // (summed over the workers), and the rows of all PS together are exactly the ids pushed.
+  MPI_Allreduce(MPI_IN_PLACE, named.data(), static_cast<int>(named.size()), MPI_DOUBLE, MPI_SUM, comm.get());
+  bool counts_ok = true;
+  std::string first_bad;
+  double rows_held = 0;
+  if (ps.server) {
+    const DynamicTableSnapshot snap = ParameterServersTestPeer::export_dynamic(*ps.server, "item/emb");
+    counts_ok = snap.update_counts.size() == snap.ids.size();
+    for (std::size_t i = 0; i < snap.ids.size() && counts_ok; ++i) {
+      const auto at = where.find(snap.ids[i]);
+      counts_ok = at != where.end() && static_cast<double>(snap.update_counts[i]) == named[at->second];
+      if (!counts_ok)
+        first_bad = "id " + std::to_string(snap.ids[i]) + ": count " + std::to_string(snap.update_counts[i]) +
+                    ", expected " + (at == where.end() ? std::string("no row") : std::to_string(static_cast<long long>(named[at->second])));
+    }
+    rows_held = static_cast<double>(snap.ids.size());
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &rows_held, 1, MPI_DOUBLE, MPI_SUM, comm.get());
+  const auto ids_pushed = static_cast<double>(std::count_if(named.begin(), named.end(), [](double c) { return c > 0; }));
+  EXPECT_TRUE(counts_ok) << first_bad;
+  EXPECT_EQ(rows_held, ids_pushed);
   STRATA_EXPECT_ALL(comm.get(), ok);
   STRATA_EXPECT_ALL(comm.get(), updates == distinct_updates);
+  STRATA_EXPECT_ALL(comm.get(), counts_ok);
+  STRATA_EXPECT_ALL(comm.get(), rows_held == ids_pushed);
 }
 
 // A lookup returns the rows in the caller's order, duplicates included, each row the initializer's

@@ -8,12 +8,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "checkpoint/hdf5/dynamic_io.h"
@@ -71,6 +73,7 @@ void expect_same_rows(const DynamicTableState& a, const DynamicTableState& b) {
   ASSERT_EQ(a.slots.size(), b.slots.size());
   for (std::size_t k = 0; k < a.slots.size(); ++k) EXPECT_TRUE(same_bits(a.slots[k], b.slots[k])) << "slot " << k;
   EXPECT_EQ(a.stamps, b.stamps);
+  EXPECT_EQ(a.update_counts, b.update_counts);
 }
 
 void expect_same_state(const DynamicTableState& a, const DynamicTableState& b) {
@@ -206,6 +209,52 @@ TEST(DynamicCheckpoint, FullAndDeltaRoundTripBitForBit) {
   EXPECT_EQ(h.tables[0].content_checksum, g.tables[0].content_checksum);
   EXPECT_EQ(h.tables[0].stored_rows, static_cast<std::int64_t>(delta.ids.size()));
   EXPECT_EQ(list_dynamic_checkpoints(dir.path()), (std::vector<std::int64_t>{7, 9}));
+}
+
+// The per-row update counts go through a file, a delta chain and a restore onto another shard
+// count (the chain tests compare them too); a file without them (written before they existed)
+// still verifies and restores every count as 0.
+TEST(DynamicCheckpoint, UpdateCountsRoundTripAndOlderFilesRestoreZeros) {
+  TempDir dir;
+  Job job(/*admission=*/false);
+  job.run(600);
+  const DynamicTableState full = job.full();
+  ASSERT_EQ(full.update_counts.size(), full.ids.size());
+  std::uint64_t total = 0;
+  for (auto c : full.update_counts) total += c;
+  EXPECT_GT(total, full.ids.size());  // rows were updated, several times on average
+  write_dynamic_checkpoint(dir.path(), 3, {full});
+  const DynamicCheckpointFile f = read_dynamic_checkpoint(dir.file(3));
+  EXPECT_EQ(f.tables.at(0).update_counts, full.update_counts);
+  // Back into one table (both shards' rows): the accessor reads them.
+  DynamicTableConfig whole = job.config;
+  whole.capacity = 1 << 20;
+  DynamicTable back(whole);
+  back.import_rows(test::to_snapshot(f.tables.at(0)));
+  for (std::size_t i = 0; i < full.ids.size(); i += 7)
+    EXPECT_EQ(back.update_count(full.ids[i]), std::int64_t{full.update_counts[i]});
+  // No counts: the dataset is left out, the file verifies, and the rows restore with count 0.
+  DynamicTableState old = full;
+  old.update_counts.clear();
+  write_dynamic_checkpoint(dir.path(), 4, {old});
+  const DynamicCheckpointFile g = read_dynamic_checkpoint(dir.file(4));
+  EXPECT_TRUE(g.tables.at(0).update_counts.empty());
+  EXPECT_TRUE(same_bits(g.tables.at(0).values, full.values));
+  DynamicTable zeros(whole);
+  zeros.import_rows(test::to_snapshot(g.tables.at(0)));
+  EXPECT_EQ(zeros.export_rows().update_counts, std::vector<std::uint32_t>(full.ids.size(), 0));
+  // A delta with counts onto a base without them: the base's untouched rows count 0.
+  job.mark_saved();
+  job.run(40);
+  const DynamicTableState delta = job.delta(4, g.tables.at(0).content_checksum);
+  ASSERT_FALSE(delta.ids.empty());
+  const DynamicTableState merged = merge_dynamic_delta(g.tables.at(0), delta);
+  ASSERT_EQ(merged.update_counts.size(), merged.ids.size());
+  for (std::size_t i = 0, j = 0; i < merged.ids.size(); ++i) {
+    while (j < delta.ids.size() && delta.ids[j] < merged.ids[i]) ++j;
+    const bool in_delta = j < delta.ids.size() && delta.ids[j] == merged.ids[i];
+    EXPECT_EQ(merged.update_counts[i], in_delta ? delta.update_counts[j] : 0u) << "id " << merged.ids[i];
+  }
 }
 
 TEST(DynamicCheckpoint, SeveralTablesAndEmptyOnesInOneFile) {
@@ -477,6 +526,41 @@ TEST(DynamicRetention, APreservedDeltaIsCompactedWhenNothingNewerLinksThroughIt)
   EXPECT_TRUE(prune_dynamic_checkpoints(dir.path(), {2, 6, 7}, {2}).compacted.empty());
 }
 
+// Retention plans every kept chain at every save: a settled file it verified before, unchanged
+// since, is not read whole again, while any change to it (here a flipped byte) is seen.
+TEST(DynamicRetention, ASettledFileIsVerifiedOnceUntilItChanges) {
+  TempDir dir;
+  Job job(false);
+  save_steps(job, dir);
+  using Steps = std::vector<std::int64_t>;
+  const std::uint64_t start = detail::dynamic_header_verifications();
+  DynamicRetention r = plan_dynamic_retention(dir.path(), {6, 7});
+  EXPECT_EQ(r.needed, (Steps{4, 5, 6, 7}));
+  // Just written: not settled, so read again at the next plan.
+  const std::uint64_t fresh = detail::dynamic_header_verifications();
+  EXPECT_EQ(fresh - start, 4u);
+  r = plan_dynamic_retention(dir.path(), {6, 7});
+  EXPECT_EQ(detail::dynamic_header_verifications() - fresh, 4u);
+  // Settled (both times over 2 s old when verified): read once more, then remembered.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2200));
+  const std::uint64_t settled = detail::dynamic_header_verifications();
+  r = plan_dynamic_retention(dir.path(), {6, 7});
+  EXPECT_EQ(detail::dynamic_header_verifications() - settled, 4u);
+  const std::uint64_t remembered = detail::dynamic_header_verifications();
+  r = plan_dynamic_retention(dir.path(), {6, 7});
+  EXPECT_EQ(detail::dynamic_header_verifications(), remembered);
+  EXPECT_EQ(r.needed, (Steps{4, 5, 6, 7}));
+  EXPECT_EQ(r.unneeded, (Steps{1, 2, 3}));
+  EXPECT_TRUE(r.notes.empty());
+  // A changed link is read again and found damaged: its chain keeps every older file.
+  flip_byte(dir.file(5), 0.5);
+  r = plan_dynamic_retention(dir.path(), {6, 7});
+  EXPECT_EQ(detail::dynamic_header_verifications() - remembered, 1u);
+  EXPECT_EQ(r.needed, (Steps{1, 2, 3, 4, 5, 6, 7}));
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_NE(r.notes[0].find("dynamic-5.h5"), std::string::npos) << r.notes[0];
+}
+
 TEST(DynamicRetention, ABrokenChainKeepsEveryOlderFileForTheFallback) {
   TempDir dir;
   Job job(false);
@@ -505,8 +589,8 @@ class DynamicCheckpointSecurity : public ::testing::Test {
     ASSERT_GT(good_.ids.size(), 10u);
   }
   // Writes `t` without the writer's checks: correct checksums around wrong contents.
-  std::string craft(const DynamicTableState& t, std::int64_t step = 5) {
-    detail::write_dynamic_file(dir_.file(step), step, {t}, /*validate=*/false);
+  std::string craft(const DynamicTableState& t, std::int64_t step = 5, const std::string& counts_type = "u32") {
+    detail::write_dynamic_file(dir_.file(step), step, {t}, /*validate=*/false, counts_type);
     return dir_.file(step);
   }
   void expect_refused(const std::string& path, const std::string& needle) {
@@ -560,6 +644,24 @@ TEST_F(DynamicCheckpointSecurity, RowCountMismatchesAreRefused) {
   t = good_;
   t.slots[1].resize(t.slots[1].size() - 6);
   expect_refused(craft(t), "slots/v is [");
+}
+
+// The update counts: a dataset of the wrong length or element type is one line naming the file and
+// the dataset.
+TEST_F(DynamicCheckpointSecurity, BadUpdateCountsAreRefused) {
+  ASSERT_EQ(good_.update_counts.size(), good_.ids.size());
+  EXPECT_EQ(error_of(craft(good_)), "");
+  DynamicTableState t = good_;
+  t.update_counts.pop_back();
+  expect_refused(craft(t), "update_counts hold " + std::to_string(good_.ids.size() - 1) + " entries for");
+  t = good_;
+  t.update_counts.resize(2 * t.ids.size());  // read as [n] of i64
+  expect_refused(craft(t, 5, "i64"), "dataset dynamic/emb/update_counts is not u32");
+  expect_refused(craft(good_, 5, "f32"), "dataset dynamic/emb/update_counts is not u32");
+  // The in-memory writer refuses a wrong length before writing.
+  t = good_;
+  t.update_counts.pop_back();
+  EXPECT_THROW(write_dynamic_checkpoint(dir_.path(), 6, {t}), ConfigError);
 }
 
 TEST_F(DynamicCheckpointSecurity, IdsNotIncreasingAreRefused) {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -69,6 +70,7 @@ void expect_same_snapshot(const DynamicTableSnapshot& a, const DynamicTableSnaps
   ASSERT_EQ(a.slots.size(), b.slots.size());
   for (std::size_t k = 0; k < a.slots.size(); ++k) EXPECT_TRUE(same_bits(a.slots[k], b.slots[k])) << "slot " << k;
   EXPECT_EQ(a.stamps, b.stamps);
+  EXPECT_EQ(a.update_counts, b.update_counts);
 }
 
 std::vector<float> random_grads(std::mt19937_64& gen, std::size_t n, std::int64_t dim) {
@@ -299,8 +301,10 @@ TEST(DynamicTable, TtlEvictionRemovesRowsNotUpdatedForTSteps) {
   EXPECT_EQ(t.export_rows().stamps.front(), 12);
   EXPECT_THROW(t.evict_older_than(12, 0), Error);
   EXPECT_THROW(t.evict_older_than(-1, 5), Error);
-  EXPECT_EQ(t.evict_older_than(std::numeric_limits<std::int64_t>::max(), std::numeric_limits<std::int64_t>::max()), 0);
-  EXPECT_EQ(t.evict_older_than(std::numeric_limits<std::int64_t>::max(), 1), 4);
+  // The largest global step (a row's stamp holds 32 bits) with the largest ttl, then ttl 1.
+  EXPECT_THROW(t.evict_older_than(std::numeric_limits<std::int64_t>::max(), 1), Error);
+  EXPECT_EQ(t.evict_older_than(kMaxDynamicStep, std::numeric_limits<std::int64_t>::max()), 0);
+  EXPECT_EQ(t.evict_older_than(kMaxDynamicStep, 1), 4);
 }
 
 TEST(DynamicTable, CapacityEvictsTheLeastRecentlyUpdatedRow) {
@@ -658,6 +662,7 @@ struct Model {
   struct Row {
     std::vector<float> v, s0, s1;
     std::int64_t stamp = 0;
+    std::uint32_t updates = 0;  // batches that updated the row since its creation
   };
   DynamicTableConfig c;
   std::unordered_map<std::int64_t, Row> rows;
@@ -719,6 +724,7 @@ struct Model {
     for (std::int64_t id : order) {
       Row& r = rows[id];
       r.stamp = clock;
+      ++r.updates;
       float* slots[] = {r.s0.data(), r.s1.data()};
       apply_dense(c.optimizer, step, r.v.data(), slots, sum[id].data(), dim);
     }
@@ -786,6 +792,8 @@ TEST(DynamicTable, RandomizedAgainstAnUnorderedMapModel) {
         mismatches += std::memcmp(&s.slots[0][i * 3], r.s0.data(), 3 * sizeof(float)) != 0;
         mismatches += std::memcmp(&s.slots[1][i * 3], r.s1.data(), 3 * sizeof(float)) != 0;
         mismatches += s.stamps[i] != r.stamp;
+        mismatches += s.update_counts[i] != r.updates;
+        mismatches += table.update_count(s.ids[i]) != std::int64_t{r.updates};
       }
     }
   }
@@ -801,6 +809,146 @@ TEST(DynamicTable, RandomizedAgainstAnUnorderedMapModel) {
   EXPECT_GT(got.evicted_ttl, 0);
   EXPECT_GT(got.rejected_lookups, 0);
   EXPECT_GT(got.updates, 10000);
+}
+
+// ---- update counts -----------------------------------------------------------------------------
+
+// A row counts the batches that updated it: once per batch however often the batch names the id,
+// nothing for lookups, nothing for gradients dropped before admission; a row created again after
+// an eviction starts from 0.
+TEST(DynamicTableCounts, EachAppliedBatchCountsOncePerRow) {
+  DynamicTableConfig c = make_config(OptimizerKind::kSgd, 4);
+  c.admit_after = 2;
+  DynamicTable t(c);
+  const std::vector<std::int64_t> a = {7, -3, 7, 7, 11};  // 7 three times, 11 not admitted
+  lookup(t, {7, -3, 7});                                   // 7 sighted twice: admitted at the second
+  EXPECT_EQ(t.update_count(7), 0);                         // admitted at its second sighting, not updated
+  EXPECT_EQ(t.update_count(-3), -1);                       // one sighting: no row
+  lookup(t, {-3});
+  EXPECT_EQ(t.update_count(-3), 0);
+  std::vector<float> g(a.size() * 4, 1.0f);
+  for (std::int64_t step = 1; step <= 5; ++step) t.apply(a.data(), a.size(), g.data(), step);
+  EXPECT_EQ(t.update_count(7), 5);
+  EXPECT_EQ(t.update_count(-3), 5);
+  EXPECT_EQ(t.update_count(11), -1);
+  EXPECT_EQ(t.stats().rejected_updates, 5);
+  EXPECT_EQ(t.stats().updates, 10);
+  // Lookups neither count nor reset.
+  lookup(t, {7, 7, -3});
+  lookup(t, {7}, Mode::kInference);
+  EXPECT_EQ(t.update_count(7), 5);
+  // Evicted and created again: a new row, counting from 0.
+  EXPECT_EQ(t.evict_older_than(100, 10), 2);
+  EXPECT_EQ(t.update_count(7), -1);
+  t.apply(a.data(), 2, g.data(), 101);  // 7 and -3 are admitted already: rows again
+  EXPECT_EQ(t.update_count(7), 1);
+  EXPECT_EQ(t.update_count(-3), 1);
+}
+
+// The counts travel with export/import: a whole restore, a reshard from 2 shards onto 3, and a
+// snapshot without counts (a checkpoint from before them) restores every count as 0.
+TEST(DynamicTableCounts, SurviveExportImportAndReshard) {
+  const DynamicTableConfig c = make_config(OptimizerKind::kAdagrad, 3);
+  DynamicTable one(c);
+  std::vector<std::unique_ptr<DynamicTable>> two;
+  for (int s = 0; s < 2; ++s) two.push_back(std::make_unique<DynamicTable>(c));
+  std::mt19937_64 gen(5);
+  std::map<std::int64_t, std::uint32_t> want;
+  for (std::int64_t step = 1; step <= 200; ++step) {
+    std::vector<std::int64_t> ids(1 + gen() % 9);
+    for (auto& id : ids) id = static_cast<std::int64_t>(gen() % 60) - 30;
+    const std::vector<float> g = random_grads(gen, ids.size(), c.dim);
+    one.apply(ids.data(), ids.size(), g.data(), step);
+    for (int s = 0; s < 2; ++s) {  // each shard gets its ids of the batch, in the batch's order
+      std::vector<std::int64_t> mine;
+      std::vector<float> mg;
+      for (std::size_t i = 0; i < ids.size(); ++i)
+        if (shard_of(ids[i], 2) == s) {
+          mine.push_back(ids[i]);
+          mg.insert(mg.end(), g.begin() + static_cast<std::ptrdiff_t>(i * 3), g.begin() + static_cast<std::ptrdiff_t>(i * 3 + 3));
+        }
+      two[static_cast<std::size_t>(s)]->apply(mine.data(), mine.size(), mg.data(), step);
+    }
+    for (auto id : std::set<std::int64_t>(ids.begin(), ids.end())) ++want[id];
+  }
+  const DynamicTableSnapshot whole = one.export_rows();
+  ASSERT_EQ(whole.ids.size(), want.size());
+  for (std::size_t i = 0; i < whole.ids.size(); ++i) EXPECT_EQ(whole.update_counts[i], want[whole.ids[i]]);
+  // Whole restore.
+  DynamicTable restored(c);
+  restored.import_rows(whole);
+  expect_same_snapshot(restored.export_rows(), whole);
+  // 2 shards onto 3: every new shard reads both old snapshots.
+  std::vector<DynamicTableSnapshot> old = {two[0]->export_rows(), two[1]->export_rows()};
+  std::map<std::int64_t, std::int64_t> got;
+  for (int s = 0; s < 3; ++s) {
+    DynamicTable shard(c);
+    for (const auto& snap : old) shard.import_rows(snap, s, 3);
+    const DynamicTableSnapshot e = shard.export_rows();
+    for (std::size_t i = 0; i < e.ids.size(); ++i) {
+      got[e.ids[i]] = e.update_counts[i];
+      EXPECT_EQ(shard.update_count(e.ids[i]), std::int64_t{e.update_counts[i]});
+    }
+  }
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [id, n] : want) EXPECT_EQ(got[id], std::int64_t{n}) << "id " << id;
+  // No counts in the snapshot: every row restores with 0, values and stamps unchanged.
+  DynamicTableSnapshot bare = whole;
+  bare.update_counts.clear();
+  DynamicTable zeros(c);
+  zeros.import_rows(bare);
+  const DynamicTableSnapshot z = zeros.export_rows();
+  EXPECT_TRUE(same_bits(z.values, whole.values));
+  EXPECT_EQ(z.update_counts, std::vector<std::uint32_t>(whole.ids.size(), 0));
+  // A count array of the wrong length is refused, naming it.
+  DynamicTableSnapshot short_counts = whole;
+  short_counts.update_counts.pop_back();
+  DynamicTable refused(c);
+  try {
+    refused.import_rows(short_counts);
+    ADD_FAILURE() << "a short update_counts array was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("update counts for"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(refused.size(), 0);
+}
+
+// Steps are bounded by the 32-bit stamp: the largest one works, one more is one clear Error
+// (apply, evict_older_than, and a snapshot's clock or stamps), and nothing changes.
+TEST(DynamicTableCounts, StepsBeyondTheStampsRangeAreErrors) {
+  DynamicTable t(make_config(OptimizerKind::kSgd, 2));
+  const std::int64_t id = 9;
+  const float g[2] = {1, 1};
+  t.apply(&id, 1, g, kMaxDynamicStep);
+  EXPECT_EQ(t.export_rows().stamps, (std::vector<std::int64_t>{kMaxDynamicStep}));
+  EXPECT_EQ(t.evict_older_than(kMaxDynamicStep, 1), 0);
+  auto expect_error = [](const std::function<void()>& f, const std::string& want) {
+    try {
+      f();
+      ADD_FAILURE() << "no error, expected " << want;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  expect_error([&] { t.apply(&id, 1, g, kMaxDynamicStep + 1); }, "step must be in [1, 4294967294]");
+  expect_error([&] { t.evict_older_than(kMaxDynamicStep + 1, 1); }, "global_step must be in [0, 4294967294]");
+  DynamicTableSnapshot s = t.export_rows();
+  s.stamps[0] = kMaxDynamicStep + 1;
+  DynamicTable u(make_config(OptimizerKind::kSgd, 2));
+  expect_error([&] { u.import_rows(s); }, "stamp 4294967295 of id 9 is outside [0, 4294967294]");
+  s.stamps[0] = 1;
+  s.clock = std::int64_t{1} << 40;
+  expect_error([&] { u.import_rows(s); }, "clock 1099511627776 is outside");
+  EXPECT_EQ(u.size(), 0);
+  EXPECT_EQ(t.update_count(id), 1);
+  // A count at its largest value stays there (saturates) instead of wrapping to 0.
+  s = t.export_rows();
+  s.update_counts[0] = std::numeric_limits<std::uint32_t>::max() - 1;
+  u.import_rows(s);
+  u.apply(&id, 1, g, 5);
+  EXPECT_EQ(u.update_count(id), std::int64_t{std::numeric_limits<std::uint32_t>::max()});
+  u.apply(&id, 1, g, 6);
+  EXPECT_EQ(u.update_count(id), std::int64_t{std::numeric_limits<std::uint32_t>::max()});
 }
 
 // ---- delta tracking ---------------------------------------------------------------------------

@@ -48,6 +48,9 @@ const char* to_string(DynamicKind kind);  // "full", "delta"
 //   values     n * dim floats, row i at i * dim
 //   slots      one n * dim array per name in slot_names (the optimizer's slots, in its order)
 //   stamps     n steps of last update, >= 0
+//   update_counts  n update counts (how many pushed batches updated the row since it was
+//              created), or empty: none kept (a file written before the counts existed), which
+//              reads as 0 for every row
 //   sketch     4 * sketch_width admission counters (empty and width 0 without admission); in a
 //              delta with sketch_sparse, only the counters that changed since the parent: their
 //              flat indices (row * sketch_width + column) in sketch_cells, strictly increasing,
@@ -67,6 +70,7 @@ struct DynamicTableState {
   std::vector<float> values;
   std::vector<std::vector<float>> slots;
   std::vector<std::int64_t> stamps;
+  std::vector<std::uint32_t> update_counts;
   std::int64_t clock = 0;
   std::int64_t sketch_width = 0;
   std::vector<std::uint16_t> sketch;

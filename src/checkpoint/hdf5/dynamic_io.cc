@@ -19,11 +19,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string_view>
 
@@ -79,14 +82,23 @@ constexpr std::int64_t kMaxDim = 65536;
 constexpr std::int64_t kMaxSketchWidth = std::int64_t{1} << 26;
 constexpr int kSketchDepth = 4;
 
-enum class Elem { kI64, kF32, kU16 };
-std::size_t elem_size(Elem e) { return e == Elem::kU16 ? 2 : e == Elem::kF32 ? 4 : 8; }
-const char* elem_name(Elem e) { return e == Elem::kU16 ? "u16" : e == Elem::kF32 ? "f32" : "i64"; }
+enum class Elem { kI64, kF32, kU16, kU32 };
+std::size_t elem_size(Elem e) { return e == Elem::kU16 ? 2 : e == Elem::kF32 || e == Elem::kU32 ? 4 : 8; }
+const char* elem_name(Elem e) {
+  return e == Elem::kU16 ? "u16" : e == Elem::kU32 ? "u32" : e == Elem::kF32 ? "f32" : "i64";
+}
+bool elem_unsigned(Elem e) { return e == Elem::kU16 || e == Elem::kU32; }
 hid_t elem_file_type(Elem e) {
-  return e == Elem::kU16 ? H5T_STD_U16LE : e == Elem::kF32 ? H5T_IEEE_F32LE : H5T_STD_I64LE;
+  return e == Elem::kU16   ? H5T_STD_U16LE
+         : e == Elem::kU32 ? H5T_STD_U32LE
+         : e == Elem::kF32 ? H5T_IEEE_F32LE
+                           : H5T_STD_I64LE;
 }
 hid_t elem_memory_type(Elem e) {
-  return e == Elem::kU16 ? H5T_NATIVE_UINT16 : e == Elem::kF32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT64;
+  return e == Elem::kU16   ? H5T_NATIVE_UINT16
+         : e == Elem::kU32 ? H5T_NATIVE_UINT32
+         : e == Elem::kF32 ? H5T_NATIVE_FLOAT
+                           : H5T_NATIVE_INT64;
 }
 
 // The counters in their on-disk order (attributes counter_<name>, one text line).
@@ -146,8 +158,9 @@ std::string dataset_line(const Dataset& d) {
          std::to_string(d.crc);
 }
 
-// The datasets a table has, by its kind and geometry (n rows, e evicted ids).
-std::vector<Dataset> expected_datasets(const DynamicTableState& t, std::uint64_t n, std::uint64_t e) {
+// The datasets a table has, by its kind and geometry (n rows, e evicted ids), and whether it keeps
+// update counts (optional: files written before them have none). update_counts comes last.
+std::vector<Dataset> expected_datasets(const DynamicTableState& t, std::uint64_t n, std::uint64_t e, bool counts) {
   const auto dim = static_cast<std::uint64_t>(t.dim);
   std::vector<Dataset> out;
   out.push_back({"ids", Elem::kI64, {n}, t.ids.data(), 0, 0});
@@ -165,6 +178,7 @@ std::vector<Dataset> expected_datasets(const DynamicTableState& t, std::uint64_t
         {"sketch", Elem::kU16, {kSketchDepth, static_cast<std::uint64_t>(t.sketch_width)}, t.sketch.data(), 0, 0});
   }
   if (t.kind == DynamicKind::kDelta) out.push_back({"evicted_ids", Elem::kI64, {e}, t.evicted_ids.data(), 0, 0});
+  if (counts) out.push_back({"update_counts", Elem::kU32, {n}, t.update_counts.data(), 0, 0});
   for (auto& d : out) {
     d.bytes = elem_size(d.elem);
     for (auto x : d.dims) d.bytes *= x;
@@ -196,6 +210,9 @@ void validate_table(const DynamicTableState& t) {
     if (t.slots[k].size() != n * dim)
       bad_table(t, "slot " + t.slot_names[k] + " holds " + std::to_string(t.slots[k].size()) + " floats");
   if (t.stamps.size() != n) bad_table(t, std::to_string(t.stamps.size()) + " stamps for " + std::to_string(n) + " ids");
+  if (!t.update_counts.empty() && t.update_counts.size() != n)
+    bad_table(t, std::to_string(t.update_counts.size()) + " update counts for " + std::to_string(n) +
+                     " ids (none, or one per id)");
   for (std::size_t i = 0; i < n; ++i) {
     if (i > 0 && t.ids[i] <= t.ids[i - 1]) bad_table(t, "ids are not strictly increasing at row " + std::to_string(i));
     if (t.stamps[i] < 0) bad_table(t, "stamp of row " + std::to_string(i) + " is negative");
@@ -363,7 +380,7 @@ H5Id open_dataset(hid_t group, const std::string& group_path, Dataset& d, std::s
   const std::size_t size = H5Tget_size(type.get());
   const bool want_float = d.elem == Elem::kF32;
   const bool sign_ok =
-      cls != H5T_INTEGER || H5Tget_sign(type.get()) == (d.elem == Elem::kU16 ? H5T_SGN_NONE : H5T_SGN_2);
+      cls != H5T_INTEGER || H5Tget_sign(type.get()) == (elem_unsigned(d.elem) ? H5T_SGN_NONE : H5T_SGN_2);
   if (cls != (want_float ? H5T_FLOAT : H5T_INTEGER) || size != elem_size(d.elem) || !sign_ok)
     throw Error(what + " is not " + elem_name(d.elem));
   H5Id space(STRATA_CHECK_H5(H5Dget_space(dset.get())), H5Sclose);
@@ -465,16 +482,18 @@ DynamicTableState read_table(hid_t file, std::int64_t global_step, const std::st
   const std::uint64_t stored = detail::read_attr_u64(g, "content_checksum");
 
   // The group holds exactly the datasets of its kind (hard links only), checked before any is
-  // opened: nothing in it can point the reader at another object or file.
-  std::vector<Dataset> ds = expected_datasets(t, 0, 0);
+  // opened: nothing in it can point the reader at another object or file. update_counts is
+  // optional (older files have none: every row's count reads as 0).
   std::set<std::string> expect, got;
-  for (const auto& d : ds)
-    if (d.rel.rfind("slots/", 0) != 0) expect.insert(d.rel);
-  if (!t.slot_names.empty()) expect.insert("slots");
   for (const auto& [link, hard] : links_of(g, regions.size() + 2, what)) {
     if (!hard) throw Error(what + ": '" + link + "' is not a hard link");
     got.insert(link);
   }
+  const bool counts = got.count("update_counts") > 0;
+  std::vector<Dataset> ds = expected_datasets(t, 0, 0, counts);
+  for (const auto& d : ds)
+    if (d.rel.rfind("slots/", 0) != 0) expect.insert(d.rel);
+  if (!t.slot_names.empty()) expect.insert("slots");
   if (got != expect) {
     std::vector<std::string> e(expect.begin(), expect.end()), h(got.begin(), got.end());
     throw Error(what + ": the group holds {" + join(h, ',') + "}, a " + kind + " table has {" + join(e, ',') + "}");
@@ -504,6 +523,9 @@ DynamicTableState read_table(hid_t file, std::int64_t global_step, const std::st
                   std::to_string(t.dim) + ")");
     if (d.rel == "stamps" && d.dims[0] != n)
       throw Error(what + ": stamps hold " + std::to_string(d.dims[0]) + " entries for " + std::to_string(n) + " ids");
+    if (d.rel == "update_counts" && d.dims[0] != n)
+      throw Error(what + ": update_counts hold " + std::to_string(d.dims[0]) + " entries for " + std::to_string(n) +
+                  " ids");
     if (d.rel == "sketch" && (d.dims[0] != kSketchDepth || d.dims[1] != static_cast<std::uint64_t>(t.sketch_width)))
       throw Error(what + ": sketch is " + dims_text(d.dims) + ", expected [4," + std::to_string(t.sketch_width) + "]");
     if (d.rel == "sketch_values" && d.dims[0] != ds[3 + t.slot_names.size()].dims[0])
@@ -528,8 +550,9 @@ DynamicTableState read_table(hid_t file, std::int64_t global_step, const std::st
                 std::to_string(t.content_checksum) + ")");
 
   // The data: bounded by the verified byte ranges, so every allocation is at most the file's size.
+  const std::size_t evicted_at = ds.size() - (counts ? 2 : 1);  // evicted_ids, then update_counts
   if (t.kind == DynamicKind::kDelta) {
-    read_into(handles.back().get(), ds.back(), t.evicted_ids);
+    read_into(handles[evicted_at].get(), ds[evicted_at], t.evicted_ids);
     for (std::size_t i = 1; i < t.evicted_ids.size(); ++i)
       if (t.evicted_ids[i] <= t.evicted_ids[i - 1])
         throw Error(what + ": evicted_ids are not strictly increasing at " + std::to_string(i));
@@ -538,6 +561,7 @@ DynamicTableState read_table(hid_t file, std::int64_t global_step, const std::st
   read_into(handles[0].get(), ds[0], t.ids);
   read_into(handles[1].get(), ds[1], t.values);
   read_into(handles[2].get(), ds[2], t.stamps);
+  if (counts) read_into(handles.back().get(), ds.back(), t.update_counts);
   t.slots.resize(t.slot_names.size());
   for (std::size_t k = 0; k < t.slot_names.size(); ++k) read_into(handles[3 + k].get(), ds[3 + k], t.slots[k]);
   const std::size_t sk = 3 + t.slot_names.size();
@@ -596,7 +620,8 @@ std::string detail::dynamic_table_text(const DynamicTableState& t, std::vector<s
 // ---- writer ------------------------------------------------------------------------------------
 
 DynamicSaveResult detail::write_dynamic_file(const std::string& final_path, std::int64_t global_step,
-                                             const std::vector<DynamicTableState>& tables, bool validate) {
+                                             const std::vector<DynamicTableState>& tables, bool validate,
+                                             const std::string& counts_type) {
   if (global_step < 0)
     throw ConfigError("dynamic checkpoint: global step " + std::to_string(global_step) + " is negative");
   std::set<std::string> names;
@@ -613,7 +638,7 @@ DynamicSaveResult detail::write_dynamic_file(const std::string& final_path, std:
   std::vector<std::string> paths;
   for (std::size_t i = 0; i < tables.size(); ++i) {
     const DynamicTableState& t = tables[i];
-    ds[i] = expected_datasets(t, t.ids.size(), t.evicted_ids.size());
+    ds[i] = expected_datasets(t, t.ids.size(), t.evicted_ids.size(), !t.update_counts.empty());
     if (!validate) {  // crafted: shapes from what the vectors hold
       for (auto& d : ds[i]) {
         std::uint64_t floats = 0;
@@ -624,6 +649,13 @@ DynamicSaveResult detail::write_dynamic_file(const std::string& final_path, std:
           floats = k < t.slots.size() ? t.slots[k].size() : 0;
         } else if (d.rel == "stamps")
           d.dims = {t.stamps.size()};
+        else if (d.rel == "update_counts") {
+          d.elem = counts_type == "i64" ? Elem::kI64
+                   : counts_type == "f32" ? Elem::kF32
+                   : counts_type == "u16" ? Elem::kU16
+                                          : Elem::kU32;
+          d.dims = {t.update_counts.size() * sizeof(std::uint32_t) / elem_size(d.elem)};
+        }
         if (d.rel == "values" || d.rel.rfind("slots/", 0) == 0)
           d.dims = {floats / static_cast<std::uint64_t>(t.dim), static_cast<std::uint64_t>(t.dim)};
         if (d.rel == "sketch") d.dims = {kSketchDepth, t.sketch.size() / kSketchDepth};
@@ -815,6 +847,7 @@ DynamicTableState filtered(DynamicTableState t, const std::function<bool(std::in
     if (w != i) {
       t.ids[w] = t.ids[i];
       t.stamps[w] = t.stamps[i];
+      if (!t.update_counts.empty()) t.update_counts[w] = t.update_counts[i];
       std::copy_n(t.values.begin() + static_cast<std::ptrdiff_t>(i * dim), dim,
                   t.values.begin() + static_cast<std::ptrdiff_t>(w * dim));
       for (auto& s : t.slots)
@@ -825,6 +858,7 @@ DynamicTableState filtered(DynamicTableState t, const std::function<bool(std::in
   }
   t.ids.resize(w);
   t.stamps.resize(w);
+  if (!t.update_counts.empty()) t.update_counts.resize(w);
   t.values.resize(w * dim);
   for (auto& s : t.slots) s.resize(w * dim);
   return t;
@@ -844,9 +878,12 @@ DynamicTableState merge(const DynamicTableState& base, const DynamicTableState& 
   out.optimizer = base.optimizer;
   out.slot_names = base.slot_names;
   out.slots.resize(base.slots.size());
+  // Counts when either side has them; rows of a side without them (an older file) count 0.
+  const bool counts = !base.update_counts.empty() || !delta.update_counts.empty();
   auto take = [&](const DynamicTableState& from, std::size_t i) {
     out.ids.push_back(from.ids[i]);
     out.stamps.push_back(from.stamps[i]);
+    if (counts) out.update_counts.push_back(from.update_counts.empty() ? 0 : from.update_counts.at(i));
     out.values.insert(out.values.end(), from.values.begin() + static_cast<std::ptrdiff_t>(i * dim),
                       from.values.begin() + static_cast<std::ptrdiff_t>((i + 1) * dim));
     for (std::size_t k = 0; k < out.slots.size(); ++k)
@@ -943,8 +980,87 @@ std::vector<std::int64_t> list_dynamic_checkpoints(const std::string& dir) {
 
 namespace {
 
-// The verified headers of the dynamic files of one directory, each read at most once (reading
-// one verifies its whole-file CRC-32, so a file is read whole once however many chains pass it).
+// What stat(2) says of a file, to the nanosecond: while all of it is unchanged, so is the file,
+// provided the file had settled before it was verified (see VerifiedHeaders).
+struct FileIdentity {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  off_t size = 0;
+  std::int64_t mtime_ns = 0;
+  std::int64_t ctime_ns = 0;
+  bool operator==(const FileIdentity& o) const {
+    return dev == o.dev && ino == o.ino && size == o.size && mtime_ns == o.mtime_ns && ctime_ns == o.ctime_ns;
+  }
+};
+
+std::optional<FileIdentity> identity_of(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  auto ns = [](const timespec& t) { return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec; };
+  return FileIdentity{st.st_dev, st.st_ino, st.st_size, ns(st.st_mtim), ns(st.st_ctim)};
+}
+
+std::int64_t wall_clock_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::atomic<std::uint64_t> g_header_verifications{0};
+
+// Headers of dynamic files verified by this process, kept across calls: retention plans the
+// chains of every kept step at every save, and reading each kept file whole each time would make a
+// save cost the whole retained history. Thread-safe (a mutex).
+//
+// An entry is used only while the file's identity (device, inode, size, mtime, ctime) is the one
+// seen around its verification. A rewrite in place within one timestamp tick of the write before
+// it could keep that identity, so a file is remembered only when both its times were at least
+// kSettledNs older than the moment its verification began: any change after that moment stamps a
+// later time, which differs. A fresh file is therefore read whole at each plan until it settles.
+// Failures are never remembered. A restore still verifies every byte it reads.
+class VerifiedHeaders {
+ public:
+  static VerifiedHeaders& instance() {
+    static VerifiedHeaders headers;
+    return headers;
+  }
+
+  std::pair<std::optional<DynamicCheckpointFile>, std::string> header(const std::string& path) {
+    const std::optional<FileIdentity> before = identity_of(path);
+    if (before) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const auto it = entries_.find(path);
+      if (it != entries_.end() && it->second.first == *before) return {it->second.second, ""};
+    }
+    const std::int64_t started = wall_clock_ns();
+    std::pair<std::optional<DynamicCheckpointFile>, std::string> out;
+    g_header_verifications.fetch_add(1, std::memory_order_relaxed);
+    try {
+      out.first = read_dynamic_checkpoint(path, false);
+    } catch (const Error& e) {
+      out.second = e.message();
+      return out;
+    }
+    const std::optional<FileIdentity> after = identity_of(path);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (before && after && *before == *after && std::max(after->mtime_ns, after->ctime_ns) + kSettledNs <= started) {
+      if (entries_.size() >= kMaxEntries) entries_.clear();
+      entries_[path] = {*after, *out.first};
+    } else {
+      entries_.erase(path);
+    }
+    return out;
+  }
+
+ private:
+  static constexpr std::int64_t kSettledNs = 2'000'000'000;  // above any common filesystem's tick
+  static constexpr std::size_t kMaxEntries = 4096;
+  std::mutex mutex_;
+  std::map<std::string, std::pair<FileIdentity, DynamicCheckpointFile>> entries_;
+};
+
+// The verified headers of the dynamic files of one directory, each looked up at most once per
+// plan (VerifiedHeaders reads a file whole, to verify its CRC-32s, only when it has not seen it
+// settled and unchanged before).
 class HeaderCache {
  public:
   explicit HeaderCache(std::string dir) : dir_(std::move(dir)), steps_(list_dynamic_checkpoints(dir_)) {}
@@ -956,11 +1072,7 @@ class HeaderCache {
     auto it = headers_.find(step);
     if (it != headers_.end()) return it->second;
     auto& slot = headers_[step];
-    try {
-      slot.first = read_dynamic_checkpoint(path(step), false);
-    } catch (const Error& e) {
-      slot.second = e.message();
-    }
+    slot = VerifiedHeaders::instance().header(path(step));
     return slot;
   }
 
@@ -1034,6 +1146,10 @@ class ChainWalker {
 };
 
 }  // namespace
+
+std::uint64_t detail::dynamic_header_verifications() {
+  return g_header_verifications.load(std::memory_order_relaxed);
+}
 
 DynamicRestorePlan plan_dynamic_restore(const std::string& dir, const std::string& name,
                                         std::optional<std::int64_t> at_step) {
