@@ -28,6 +28,16 @@ void Transport::put_notify(Region& region, int peer, std::uint64_t offset, const
   }
 }
 
+void Transport::put_notify_get(Region& region, int peer, std::uint64_t offset, const void* src, std::size_t bytes,
+                               std::size_t piece_bytes, std::uint64_t counter_offset, std::int64_t* readback,
+                               std::uint64_t readback_offset, std::uint64_t get_offset, void* dst,
+                               std::size_t get_bytes) {
+  if (!readback) throw Error("put_notify_get: no read-back word");
+  put_notify(region, peer, offset, src, bytes, piece_bytes, counter_offset, readback, readback_offset);
+  if (!ordered_to(peer)) flush(region, peer);
+  get(region, peer, get_offset, dst, get_bytes);
+}
+
 std::size_t elem_size(ElemType type) {
   switch (type) {
     case ElemType::kF32: return 4;

@@ -112,6 +112,7 @@ const std::vector<EnvVarDoc>& env_table() {
       {"STRATA_TRANSPORT", "enum", "auto", "data-plane transport: auto (shared memory in a node; MPI RMA between nodes where probed one-sided, else tcp), mpi, tcp or ucx"},
       {"STRATA_TCP_IF", "list", "", "tcp transport: interfaces or CIDR subnets to serve peers on (default: OMPI_MCA_btl_tcp_if_include, else the host name's address)"},
       {"STRATA_TCP_FORCE_REMOTE", "bool", "0", "tcp transport: serve co-located ranks over TCP too (tests; the network path on one host)"},
+      {"STRATA_TCP_DYNAMIC_CHUNKS", "int", "1", "dynamic tables between nodes: chunks a lookup or update is posted in, so a PS works on one while the next is on the wire (1-64; more than 1 pays where PS and worker have cores to spare)"},
       {"STRATA_CPU_REPLICAS", "int", "1", "strata train: CPU replicas per worker (--cpu-replicas)"},
       {"STRATA_PS_THREADS", "int", "1", "strata train: threads each PS rank applies a stateful optimizer with (--ps-threads)"},
       {"STRATA_PS_MAX_ARENA_BYTES", "bytes", "0", "strata train: refuse a PS arena larger than this (0: no cap)"},

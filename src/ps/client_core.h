@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <string_view>
 #include <vector>
 
@@ -71,17 +72,25 @@ struct ClientCore final : PsCore {
     // Scratch: the open-addressing table (key, then distinct number + 1 and the call's epoch, so
     // it is never cleared between calls), the distinct ids in order of first appearance, their
     // PS and their position in `ids`.
-    std::vector<std::int64_t> table_keys;
-    std::vector<std::uint64_t> table_tags;
+    struct Slot {  // key and tag on one line: a probe touches one cache line
+      std::int64_t key;
+      std::uint32_t epoch;
+      std::uint32_t number;  // distinct number
+    };
+    std::vector<Slot> table;
     std::uint32_t epoch = 0;
     std::vector<std::int64_t> first_ids;
     std::vector<std::int32_t> first_ps;
     std::vector<std::uint32_t> position;
+    std::vector<std::size_t> next;  // counting sort's cursors
+    std::size_t distinct = 0;       // distinct ids deduplicated so far in this call
     std::vector<char> started;  // update: per distinct id, whether its sum has its first gradient
   };
   DynamicBatch dyn_batch;
   // Deduplicates ids[0..n) and groups the distinct ids per PS into dyn_batch (rows left unsized).
   void group_dynamic(const std::int64_t* ids, std::size_t n);
+  // Starts a call's deduplication of up to n ids (sizes the table, advances the epoch).
+  void start_dedupe(std::size_t n);
   // Takes a drained read-back of PS p into dyn_acked (call after a flush).
   void take_readback(std::size_t d, int p);
   // Writes one request into this worker's area on PS p (after the previous one was answered) and
@@ -90,6 +99,38 @@ struct ClientCore final : PsCore {
                     const float* rows, std::int64_t step, bool last);
   // Waits until PS p answered every request of variable d this worker sent.
   void wait_dynamic(std::size_t d, int p, const char* op);
+
+  // Pipelining (tcp between nodes, where a PS serves a request on arrival on its transport's
+  // thread and answers in order): several requests of one call in flight at once, the PS working
+  // on one while the next is on the wire and the answers of the previous stream back.
+  // Per PS: a request of this worker was seen answered on arrival (a put_notify's read-back said
+  // so), so requests to it may be posted without waiting for the previous answer.
+  std::vector<char> dyn_on_arrival;
+  // Chunks a call is posted in to such PS ranks (STRATA_TCP_DYNAMIC_CHUNKS, read with the first call).
+  int dyn_chunks = 1;
+  struct Posted {  // a request posted ahead: its PS, its number, whether its batch ends with it
+    int p;
+    std::int64_t number;
+    bool last;
+  };
+  std::vector<Posted> dyn_posted;
+  // The read-back words of posted requests, one per request (a deque: the transport writes into
+  // them while more are added, so they never move).
+  std::deque<std::int64_t> dyn_posted_readback;
+  // Whether every PS may take requests posted ahead (dyn_on_arrival sized here).
+  bool dynamic_pipelined();
+  // Posts one request to PS p as one put_notify with a read-back, without waiting for earlier ones;
+  // with `answer`, a lookup's rows are read into it behind the read-back (put_notify_get).
+  void post_dynamic(std::size_t d, int p, DynamicRequestKind kind, const std::int64_t* ids, std::size_t n,
+                    const float* rows, std::int64_t step, bool last, float* answer = nullptr);
+  // Flushes, checks every posted request's read-back and empties the list. A request that is not
+  // its batch's last must have been answered on arrival (else the PS broke the protocol: an
+  // error naming it); a last one may wait for its sync round (wait_dynamic).
+  void finish_posted(std::size_t d, const char* op);
+  // Deduplicates ids[lo, hi) against the call's earlier chunks (group_dynamic's table, same epoch):
+  // appends the new distinct ids to dyn_batch.first_ids and sets slot_of[lo, hi) to distinct numbers.
+  void dedupe_chunk(const std::int64_t* ids, std::size_t lo, std::size_t hi);
+  void lookup_pipelined(std::size_t d, const std::int64_t* ids, std::size_t n, float* out, DynamicRequestKind kind);
   void lookup_dynamic(std::size_t d, const std::int64_t* ids, std::size_t n, float* out, DynamicRequestKind kind);
   void update_dynamic(std::size_t d, const std::int64_t* ids, std::size_t n, const float* grads, std::int64_t step);
 

@@ -31,6 +31,7 @@
 
 #include "ps/client_core.h"
 #include "ps/server_core.h"
+#include "strata/common/env.h"
 #include "strata/common/error.h"
 
 namespace strata::ps {
@@ -38,6 +39,10 @@ namespace strata::ps {
 namespace {
 
 constexpr std::int64_t kMaxStep = kMaxDynamicStep;  // a table row's stamp holds 32 bits
+// Posted ahead in chunks (STRATA_TCP_DYNAMIC_CHUNKS > 1), a chunk has at least this many ids: each
+// request costs a wake-up and a reply on both sides.
+constexpr std::size_t kMinChunkIds = 256;
+constexpr std::int64_t kMaxChunks = 64;
 
 const char* kind_name(DynamicRequestKind kind) {
   switch (kind) {
@@ -376,56 +381,81 @@ void ClientCore::take_readback(std::size_t d, int p) {
 // id) whose entries carry the call's epoch, so the table is never cleared between calls. Then a
 // counting sort by PS (stable: each PS's ids stay in order of first appearance, the order the
 // requests have always carried). A batch of 4096 ids costs a few microseconds.
+void ClientCore::start_dedupe(std::size_t n) {
+  DynamicBatch& b = dyn_batch;
+  std::size_t cap = 16;
+  while (cap < 2 * n) cap <<= 1;
+  if (b.table.size() < cap) {
+    b.table.assign(cap, DynamicBatch::Slot{0, 0, 0});
+    b.epoch = 0;
+  }
+  if (++b.epoch == 0) {  // 2^32 calls: start the epochs again from a clear table
+    std::fill(b.table.begin(), b.table.end(), DynamicBatch::Slot{0, 0, 0});
+    b.epoch = 1;
+  }
+  if (b.slot_of.size() < n) b.slot_of.resize(n);
+  if (b.first_ids.size() < n) b.first_ids.resize(n);
+  b.distinct = 0;
+}
+
+void ClientCore::dedupe_chunk(const std::int64_t* ids, std::size_t lo, std::size_t hi) {
+  DynamicBatch& b = dyn_batch;
+  // The table holds at least twice the call's ids (start_dedupe), so a probe always ends.
+  const std::size_t mask = b.table.size() - 1;
+  const int shift = 64 - __builtin_ctzll(b.table.size());  // the table size is a power of two
+  DynamicBatch::Slot* table = b.table.data();
+  const std::uint32_t epoch = b.epoch;
+  std::uint32_t* slot_of = b.slot_of.data();
+  std::int64_t* first = b.first_ids.data();
+  auto distinct = static_cast<std::uint32_t>(b.distinct);
+  // Inline mixing (the high bits of a multiply after a fold): a call per id would cost more than
+  // the probe. Only this call's slot choice depends on it.
+  auto home = [shift](std::int64_t id) {
+    auto x = static_cast<std::uint64_t>(id);
+    x = (x ^ (x >> 31)) * 0x9e3779b97f4a7c15ULL;
+    return static_cast<std::size_t>(x >> shift);
+  };
+  // The table is usually cold (the PS, or the caller's model, ran in between on this core): the
+  // slots of the ids kAhead places on are fetched while this one is probed.
+  constexpr std::size_t kAhead = 16;
+  for (std::size_t i = lo; i < std::min(hi, lo + kAhead); ++i) __builtin_prefetch(table + home(ids[i]), 1, 3);
+  for (std::size_t i = lo; i < hi; ++i) {
+    const std::int64_t id = ids[i];
+    if (i + kAhead < hi) __builtin_prefetch(table + home(ids[i + kAhead]), 1, 3);
+    std::size_t h = home(id);
+    DynamicBatch::Slot* e = table + h;
+    // Past slots of this call that hold other ids (rare: at most half the slots are in use).
+    while (e->epoch == epoch && e->key != id) {
+      h = (h + 1) & mask;
+      e = table + h;
+    }
+    // New or seen, without a branch on it (it is as good as random): the slot is rewritten either
+    // way, and the id is stored at the next distinct place, which only a new id keeps.
+    const bool fresh = e->epoch != epoch;
+    const std::uint32_t number = fresh ? distinct : e->number;
+    *e = DynamicBatch::Slot{id, epoch, number};
+    first[distinct] = id;
+    slot_of[i] = number;
+    distinct += fresh ? 1u : 0u;
+  }
+  b.distinct = distinct;
+}
+
 void ClientCore::group_dynamic(const std::int64_t* ids, std::size_t n) {
   DynamicBatch& b = dyn_batch;
   const int P = num_ps();
   const auto num = static_cast<std::size_t>(P);
-  std::size_t cap = 16;
-  while (cap < 2 * n) cap <<= 1;
-  if (b.table_keys.size() < cap) {
-    b.table_keys.assign(cap, 0);
-    b.table_tags.assign(cap, 0);
-    b.epoch = 0;
-  }
-  if (++b.epoch == 0) {  // 2^32 calls: start the epochs again from a clear table
-    std::fill(b.table_tags.begin(), b.table_tags.end(), 0);
-    b.epoch = 1;
-  }
-  const std::uint64_t epoch = std::uint64_t{b.epoch} << 32;
-  const std::size_t mask = cap - 1;
-  std::int64_t* keys = b.table_keys.data();
-  std::uint64_t* tags = b.table_tags.data();
-  if (b.slot_of.size() < n) b.slot_of.resize(n);
-  b.first_ids.clear();
-  b.first_ps.clear();
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::int64_t id = ids[i];
-    std::size_t h = static_cast<std::size_t>(dynamic_mix64(static_cast<std::uint64_t>(id))) & mask;
-    for (;;) {
-      const std::uint64_t tag = tags[h];
-      if ((tag & ~std::uint64_t{0xffffffff}) != epoch) {  // empty in this call
-        const auto distinct = static_cast<std::uint32_t>(b.first_ids.size());
-        keys[h] = id;
-        tags[h] = epoch | (std::uint64_t{distinct} + 1);
-        b.first_ids.push_back(id);
-        if (P > 1) b.first_ps.push_back(shard_of(id, P));
-        b.slot_of[i] = distinct;
-        break;
-      }
-      if (keys[h] == id) {
-        b.slot_of[i] = static_cast<std::uint32_t>(tag) - 1;
-        break;
-      }
-      h = (h + 1) & mask;
-    }
-  }
-  const std::size_t distinct = b.first_ids.size();
+  start_dedupe(n);
+  dedupe_chunk(ids, 0, n);
+  const std::size_t distinct = b.distinct;
   b.begin.assign(num + 1, 0);
   if (P == 1) {
-    std::swap(b.ids, b.first_ids);  // positions are the distinct numbers
+    b.ids.assign(b.first_ids.begin(), b.first_ids.begin() + static_cast<long>(distinct));  // positions are the distinct numbers
     b.begin[1] = distinct;
     return;
   }
+  b.first_ps.resize(distinct);
+  for (std::size_t j = 0; j < distinct; ++j) b.first_ps[j] = shard_of(b.first_ids[j], P);
   for (const std::int32_t p : b.first_ps) ++b.begin[static_cast<std::size_t>(p) + 1];
   for (std::size_t p = 0; p < num; ++p) b.begin[p + 1] += b.begin[p];
   b.ids.resize(distinct);
@@ -439,6 +469,142 @@ void ClientCore::group_dynamic(const std::int64_t* ids, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) b.slot_of[i] = b.position[b.slot_of[i]];
 }
 
+bool ClientCore::dynamic_pipelined() {
+  const auto num = static_cast<std::size_t>(num_ps());
+  if (dyn_on_arrival.size() != num) {
+    dyn_on_arrival.assign(num, 0);
+    const std::int64_t chunks = Env::from_process().get_int("STRATA_TCP_DYNAMIC_CHUNKS", 1);
+    if (chunks < 1 || chunks > kMaxChunks)
+      throw ConfigError("STRATA_TCP_DYNAMIC_CHUNKS = " + std::to_string(chunks) + " is out of range [1, " +
+                        std::to_string(kMaxChunks) + "]");
+    dyn_chunks = static_cast<int>(chunks);
+  }
+  return std::all_of(dyn_on_arrival.begin(), dyn_on_arrival.end(), [](char c) { return c != 0; });
+}
+
+void ClientCore::post_dynamic(std::size_t d, int p, DynamicRequestKind kind, const std::int64_t* ids, std::size_t n,
+                              const float* rows, std::int64_t step, bool last, float* answer) {
+  const DynamicLayout& l = layout.dynamic(d, p);
+  const auto pi = static_cast<std::size_t>(p);
+  const std::size_t row_floats = rows ? n * static_cast<std::size_t>(l.dim) : 0;
+  const std::size_t words = dynamic_header::kBytes / 8 + n + (row_floats + 1) / 2;
+  std::vector<std::int64_t>& msg = dyn_message;
+  if (msg.size() < words) msg.resize(words);
+  std::fill(msg.begin(), msg.begin() + dynamic_header::kBytes / 8, 0);
+  msg[dynamic_header::kCount / 8] = static_cast<std::int64_t>(n);
+  msg[dynamic_header::kKind / 8] = static_cast<std::int64_t>(kind);
+  msg[dynamic_header::kStep / 8] = step;
+  msg[dynamic_header::kLast / 8] = last ? 1 : 0;
+  if (n > 0) std::memcpy(msg.data() + dynamic_header::kBytes / 8, ids, 8 * n);
+  if (row_floats > 0) std::memcpy(msg.data() + dynamic_header::kBytes / 8 + n, rows, 4 * row_floats);
+  const std::size_t bytes = dynamic_header::kBytes + 8 * n + 4 * row_floats;
+  // put_notify returns once the message is handed to the kernel, so the buffer is free again.
+  dyn_posted_readback.push_back(0);
+  if (answer)  // the answer rows come back behind the ack word, in the same reply
+    transport->put_notify_get(*region, ps_rank[pi], l.request(worker), msg.data(), bytes, bytes, l.doorbell(worker),
+                              &dyn_posted_readback.back(), l.ack(worker), l.request(worker) + l.rows, answer,
+                              4 * n * static_cast<std::size_t>(l.dim));
+  else
+    transport->put_notify(*region, ps_rank[pi], l.request(worker), msg.data(), bytes, bytes, l.doorbell(worker),
+                          &dyn_posted_readback.back(), l.ack(worker));
+  dyn_posted.push_back(Posted{p, ++dyn_sent[d][pi], last});
+}
+
+void ClientCore::finish_posted(std::size_t d, const char* op) {
+  if (dyn_posted.empty()) return;
+  transport->flush_all(*region);  // every read-back, and every row read behind them
+  for (std::size_t k = 0; k < dyn_posted.size(); ++k) {
+    const Posted& q = dyn_posted[k];
+    const auto pi = static_cast<std::size_t>(q.p);
+    const std::int64_t answer = dyn_posted_readback[k];
+    dyn_acked[d][pi] = std::max(dyn_acked[d][pi], answer);
+    // A sync round's last update is answered once the round is applied (wait_dynamic below); any
+    // other request is served on arrival, before the next one is read, or its answer rows would
+    // have been overwritten by the next: an answer behind it is the PS breaking the protocol.
+    if (answer < q.number && !q.last) [[unlikely]] {
+      const int peer = ps_rank[pi];
+      dyn_posted.clear();
+      dyn_posted_readback.clear();
+      throw Error(std::string(op) + ": ps:" + std::to_string(q.p) + " (rank " + std::to_string(peer) +
+                  ") answered request " + std::to_string(q.number) + " for dynamic variable '" + dynamic[d].name +
+                  "' with " + std::to_string(answer) + " on arrival (requests to it are served on arrival)");
+    }
+  }
+  dyn_posted.clear();
+  dyn_posted_readback.clear();
+  for (int p = 0; p < num_ps(); ++p) wait_dynamic(d, p, op);
+}
+
+// Chunks of the caller's ids, each deduplicated against the earlier ones and posted as soon as it
+// is: the PS looks up chunk k while this thread deduplicates chunk k+1 and chunk k-1's rows come
+// back. Each PS's rows of a chunk are one run of `rows` (distinct numbers in chunk order, then
+// grouped per PS inside the chunk), read with one get right behind the request.
+void ClientCore::lookup_pipelined(std::size_t d, const std::int64_t* ids, std::size_t n, float* out,
+                                  DynamicRequestKind kind) {
+  const auto dim = static_cast<std::size_t>(dynamic[d].dim);
+  const int P = num_ps();
+  const auto num = static_cast<std::size_t>(P);
+  const auto max_ids = static_cast<std::size_t>(dynamic[d].max_ids);
+  for (int p = 0; p < P; ++p) wait_dynamic(d, p, "lookup_dynamic");
+  DynamicBatch& b = dyn_batch;
+  start_dedupe(n);
+  if (b.rows.size() < n * dim) b.rows.resize(n * dim);
+  if (b.ids.size() < n) b.ids.resize(n);
+  if (P > 1) {
+    b.position.resize(n);
+    b.first_ps.resize(n);
+  }
+  float* rows = b.rows.data();
+  std::vector<std::size_t>& start = b.begin;  // per PS: where its ids of the chunk start
+  start.assign(num + 1, 0);
+  const auto chunks = static_cast<std::size_t>(dyn_chunks);
+  const std::size_t chunk = std::max(kMinChunkIds, (n + chunks - 1) / chunks);
+  for (std::size_t lo = 0; lo < n; lo += chunk) {
+    const std::size_t hi = std::min(n, lo + chunk);
+    const std::size_t d0 = b.distinct;
+    dedupe_chunk(ids, lo, hi);
+    const std::size_t d1 = b.distinct;
+    if (d1 == d0) continue;
+    if (P == 1) {
+      std::copy(b.first_ids.begin() + static_cast<long>(d0), b.first_ids.begin() + static_cast<long>(d1),
+                b.ids.begin() + static_cast<long>(d0));
+      start[0] = d0;
+      start[1] = d1;
+    } else {
+      // A counting sort of the chunk's new ids by PS, inside [d0, d1).
+      std::fill(start.begin(), start.end(), 0);
+      for (std::size_t j = d0; j < d1; ++j) {
+        b.first_ps[j] = shard_of(b.first_ids[j], P);
+        ++start[static_cast<std::size_t>(b.first_ps[j]) + 1];
+      }
+      start[0] = d0;
+      for (std::size_t p = 0; p < num; ++p) start[p + 1] += start[p];
+      std::vector<std::size_t>& next = b.next;
+      next.assign(start.begin(), start.end() - 1);
+      for (std::size_t j = d0; j < d1; ++j) {
+        const std::size_t at = next[static_cast<std::size_t>(b.first_ps[j])]++;
+        b.position[j] = static_cast<std::uint32_t>(at);
+        b.ids[at] = b.first_ids[j];
+      }
+    }
+    for (std::size_t pi = 0; pi < num; ++pi)
+      for (std::size_t first = start[pi]; first < start[pi + 1]; first += max_ids) {
+        const std::size_t count = std::min(max_ids, start[pi + 1] - first);
+        post_dynamic(d, static_cast<int>(pi), kind, b.ids.data() + first, count, nullptr, 0, false, rows + first * dim);
+      }
+    transport->progress();  // takes in the answers that arrived, so no PS waits to send them
+  }
+  finish_posted(d, "lookup_dynamic");
+  const std::uint32_t* slot_of = b.slot_of.data();
+  if (P == 1) {
+    for (std::size_t i = 0; i < n; ++i) std::memcpy(out + i * dim, rows + std::size_t{slot_of[i]} * dim, 4 * dim);
+  } else {
+    const std::uint32_t* position = b.position.data();
+    for (std::size_t i = 0; i < n; ++i)
+      std::memcpy(out + i * dim, rows + std::size_t{position[slot_of[i]]} * dim, 4 * dim);
+  }
+}
+
 void ClientCore::lookup_dynamic(std::size_t d, const std::int64_t* ids, std::size_t n, float* out,
                                 DynamicRequestKind kind) {
   if (n == 0) return;
@@ -446,6 +612,7 @@ void ClientCore::lookup_dynamic(std::size_t d, const std::int64_t* ids, std::siz
   if (n > (std::size_t{1} << 31)) throw Error("lookup_dynamic '" + dynamic[d].name + "': " + std::to_string(n) + " ids in one call (at most 2^31)");
   // A sync worker reads after its own pushed rounds are applied, as pull does.
   settle_sync("lookup_dynamic");
+  if (dynamic_pipelined()) return lookup_pipelined(d, ids, n, out, kind);
   const auto dim = static_cast<std::size_t>(dynamic[d].dim);
   const int P = num_ps();
   const auto num = static_cast<std::size_t>(P);
@@ -483,7 +650,10 @@ void ClientCore::lookup_dynamic(std::size_t d, const std::int64_t* ids, std::siz
       if (count[pi] == 0) continue;
       const bool was_speculated = dyn_readback_pending[d][pi] != 0;
       take_readback(d, static_cast<int>(pi));
-      if (was_speculated && dyn_acked[d][pi] >= dyn_sent[d][pi]) continue;
+      if (was_speculated && dyn_acked[d][pi] >= dyn_sent[d][pi]) {
+        dyn_on_arrival[pi] = 1;  // served on arrival: later calls post ahead
+        continue;
+      }
       wait_dynamic(d, static_cast<int>(pi), "lookup_dynamic");
       read_rows(pi);
       fetched = true;
@@ -530,7 +700,16 @@ void ClientCore::update_dynamic(std::size_t d, const std::int64_t* ids, std::siz
       for (std::size_t c = 0; c < dim; ++c) acc[c] += gr[c];
     }
   }
-  const auto max_ids = static_cast<std::size_t>(dynamic[d].max_ids);
+  const bool ahead = dynamic_pipelined();
+  // Posted ahead in several chunks, requests are cut smaller: the PS applies one while the next is
+  // on the wire. The largest PS share sets the size, so that every PS gets about `dyn_chunks`.
+  auto max_ids = static_cast<std::size_t>(dynamic[d].max_ids);
+  if (ahead && dyn_chunks > 1) {
+    std::size_t largest = 0;
+    for (std::size_t pi = 0; pi < num; ++pi) largest = std::max(largest, b.begin[pi + 1] - b.begin[pi]);
+    const auto chunks = static_cast<std::size_t>(dyn_chunks);
+    max_ids = std::min(max_ids, std::max(kMinChunkIds, (largest + chunks - 1) / chunks));
+  }
   std::vector<std::size_t> requests(num);
   std::size_t waves = 0;
   for (std::size_t pi = 0; pi < num; ++pi) {
@@ -545,14 +724,25 @@ void ClientCore::update_dynamic(std::size_t d, const std::int64_t* ids, std::siz
       const std::size_t first = std::min(k * max_ids, size);
       const std::size_t count = std::min(max_ids, size - first);
       const std::size_t at = b.begin[pi] + first;
+      if (ahead) {
+        // Sync: only a PS's last request may wait for its round (finish_posted waits for it).
+        post_dynamic(d, static_cast<int>(pi), DynamicRequestKind::kUpdate, b.ids.data() + at, count, sum + at * dim,
+                     step, k + 1 == requests[pi]);
+        continue;
+      }
       send_dynamic(d, static_cast<int>(pi), DynamicRequestKind::kUpdate, b.ids.data() + at, count, sum + at * dim,
                    step, k + 1 == requests[pi]);
+    }
+    if (ahead) {
+      transport->progress();
+      continue;
     }
     // Between waves, wait for the requests that are not a PS's last (a last one may be held
     // until the round completes, which can need this worker's later waves elsewhere).
     for (std::size_t pi = 0; pi < num; ++pi)
       if (k + 1 < requests[pi]) wait_dynamic(d, static_cast<int>(pi), "update_dynamic");
   }
+  if (ahead) return finish_posted(d, "update_dynamic");
   for (int p = 0; p < P; ++p) wait_dynamic(d, p, "update_dynamic");
 }
 

@@ -487,6 +487,55 @@ TEST_P(TransportTest, ConsumedPiecesReachTheHandlerBeforeTheReadBack) {
   STRATA_EXPECT_ALL(comm.get(), ok);
 }
 
+// put_notify_get: every rank posts 160 requests of 128 KiB to rank 0 without a flush between them,
+// each writing its area and reading the area back: 20 MiB of answers owed per rank, far beyond
+// any socket buffer, so a client that waited to send while rank 0's server waited to send it an
+// answer would hang here (tcp receives the answers while its sends wait). Every answer is the
+// payload of its own request (the get follows the put's effects) and every read-back counts the
+// pieces up to its own request.
+TEST_P(TransportTest, PutNotifyGetsInFlightBeyondSocketBuffersAnswerInOrder) {
+  TestComm comm;
+  const int n = comm.size(), me = comm.rank();
+  auto t = comm::create_transport(GetParam(), comm.get());
+  constexpr std::size_t kRequests = 160, kBytes = 128 << 10, kArea = 8 + kBytes;  // counter word + payload
+  auto region = t->allocate_region(me == 0 ? kArea * static_cast<std::size_t>(n) : 0);
+  barrier(comm.get(), *t);
+  const std::uint64_t mine = kArea * static_cast<std::uint64_t>(me);
+  auto byte_of = [&](std::size_t k, std::size_t i) { return static_cast<unsigned char>((me * 41 + k * 7 + i * 3) & 0xff); };
+  std::vector<unsigned char> src(kBytes), answers(kRequests * kBytes, 0);
+  std::vector<std::int64_t> readback(kRequests, -1);
+  for (std::size_t k = 0; k < kRequests; ++k) {
+    for (std::size_t i = 0; i < kBytes; ++i) src[i] = byte_of(k, i);
+    t->put_notify_get(*region, 0, mine + 8, src.data(), kBytes, kBytes, mine, &readback[k], mine, mine + 8,
+                      answers.data() + k * kBytes, kBytes);
+  }
+  t->flush(*region, 0);
+  bool ok = true;
+  for (std::size_t k = 0; k < kRequests; ++k) {
+    ok = ok && readback[k] == static_cast<std::int64_t>(k + 1);
+    for (std::size_t i = 0; i < kBytes; ++i) ok = ok && answers[k * kBytes + i] == byte_of(k, i);
+  }
+  // Misuse is a local error: no read-back word, or a get outside the peer's region.
+  std::int64_t word = 0;
+  bool refused = false;
+  try {
+    t->put_notify_get(*region, 0, mine + 8, src.data(), 8, 8, mine, nullptr, mine, mine, answers.data(), 8);
+  } catch (const Error&) {
+    refused = true;
+  }
+  ok = ok && refused;
+  refused = false;
+  try {
+    t->put_notify_get(*region, 0, mine + 8, src.data(), 8, 8, mine, &word, mine, kArea * static_cast<std::uint64_t>(n),
+                      answers.data(), 8);
+  } catch (const Error&) {
+    refused = true;
+  }
+  ok = ok && refused;
+  barrier(comm.get(), *t);
+  STRATA_EXPECT_ALL(comm.get(), ok);
+}
+
 TEST_P(TransportTest, OutOfRangeIsALocalErrorNamingThePeer) {
   TestComm comm;
   auto t = comm::create_transport(GetParam(), comm.get());

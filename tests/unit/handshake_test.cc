@@ -237,9 +237,9 @@ TEST(RequestCheck, FuzzedHeadersAdmitOnlyWhatFitsTheRegion) {
     ++admitted;
     auto within = [&](std::uint64_t off, std::uint64_t len) { return off <= region && len <= region - off; };
     switch (req.op) {
-      case 1: case 2: case 9:  // get, put, put_notify
+      case 1: case 2: case 9: case 10:  // get, put, put_notify, put_notify_get
         ASSERT_TRUE(within(req.offset, req.a)) << i;
-        if (req.op == 9) {
+        if (req.op == 9 || req.op == 10) {
           ASSERT_TRUE(req.b % 8 == 0 && within(req.b, 8)) << i;
         }
         break;

@@ -102,6 +102,17 @@ class Transport {
   virtual void put_notify(Region& region, int peer, std::uint64_t offset, const void* src, std::size_t bytes,
                           std::size_t piece_bytes, std::uint64_t counter_offset, std::int64_t* readback,
                           std::uint64_t readback_offset);
+  // put_notify with a read-back (non-null `readback`), then a get of `get_bytes` at `get_offset` of
+  // the same region into `dst`, issued after it: a request and its answer (a PS's rows) in one.
+  // Both are valid after flush(peer); on an ordered peer the get sees the put's effects, those of a
+  // consumer of its pieces (consume_notified) included. The default is put_notify and get (with a
+  // flush between unless ordered_to(peer)); tcp between nodes sends one request, and the answer
+  // leaves the peer's transport thread as soon as the consumer handled the put, with no second
+  // request to wait for.
+  virtual void put_notify_get(Region& region, int peer, std::uint64_t offset, const void* src, std::size_t bytes,
+                              std::size_t piece_bytes, std::uint64_t counter_offset, std::int64_t* readback,
+                              std::uint64_t readback_offset, std::uint64_t get_offset, void* dst,
+                              std::size_t get_bytes);
 
   // Receives the pieces of put_notify calls that other ranks make to this rank's `region` with
   // counter `counter_offset`: on a transport that serves remote writes from its own thread (tcp

@@ -276,6 +276,11 @@ void send_all(int fd, const void* data, std::size_t bytes, Deadline deadline, in
 }
 
 void sendv_all(int fd, std::vector<iovec> iov, Deadline deadline, int peer_rank, const std::string& what) {
+  sendv_all_or_wait(fd, std::move(iov), deadline, peer_rank, what, nullptr);
+}
+
+void sendv_all_or_wait(int fd, std::vector<iovec> iov, Deadline deadline, int peer_rank, const std::string& what,
+                       const std::function<void()>& blocked) {
   std::size_t first = 0;
   while (first < iov.size()) {
     if (iov[first].iov_len == 0) {
@@ -301,11 +306,12 @@ void sendv_all(int fd, std::vector<iovec> iov, Deadline deadline, int peer_rank,
     msghdr msg{};
     msg.msg_iov = const_cast<iovec*>(vec);
     msg.msg_iovlen = count;
-    ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | (blocked ? MSG_DONTWAIT : 0));
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
         if (deadline.passed()) timed_out(peer_rank, what);
+        if (blocked) blocked();
         continue;
       }
       if (errno == EPIPE || errno == ECONNRESET) closed(peer_rank, what);

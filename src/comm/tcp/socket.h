@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -99,6 +100,12 @@ void tune(int fd);
 // closed the connection, TimeoutError naming `what` past the deadline, Error on other failures.
 void send_all(int fd, const void* data, std::size_t bytes, Deadline deadline, int peer_rank, const std::string& what);
 void sendv_all(int fd, std::vector<iovec> iov, Deadline deadline, int peer_rank, const std::string& what);
+// Like sendv_all, but never waits in the kernel: whenever the socket takes no more bytes it calls
+// `blocked()`, which waits (bounded, e.g. a poll of at most a second) until the socket may take
+// more and may do other work meanwhile (the tcp transport receives replies it is owed there, so
+// a send never waits on a peer that waits for us to read). Null `blocked`: sendv_all.
+void sendv_all_or_wait(int fd, std::vector<iovec> iov, Deadline deadline, int peer_rank, const std::string& what,
+                       const std::function<void()>& blocked);
 void recv_all(int fd, void* data, std::size_t bytes, Deadline deadline, int peer_rank, const std::string& what);
 // Like recv_all, but returns false (nothing read) when the peer closed the connection cleanly
 // before the first byte: how a server notices a client that went away.

@@ -2,8 +2,10 @@
 //
 // Deadlock freedom of the request protocol: a server thread only ever sends replies to requests a
 // client made, and a client receives every reply it is owed before it sends anything but a get
-// request (drain_all), so no client is blocked sending a large payload while a server is blocked
-// sending it a reply it does not read. Get requests are 40 bytes and never fill a socket buffer.
+// request (drain), or, for a put_notify with a read-back, receives them as they arrive whenever
+// its send would wait (send_ahead), so no client is blocked sending a large payload while a server
+// is blocked sending it a reply it does not read. Get requests are 40 bytes and never fill a
+// socket buffer.
 #include "comm/tcp/tcp_transport.h"
 
 #include <fcntl.h>
@@ -27,7 +29,7 @@
 namespace strata::comm::tcp {
 namespace {
 
-enum Op : std::uint32_t { kGet = 1, kPut, kAcc, kGetRows, kAccRows, kFetchAdd, kRead, kFlush, kPutNotify };
+enum Op : std::uint32_t { kGet = 1, kPut, kAcc, kGetRows, kAccRows, kFetchAdd, kRead, kFlush, kPutNotify, kPutNotifyGet };
 // Unauthenticated connections held at once; a new one beyond this evicts the oldest (a legitimate
 // client's handshake takes one round trip, and a client that is dropped connects again).
 constexpr std::size_t kMaxPending = 64;
@@ -89,8 +91,9 @@ std::string TcpTransport::check_request(const Request& req, std::uint64_t region
     case kGet:
     case kPut:
     case kPutNotify:
+    case kPutNotifyGet:
       if (!fits(off, req.a, region_bytes)) break;
-      if (req.op == kPutNotify && (req.b % 8 != 0 || !fits(req.b, 8, region_bytes)))
+      if ((req.op == kPutNotify || req.op == kPutNotifyGet) && (req.b % 8 != 0 || !fits(req.b, 8, region_bytes)))
         return "put_notify counter offset " + std::to_string(req.b) + " is unaligned or outside the region";
       return "";
     case kAcc: {
@@ -350,11 +353,64 @@ TcpTransport::Peer& TcpTransport::connect(int peer) {
 
 void TcpTransport::drain(int peer) {
   Peer& p = peers_[peer];
-  if (p.gets.empty()) return;
+  if (!p.owes()) {
+    p.gets.clear();
+    p.head = 0;
+    return;
+  }
   const Deadline deadline = Deadline::in(timeout_s_);
-  for (const Pending& g : p.gets) recv_all(p.sock.fd(), g.dst, g.bytes, deadline, peer, "get reply");
+  for (; p.head < p.gets.size(); ++p.head, p.got = 0) {
+    const Pending& g = p.gets[p.head];
+    recv_all(p.sock.fd(), static_cast<char*>(g.dst) + p.got, g.bytes - p.got, deadline, peer, "get reply");
+  }
   p.gets.clear();
-  p.writes_unacked = false;  // the server answered after everything we sent before
+  p.head = 0;
+}
+
+void TcpTransport::receive_some(int peer) {
+  Peer& p = peers_[peer];
+  while (p.owes()) {
+    const Pending& g = p.gets[p.head];
+    const ssize_t n = ::recv(p.sock.fd(), static_cast<char*>(g.dst) + p.got, g.bytes - p.got, MSG_DONTWAIT);
+    if (n > 0) {
+      p.got += static_cast<std::size_t>(n);
+      if (p.got == g.bytes) {
+        ++p.head;
+        p.got = 0;
+      }
+      continue;
+    }
+    if (n == 0 || (n < 0 && errno == ECONNRESET))
+      throw PeerFailure(peer, "get reply: the connection to " + rank_str(peer) +
+                                  " was closed (that rank ended or failed)");
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+    throw Error("get reply: receive from " + rank_str(peer) + ": " + std::strerror(errno));
+  }
+  p.gets.clear();
+  p.head = 0;
+}
+
+void TcpTransport::await_writable(int peer, const Deadline& deadline, const char* what) {
+  std::vector<pollfd> fds;
+  std::vector<int> who;
+  for (int q = 0; q < size_; ++q) {
+    const bool target = q == peer;
+    if (!target && !peers_[q].owes()) continue;
+    const short events = static_cast<short>((target ? POLLOUT : 0) | (peers_[q].owes() ? POLLIN : 0));
+    fds.push_back(pollfd{peers_[q].sock.fd(), events, 0});
+    who.push_back(q);
+  }
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline.at - Clock::now()).count();
+  const int ms = static_cast<int>(std::clamp<long long>(left, 0, 1000));
+  const int rc = ::poll(fds.data(), fds.size(), ms);
+  if (rc < 0 && errno != EINTR) throw Error(std::string(what) + ": poll: " + std::strerror(errno));
+  if (rc == 0 && deadline.passed())
+    throw TimeoutError(std::string(what) + ": " + rank_str(peer) + " took no more bytes before the deadline "
+                           "(--timeout / STRATA_TIMEOUT_S)",
+                       {peer});
+  for (std::size_t i = 0; i < fds.size() && rc > 0; ++i)
+    if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) && peers_[who[i]].owes()) receive_some(who[i]);
 }
 
 void TcpTransport::send_request(int peer, const Request& req, std::vector<iovec> payload, const char* what) {
@@ -363,6 +419,14 @@ void TcpTransport::send_request(int peer, const Request& req, std::vector<iovec>
   Peer& p = connect(peer);
   payload.insert(payload.begin(), iovec{const_cast<Request*>(&req), sizeof req});
   sendv_all(p.sock.fd(), std::move(payload), Deadline::in(timeout_s_), peer, what);
+}
+
+void TcpTransport::send_ahead(int peer, const Request& req, std::vector<iovec> payload, const char* what) {
+  Peer& p = connect(peer);
+  payload.insert(payload.begin(), iovec{const_cast<Request*>(&req), sizeof req});
+  const Deadline deadline = Deadline::in(timeout_s_);
+  sendv_all_or_wait(p.sock.fd(), std::move(payload), deadline, peer, what,
+                    [&] { await_writable(peer, deadline, what); });
 }
 
 std::uint64_t TcpTransport::round_trip(int peer, const Request& req, const char* what) {
@@ -393,6 +457,7 @@ void TcpTransport::get(Region& region, int peer, std::uint64_t offset, void* dst
   req.a = bytes;
   send_request(peer, req, {}, "get");
   peers_[peer].gets.push_back({dst, bytes});
+  peers_[peer].writes_unacked = false;  // its reply follows every earlier write's effect
 }
 
 void TcpTransport::put(Region& region, int peer, std::uint64_t offset, const void* src, std::size_t bytes) {
@@ -447,6 +512,7 @@ void TcpTransport::get_rows(Region& region, int peer, std::uint64_t offset, std:
   req.b = rows.size();
   send_request(peer, req, {iovec{const_cast<std::int64_t*>(rows.data()), rows.size() * 8}}, "get_rows");
   peers_[peer].gets.push_back({dst, rows.size() * row_bytes});
+  peers_[peer].writes_unacked = false;  // its reply follows every earlier write's effect
 }
 
 void TcpTransport::accumulate_rows(Region& region, int peer, std::uint64_t offset, std::size_t row_elems,
@@ -496,10 +562,51 @@ void TcpTransport::put_notify(Region& region, int peer, std::uint64_t offset, co
   // Payload: piece size, read-back offset (kNoReadback: no reply), then the bytes. The two words
   // are sent before send_request returns.
   const std::uint64_t words[2] = {piece_bytes, readback ? readback_offset : kNoReadback};
-  send_request(peer, req, {iovec{const_cast<std::uint64_t*>(words), sizeof words}, iovec{const_cast<void*>(src), bytes}},
-               "put_notify");
-  peers_[peer].writes_unacked = true;
-  if (readback) peers_[peer].gets.push_back({readback, sizeof *readback});
+  std::vector<iovec> payload{iovec{const_cast<std::uint64_t*>(words), sizeof words},
+                             iovec{const_cast<void*>(src), bytes}};
+  if (!readback) {
+    send_request(peer, req, std::move(payload), "put_notify");
+    peers_[peer].writes_unacked = true;
+    return;
+  }
+  // The read-back is answered once every piece took effect, so it proves this write done: the
+  // request may go out while earlier replies are still owed (a client can keep several requests
+  // in flight to a PS that serves them on arrival; send_ahead keeps it free of deadlock).
+  send_ahead(peer, req, std::move(payload), "put_notify");
+  peers_[peer].gets.push_back({readback, sizeof *readback});
+  peers_[peer].writes_unacked = false;
+}
+
+void TcpTransport::put_notify_get(Region& region, int peer, std::uint64_t offset, const void* src, std::size_t bytes,
+                                  std::size_t piece_bytes, std::uint64_t counter_offset, std::int64_t* readback,
+                                  std::uint64_t readback_offset, std::uint64_t get_offset, void* dst,
+                                  std::size_t get_bytes) {
+  auto& r = as_tcp(region);
+  if (!readback) throw Error("put_notify_get: no read-back word");
+  if (piece_bytes == 0) throw Error("put_notify_get: piece_bytes is 0");
+  r.check_range(peer, offset, bytes, "put_notify_get");
+  r.check_range(peer, counter_offset, 8, "put_notify_get (counter)");
+  if (counter_offset % 8 != 0)
+    throw Error("put_notify_get: counter offset " + std::to_string(counter_offset) + " is not aligned to int64");
+  r.check_range(peer, readback_offset, 8, "put_notify_get (read-back)");
+  r.check_range(peer, get_offset, get_bytes, "put_notify_get (get)");
+  if (same_node(peer) || bytes == 0)
+    return Transport::put_notify_get(region, peer, offset, src, bytes, piece_bytes, counter_offset, readback,
+                                     readback_offset, get_offset, dst, get_bytes);
+  Request req;
+  req.op = kPutNotifyGet;
+  req.region = r.id();
+  req.offset = offset;
+  req.a = bytes;
+  req.b = counter_offset;
+  // Payload: piece size, read-back offset, get offset, get size, then the bytes.
+  const std::uint64_t words[4] = {piece_bytes, readback_offset, get_offset, get_bytes};
+  send_ahead(peer, req,
+             {iovec{const_cast<std::uint64_t*>(words), sizeof words}, iovec{const_cast<void*>(src), bytes}},
+             "put_notify_get");
+  peers_[peer].gets.push_back({readback, sizeof *readback});
+  if (get_bytes > 0) peers_[peer].gets.push_back({dst, get_bytes});
+  peers_[peer].writes_unacked = false;  // the answer follows the put's effects
 }
 
 bool TcpTransport::consume_notified(Region& region, std::uint64_t counter_offset, PieceHandler handler) {
@@ -548,8 +655,14 @@ void TcpTransport::sync_local(Region& region) {
 }
 
 void TcpTransport::progress() {
-  // Remote requests are served by the server thread; only the node window may want progress.
+  // Remote requests are served by the server thread; the node window may want progress, and
+  // replies already here are taken in (a server never waits long to send them).
+  // The client side belongs to the rank's own thread; a handler on the server thread that calls
+  // progress (a PS applying a push it was handed) must not touch it.
   local_->progress();
+  if (std::this_thread::get_id() == server_.get_id()) return;
+  for (int p = 0; p < size_; ++p)
+    if (peers_[p].owes()) receive_some(p);
 }
 
 // ---- server thread ----------------------------------------------------------------------------
@@ -607,19 +720,30 @@ bool TcpTransport::handle(int fd, int from) {
       recv_all(fd, base + req.offset, req.a, deadline, from, "put payload");
       std::atomic_thread_fence(std::memory_order_seq_cst);
       break;
-    case kPutNotify: {
-      std::uint64_t words[2] = {0, 0};  // piece size, read-back offset
-      recv_all(fd, words, sizeof words, deadline, from, "put_notify piece size");
+    case kPutNotify:
+    case kPutNotifyGet: {
+      // piece size, read-back offset (kNoReadback: none), and for kPutNotifyGet the get's offset and size
+      std::uint64_t words[4] = {0, 0, 0, 0};
+      const bool with_get = req.op == kPutNotifyGet;
+      recv_all(fd, words, with_get ? 32 : 16, deadline, from, "put_notify piece size");
       const std::uint64_t piece = words[0];
       r->check_local(req.offset, req.a, "put_notify (served)");
       r->check_local(req.b, 8, "put_notify counter (served)");
-      if (words[1] != kNoReadback) r->check_local(words[1], 8, "put_notify read-back (served)");
+      if (words[1] != kNoReadback || with_get) r->check_local(words[1], 8, "put_notify read-back (served)");
+      if (with_get) r->check_local(words[2], words[3], "put_notify_get get (served)");
       if (piece == 0 || req.b % 8 != 0) throw Error("put_notify from " + rank_str(from) + ": bad piece size or counter");
-      // Answered once every piece took effect (handed over or stored and counted).
+      // Answered once every piece took effect (handed over or stored and counted): the read-back
+      // word, and the get's bytes behind it in the same send.
       auto answer = [&] {
-        if (words[1] == kNoReadback) return;
+        if (words[1] == kNoReadback && !with_get) return;
         const std::int64_t v = local_->atomic_read(r->inner(), self, words[1]);
-        send_all(fd, &v, sizeof v, deadline, from, "put_notify read-back");
+        if (!with_get) {
+          send_all(fd, &v, sizeof v, deadline, from, "put_notify read-back");
+        } else {
+          std::atomic_thread_fence(std::memory_order_seq_cst);  // the consumer's stores, on this thread
+          sendv_all(fd, {iovec{const_cast<std::int64_t*>(&v), sizeof v}, iovec{base + words[2], words[3]}}, deadline,
+                    from, "put_notify_get reply");
+        }
       };
       const std::int64_t one = 1;
       // Pieces with a consumer are received into a buffer that fits in cache and handed over

@@ -91,6 +91,12 @@ class TcpTransport final : public Transport {
   void put_notify(Region& region, int peer, std::uint64_t offset, const void* src, std::size_t bytes,
                   std::size_t piece_bytes, std::uint64_t counter_offset, std::int64_t* readback,
                   std::uint64_t readback_offset) override;
+  // One request (kPutNotifyGet): the server answers with the read-back word and the get's bytes in
+  // one send as soon as the put took effect.
+  void put_notify_get(Region& region, int peer, std::uint64_t offset, const void* src, std::size_t bytes,
+                      std::size_t piece_bytes, std::uint64_t counter_offset, std::int64_t* readback,
+                      std::uint64_t readback_offset, std::uint64_t get_offset, void* dst,
+                      std::size_t get_bytes) override;
   // Pieces from peers on other nodes reach the handler on the server thread, received into a
   // buffer that stays in cache (a PS applies them there: one pass over the gradient instead of a
   // store into the inbox and a load by the service loop on another core).
@@ -136,15 +142,31 @@ class TcpTransport final : public Transport {
   };
   struct Peer {  // client side of this rank's connection to one remote rank
     Socket sock;
+    // Replies owed, in request order: gets[head] has its first `got` bytes received, those before
+    // it are complete.
     std::vector<Pending> gets;
-    bool writes_unacked = false;  // a put/accumulate was sent after the last answered request
+    std::size_t head = 0;
+    std::size_t got = 0;
+    // A write was sent after the last request whose reply is received or owed (that reply is sent
+    // after the write took effect: one connection, served in order).
+    bool writes_unacked = false;
+    bool owes() const { return head < gets.size(); }
   };
 
   Peer& connect(int peer);
   // Receives every pending get reply from `peer`, in order.
   void drain(int peer);
+  // Receives what has arrived of the replies `peer` owes, without waiting.
+  void receive_some(int peer);
+  // Waits (at most a second) until `peer`'s socket may take more bytes, receiving meanwhile the
+  // replies any peer owes us as they arrive.
+  void await_writable(int peer, const Deadline& deadline, const char* what);
   // Sends a request (and its payload pieces) to a remote peer, after draining its gets.
   void send_request(int peer, const Request& req, std::vector<iovec> payload, const char* what);
+  // Sends a request without draining first: while the socket takes no more, replies owed by any
+  // peer are received as they arrive (so this rank never waits to send while a server waits for it
+  // to read). Used by put_notify with a read-back, whose own reply then proves its writes done.
+  void send_ahead(int peer, const Request& req, std::vector<iovec> payload, const char* what);
   std::uint64_t round_trip(int peer, const Request& req, const char* what);
   void flush_remote(int peer);
 
