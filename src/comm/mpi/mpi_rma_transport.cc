@@ -1,12 +1,18 @@
 #include "comm/mpi/mpi_rma_transport.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <climits>
 #include <cstring>
 #include <exception>
 
 #include "strata/common/env.h"
 #include "strata/common/error.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
 
 namespace strata::comm::mpi {
 namespace {
@@ -118,6 +124,33 @@ MPI_Datatype rows_type(const std::vector<std::int64_t>& rows, int block, MPI_Dat
   return type;
 }
 
+// A copy out of a peer's shared segment leaves its lines in this core's caches, shared with the
+// owner's. The owner of a variable (a PS) then writes every one of them at its next apply, and each
+// such store must first take the line back from this core: in async training that stalls the PS's
+// apply whenever it falls just after a worker's pull, which happens for whole runs at a time (the
+// two fall into step). Flushing the lines right after the copy (CLFLUSHOPT, where the CPU has it:
+// written back if dirty and dropped from every cache) lets the owner's next writes find no other
+// copy to take back; it then reads them from memory, which costs less here (docs/PERFORMANCE.md).
+// Large copies only; STRATA_SHM_FLUSH=0 turns it off.
+constexpr std::size_t kFlushAfterGetBytes = 64 * 1024;
+
+#if defined(__x86_64__) && defined(__GNUC__)
+bool cpu_has_clflushopt() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) != 0 && (b & (1u << 23)) != 0;
+}
+
+__attribute__((target("clflushopt"))) void flush_lines(const char* p, std::size_t bytes) {
+  const auto first = reinterpret_cast<std::uintptr_t>(p) & ~std::uintptr_t{63};
+  const auto end = reinterpret_cast<std::uintptr_t>(p) + bytes;
+  for (std::uintptr_t line = first; line < end; line += 64) _mm_clflushopt(reinterpret_cast<void*>(line));
+  _mm_sfence();
+}
+#else
+bool cpu_has_clflushopt() { return false; }
+void flush_lines(const char*, std::size_t) {}
+#endif
+
 }  // namespace
 
 MpiRmaTransport::MpiRmaTransport(MPI_Comm comm) {
@@ -133,6 +166,7 @@ MpiRmaTransport::MpiRmaTransport(MPI_Comm comm) {
   MPI_Comm_size(node, &node_size);
   MPI_Comm_free(&node);
   shared_ = node_size == size_ && Env::from_process().get_bool("STRATA_MPI_SHARED", true);
+  flush_after_get_ = shared_ && cpu_has_clflushopt() && Env::from_process().get_bool("STRATA_SHM_FLUSH", true);
 }
 
 MpiRmaTransport::~MpiRmaTransport() {
@@ -160,6 +194,7 @@ void MpiRmaTransport::get(Region& region, int peer, std::uint64_t offset, void* 
     // Same node: a plain copy is the get (a reader may see a concurrent update half done, which
     // the async model allows; the atomics still go through MPI).
     std::memcpy(out, src + offset, bytes);
+    if (flush_after_get_ && bytes >= kFlushAfterGetBytes) flush_lines(src + offset, bytes);
     return;
   }
   for (std::size_t done = 0; done < bytes;) {

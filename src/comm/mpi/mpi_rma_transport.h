@@ -53,6 +53,7 @@ class MpiRmaTransport final : public Transport {
   int rank_ = 0;
   int size_ = 0;
   bool shared_ = false;  // every rank on this node: shared windows with direct loads
+  bool flush_after_get_ = false;  // large shared-window gets write their lines out of this core's caches
 };
 
 }  // namespace strata::comm::mpi
