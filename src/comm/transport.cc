@@ -36,6 +36,9 @@ void Transport::put_notify_get(Region& region, int peer, std::uint64_t offset, c
   put_notify(region, peer, offset, src, bytes, piece_bytes, counter_offset, readback, readback_offset);
   if (!ordered_to(peer)) flush(region, peer);
   get(region, peer, get_offset, dst, get_bytes);
+  // Unordered (UCX between nodes): a later write to the same bytes could overtake this get, so the
+  // answer is taken in now; the answer is then this request's, as the contract says.
+  if (!ordered_to(peer)) flush(region, peer);
 }
 
 std::size_t elem_size(ElemType type) {

@@ -105,8 +105,9 @@ class Transport {
   // put_notify with a read-back (non-null `readback`), then a get of `get_bytes` at `get_offset` of
   // the same region into `dst`, issued after it: a request and its answer (a PS's rows) in one.
   // Both are valid after flush(peer); on an ordered peer the get sees the put's effects, those of a
-  // consumer of its pieces (consume_notified) included. The default is put_notify and get (with a
-  // flush between unless ordered_to(peer)); tcp between nodes sends one request, and the answer
+  // consumer of its pieces (consume_notified) included, and no later write changes the answer.
+  // The default is put_notify and get (with a flush between and after unless ordered_to(peer): the
+  // answer is then in when the call returns); tcp between nodes sends one request, and the answer
   // leaves the peer's transport thread as soon as the consumer handled the put, with no second
   // request to wait for.
   virtual void put_notify_get(Region& region, int peer, std::uint64_t offset, const void* src, std::size_t bytes,
