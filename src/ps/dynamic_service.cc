@@ -63,6 +63,23 @@ DynamicTableConfig table_config(const DynamicVariableSpec& spec, const Optimizer
   return config;
 }
 
+// Packs header | ids | (update) gradient rows into `msg`, one contiguous message; returns its
+// bytes. The buffer only grows: a resize within its size would zero what is written next anyway.
+std::size_t pack_request(std::vector<std::int64_t>& msg, std::int64_t dim, DynamicRequestKind kind,
+                         const std::int64_t* ids, std::size_t n, const float* rows, std::int64_t step, bool last) {
+  const std::size_t row_floats = rows ? n * static_cast<std::size_t>(dim) : 0;
+  const std::size_t words = dynamic_header::kBytes / 8 + n + (row_floats + 1) / 2;
+  if (msg.size() < words) msg.resize(words);
+  std::fill(msg.begin(), msg.begin() + dynamic_header::kBytes / 8, 0);
+  msg[dynamic_header::kCount / 8] = static_cast<std::int64_t>(n);
+  msg[dynamic_header::kKind / 8] = static_cast<std::int64_t>(kind);
+  msg[dynamic_header::kStep / 8] = step;
+  msg[dynamic_header::kLast / 8] = last ? 1 : 0;
+  if (n > 0) std::memcpy(msg.data() + dynamic_header::kBytes / 8, ids, 8 * n);
+  if (row_floats > 0) std::memcpy(msg.data() + dynamic_header::kBytes / 8 + n, rows, 4 * row_floats);
+  return dynamic_header::kBytes + 8 * n + 4 * row_floats;
+}
+
 // A request's header as the PS read it, checked.
 struct Request {
   std::int64_t count = 0;
@@ -341,20 +358,8 @@ void ClientCore::send_dynamic(std::size_t d, int p, DynamicRequestKind kind, con
   const auto pi = static_cast<std::size_t>(p);
   const int peer = ps_rank[pi];
   const std::uint64_t area = l.request(worker);
-  // header | ids | (update) gradient rows, one contiguous message. The buffer only grows: a
-  // resize within its size would zero what is written next anyway.
-  const std::size_t row_floats = rows ? n * static_cast<std::size_t>(l.dim) : 0;
-  const std::size_t words = dynamic_header::kBytes / 8 + n + (row_floats + 1) / 2;
-  std::vector<std::int64_t>& msg = dyn_message;
-  if (msg.size() < words) msg.resize(words);
-  std::fill(msg.begin(), msg.begin() + dynamic_header::kBytes / 8, 0);
-  msg[dynamic_header::kCount / 8] = static_cast<std::int64_t>(n);
-  msg[dynamic_header::kKind / 8] = static_cast<std::int64_t>(kind);
-  msg[dynamic_header::kStep / 8] = step;
-  msg[dynamic_header::kLast / 8] = last ? 1 : 0;
-  if (n > 0) std::memcpy(msg.data() + dynamic_header::kBytes / 8, ids, 8 * n);
-  if (row_floats > 0) std::memcpy(msg.data() + dynamic_header::kBytes / 8 + n, rows, 4 * row_floats);
-  const std::size_t bytes = dynamic_header::kBytes + 8 * n + 4 * row_floats;
+  const std::size_t bytes = pack_request(dyn_message, l.dim, kind, ids, n, rows, step, last);
+  const std::vector<std::int64_t>& msg = dyn_message;
   if (transport->ordered_to(peer)) {
     // One message (the doorbell is its counter), answered with the ack word once the PS took it:
     // between nodes over tcp the PS serves it on arrival, so the answer usually says done.
@@ -486,18 +491,8 @@ void ClientCore::post_dynamic(std::size_t d, int p, DynamicRequestKind kind, con
                               const float* rows, std::int64_t step, bool last, float* answer) {
   const DynamicLayout& l = layout.dynamic(d, p);
   const auto pi = static_cast<std::size_t>(p);
-  const std::size_t row_floats = rows ? n * static_cast<std::size_t>(l.dim) : 0;
-  const std::size_t words = dynamic_header::kBytes / 8 + n + (row_floats + 1) / 2;
-  std::vector<std::int64_t>& msg = dyn_message;
-  if (msg.size() < words) msg.resize(words);
-  std::fill(msg.begin(), msg.begin() + dynamic_header::kBytes / 8, 0);
-  msg[dynamic_header::kCount / 8] = static_cast<std::int64_t>(n);
-  msg[dynamic_header::kKind / 8] = static_cast<std::int64_t>(kind);
-  msg[dynamic_header::kStep / 8] = step;
-  msg[dynamic_header::kLast / 8] = last ? 1 : 0;
-  if (n > 0) std::memcpy(msg.data() + dynamic_header::kBytes / 8, ids, 8 * n);
-  if (row_floats > 0) std::memcpy(msg.data() + dynamic_header::kBytes / 8 + n, rows, 4 * row_floats);
-  const std::size_t bytes = dynamic_header::kBytes + 8 * n + 4 * row_floats;
+  const std::size_t bytes = pack_request(dyn_message, l.dim, kind, ids, n, rows, step, last);
+  const std::vector<std::int64_t>& msg = dyn_message;
   // put_notify returns once the message is handed to the kernel, so the buffer is free again.
   dyn_posted_readback.push_back(0);
   if (answer)  // the answer rows come back behind the ack word, in the same reply
