@@ -131,6 +131,18 @@ float activation_slope(Activation a, float y) {
 
 void resize(detail::FloatBuffer& v, std::size_t n) { v.resize(n); }
 
+// A DotInteraction node's work is done in blocks of kDotBlock lanes (a fixed trip count, so each
+// block is one or two vector operations): its scratch (ws.aux) holds the inputs transposed
+// [d, kp], their gradients [d, kp] and the pair gradients as a symmetric [k, kp], where kp is k
+// rounded up to a block and the lanes past k stay zero.
+constexpr std::size_t kDotBlock = 16;
+std::size_t dot_padded(int k) {
+  return (static_cast<std::size_t>(k) + kDotBlock - 1) / kDotBlock * kDotBlock;
+}
+std::size_t dot_scratch_floats(int k, int d) {
+  return dot_padded(k) * (2 * static_cast<std::size_t>(d) + static_cast<std::size_t>(k));
+}
+
 // y = act(y + bias) over [rows, w], one loop per activation so that each vectorises.
 void bias_activation(Activation a, float* y, const float* bias, std::size_t rows, int w) {
   for (std::size_t b = 0; b < rows; ++b) {
@@ -635,26 +647,40 @@ train::StepResult GraphModel::run(const train::Params& params, const train::Inpu
         break;
       }
       case Op::kDotInteraction: {
+        // Per example the k inputs (d wide each) are copied transposed, xt[j * kp + p] = x_p[j], so
+        // that the dots of x_p with x_0..x_{p-1} run as blocks of lanes over q instead of one
+        // horizontal reduction per pair. Each dot still sums j = 0..d-1 in order from 0 (lanes
+        // are independent and contraction is off), so the bits are those of the pairwise loop.
         const int d = def.nodes[static_cast<std::size_t>(n.inputs[0])].width;
         const int k = static_cast<int>(n.inputs.size());
+        const std::size_t ks = static_cast<std::size_t>(k), ds = static_cast<std::size_t>(d), kp = dot_padded(k);
+        detail::FloatBuffer& scratch = ws.aux[i];
+        if (scratch.size() != dot_scratch_floats(k, d)) scratch.assign(dot_scratch_floats(k, d), 0.0f);
+        float* xt = scratch.data();
         for (std::size_t b = 0; b < nb; ++b) {
           float* row = y.data() + b * static_cast<std::size_t>(w);
           int o = 0;
           if (n.concat_first) {
             const View x0 = view(n.inputs[0]);
-            std::memcpy(row, x0.p + b * static_cast<std::size_t>(x0.stride), sizeof(float) * static_cast<std::size_t>(d));
+            std::memcpy(row, x0.p + b * static_cast<std::size_t>(x0.stride), sizeof(float) * ds);
             o = d;
           }
-          for (int p = 1; p < k; ++p) {
-            const View xp = view(n.inputs[static_cast<std::size_t>(p)]);
+          for (std::size_t p = 0; p < ks; ++p) {
+            const View xp = view(n.inputs[p]);
             const float* a = xp.p + b * static_cast<std::size_t>(xp.stride);
-            for (int q = 0; q < p; ++q) {
-              const View xq = view(n.inputs[static_cast<std::size_t>(q)]);
-              const float* c = xq.p + b * static_cast<std::size_t>(xq.stride);
-              float dot = 0.0f;
-              for (int j = 0; j < d; ++j) dot += a[j] * c[j];
-              row[o++] = dot;
+            for (std::size_t j = 0; j < ds; ++j) xt[j * kp + p] = a[j];
+          }
+          for (std::size_t p = 1; p < ks; ++p) {
+            for (std::size_t q0 = 0; q0 < p; q0 += kDotBlock) {
+              float acc[kDotBlock] = {};
+              for (std::size_t j = 0; j < ds; ++j) {
+                const float a = xt[j * kp + p];
+                const float* c = xt + j * kp + q0;
+                for (std::size_t l = 0; l < kDotBlock; ++l) acc[l] += a * c[l];
+              }
+              std::memcpy(row + o + q0, acc, sizeof(float) * std::min(kDotBlock, p - q0));
             }
+            o += static_cast<int>(p);
           }
         }
         break;
@@ -906,31 +932,50 @@ train::StepResult GraphModel::run(const train::Params& params, const train::Inpu
         }
         break;
       case Op::kDotInteraction: {
+        // d out / d x_p = sum over q != p of g_pq x_q, with g symmetric: per example the pairs'
+        // gradients fill a k x kp matrix sym (zero diagonal and padding) and the inputs' gradients
+        // are formed transposed, dxt[j * kp + p], in blocks of lanes over p, summing q = 0..k-1 in
+        // order (the diagonal adds a zero product); each input's gradient then receives its sum
+        // once per example.
         const int d = def.nodes[static_cast<std::size_t>(n.inputs[0])].width;
         const int k = static_cast<int>(n.inputs.size());
+        const std::size_t ks = static_cast<std::size_t>(k), ds = static_cast<std::size_t>(d), kp = dot_padded(k);
+        detail::FloatBuffer& scratch = ws.aux[i];
+        if (scratch.size() != dot_scratch_floats(k, d)) scratch.assign(dot_scratch_floats(k, d), 0.0f);
+        float* xt = scratch.data();
+        float* dxt = xt + kp * ds;
+        float* sym = dxt + kp * ds;
+        bool any_input_grad = false;
+        for (std::size_t p = 0; p < ks; ++p) any_input_grad = (grad_of(n.inputs[p]) != nullptr) || any_input_grad;
         for (std::size_t b = 0; b < nb; ++b) {
           const float* g = dy + b * static_cast<std::size_t>(w);
-          int o = 0;
           if (n.concat_first) {
             if (float* dx = grad_of(n.inputs[0]))
-              for (int j = 0; j < d; ++j) dx[b * static_cast<std::size_t>(d) + static_cast<std::size_t>(j)] += g[j];
-            o = d;
+              for (std::size_t j = 0; j < ds; ++j) dx[b * ds + j] += g[j];
+            g += d;
           }
-          for (int p = 1; p < k; ++p) {
-            const View xp = view(n.inputs[static_cast<std::size_t>(p)]);
-            float* dp = grad_of(n.inputs[static_cast<std::size_t>(p)]);
-            for (int q = 0; q < p; ++q) {
-              const View xq = view(n.inputs[static_cast<std::size_t>(q)]);
-              float* dq = grad_of(n.inputs[static_cast<std::size_t>(q)]);
-              const float gp = g[o++];
-              const float* a = xp.p + b * static_cast<std::size_t>(xp.stride);
-              const float* c = xq.p + b * static_cast<std::size_t>(xq.stride);
-              if (dp != nullptr)
-                for (int j = 0; j < d; ++j) dp[b * static_cast<std::size_t>(d) + static_cast<std::size_t>(j)] += gp * c[j];
-              if (dq != nullptr)
-                for (int j = 0; j < d; ++j) dq[b * static_cast<std::size_t>(d) + static_cast<std::size_t>(j)] += gp * a[j];
+          if (!any_input_grad) continue;
+          for (std::size_t p = 0; p < ks; ++p) {
+            const View xp = view(n.inputs[p]);
+            const float* a = xp.p + b * static_cast<std::size_t>(xp.stride);
+            for (std::size_t j = 0; j < ds; ++j) xt[j * kp + p] = a[j];
+          }
+          for (std::size_t p = 1, o = 0; p < ks; ++p)
+            for (std::size_t q = 0; q < p; ++q, ++o) sym[p * kp + q] = sym[q * kp + p] = g[o];
+          for (std::size_t p0 = 0; p0 < ks; p0 += kDotBlock)
+            for (std::size_t j = 0; j < ds; ++j) {
+              float acc[kDotBlock] = {};
+              const float* x = xt + j * kp;
+              for (std::size_t q = 0; q < ks; ++q) {
+                const float a = x[q];
+                const float* s = sym + q * kp + p0;
+                for (std::size_t l = 0; l < kDotBlock; ++l) acc[l] += a * s[l];
+              }
+              std::memcpy(dxt + j * kp + p0, acc, sizeof(acc));
             }
-          }
+          for (std::size_t p = 0; p < ks; ++p)
+            if (float* dx = grad_of(n.inputs[p]))
+              for (std::size_t j = 0; j < ds; ++j) dx[b * ds + j] += dxt[j * kp + p];
         }
         break;
       }
