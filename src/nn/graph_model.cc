@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <sstream>
 #include <utility>
@@ -43,6 +44,16 @@ struct TableScratch {
   std::vector<const float*> rows;                         // pulled row of ids[k]
   std::vector<std::pair<std::int64_t, std::int32_t>> index;  // fallback lookup (unsorted pulls)
   float* grad = nullptr;                                  // [ids.size(), dim] in the caller's Grads
+  // Deduplication of a batch's ids: an open-addressing set (a power-of-two size, entries live
+  // when their stamp is the current epoch, so it is never cleared between batches), the distinct
+  // ids in first-seen order, and the slots of the table's nodes back to back.
+  std::vector<std::int64_t> set_key;
+  std::vector<std::int32_t> set_index;
+  std::vector<std::uint32_t> set_stamp;
+  std::uint32_t epoch = 0;
+  std::vector<std::pair<std::int64_t, std::int32_t>> distinct;  // (id, first-seen index), then sorted
+  std::vector<std::int32_t> rank;                               // first-seen index -> ascending index
+  std::vector<std::int32_t> flat_slot;
 };
 
 // Storage that starts on a 64-byte boundary. Node values and gradients are GEMM outputs: the
@@ -172,11 +183,6 @@ void times_slope(Activation a, float* dy, const float* y, std::size_t n) {
       for (std::size_t e = 0; e < n; ++e) dy[e] *= activation_slope(a, y[e]);
       break;
   }
-}
-
-// Position of `id` in the ascending `ids` (which contains it).
-std::int32_t index_of(const std::vector<std::int64_t>& ids, std::int64_t id) {
-  return static_cast<std::int32_t>(std::lower_bound(ids.begin(), ids.end(), id) - ids.begin());
 }
 
 }  // namespace
@@ -484,28 +490,73 @@ train::StepResult GraphModel::run(const train::Params& params, const train::Inpu
     detail::TableScratch& ts = ws.table[static_cast<std::size_t>(t)];
     const std::int64_t vocab = var.dynamic ? 0 : var.shape[0];  // 0: any id
     const int dim = static_cast<int>(var.shape[1]);
+    // The batch's ids of this table, deduplicated through a hash set as they are read (batches of
+    // click data repeat ids), then only the distinct ids sorted: the ascending ids and every slot's
+    // index in them, without a search per slot. Hashing decides nothing but speed.
     std::size_t total = 0;
     for (std::size_t i = 0; i < num_nodes; ++i)
       if (prog.live[i] && def.nodes[i].table == t) total += nb * static_cast<std::size_t>(def.nodes[i].ids.count);
-    ts.ids.resize(total);
-    std::size_t k = 0;
+    if (total > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max() / 2))
+      throw Error("nn: a batch reads more than 2^30 ids of table '" + var.name + "'");
+    if (ts.set_key.size() < 2 * total) {
+      std::size_t cap = 64;
+      while (cap < 2 * total) cap *= 2;
+      ts.set_key.assign(cap, 0);
+      ts.set_index.assign(cap, 0);
+      ts.set_stamp.assign(cap, 0);
+      ts.epoch = 0;
+    }
+    if (++ts.epoch == 0) {
+      std::fill(ts.set_stamp.begin(), ts.set_stamp.end(), 0u);
+      ts.epoch = 1;
+    }
+    const std::size_t mask = ts.set_key.size() - 1;
+    ts.flat_slot.resize(total);
+    ts.distinct.clear();
+    std::size_t pos = 0;
     for (std::size_t i = 0; i < num_nodes; ++i) {
       const Node& n = def.nodes[i];
       if (!prog.live[i] || n.table != t) continue;
       for (int b = 0; b < batch; ++b)
-        for (int s = 0; s < n.ids.count; ++s) {
+        for (int s = 0; s < n.ids.count; ++s, ++pos) {
           const std::int64_t id = in.sparse_ids[static_cast<std::size_t>(b) * in.num_fields + n.ids.first_field + s];
-          if (id == kNoId) continue;
+          if (id == kNoId) {
+            ts.flat_slot[pos] = -1;
+            continue;
+          }
           if (vocab > 0 && (id < 0 || id >= vocab))
             throw Error("nn: id " + std::to_string(id) + " (example " + std::to_string(b) + ", field " +
                         std::to_string(n.ids.first_field + s) + ") is outside [0, " + std::to_string(vocab) +
                         ") of '" + var.name + "'");
-          ts.ids[k++] = id;
+          std::size_t h = static_cast<std::size_t>(mix(static_cast<std::uint64_t>(id))) & mask;
+          while (ts.set_stamp[h] == ts.epoch && ts.set_key[h] != id) h = (h + 1) & mask;
+          if (ts.set_stamp[h] != ts.epoch) {
+            ts.set_stamp[h] = ts.epoch;
+            ts.set_key[h] = id;
+            ts.set_index[h] = static_cast<std::int32_t>(ts.distinct.size());
+            ts.distinct.emplace_back(id, ts.set_index[h]);
+          }
+          ts.flat_slot[pos] = ts.set_index[h];
         }
     }
-    ts.ids.resize(k);
-    std::sort(ts.ids.begin(), ts.ids.end());
-    ts.ids.erase(std::unique(ts.ids.begin(), ts.ids.end()), ts.ids.end());
+    std::sort(ts.distinct.begin(), ts.distinct.end());
+    ts.ids.resize(ts.distinct.size());
+    ts.rank.resize(ts.distinct.size());
+    for (std::size_t j = 0; j < ts.distinct.size(); ++j) {
+      ts.ids[j] = ts.distinct[j].first;
+      ts.rank[static_cast<std::size_t>(ts.distinct[j].second)] = static_cast<std::int32_t>(j);
+    }
+    for (std::int32_t& slot : ts.flat_slot)
+      if (slot >= 0) slot = ts.rank[static_cast<std::size_t>(slot)];
+    pos = 0;
+    for (std::size_t i = 0; i < num_nodes; ++i) {
+      const Node& n = def.nodes[i];
+      if (!prog.live[i] || n.table != t) continue;
+      const std::size_t count = nb * static_cast<std::size_t>(n.ids.count);
+      ws.slot[i].assign(ts.flat_slot.begin() + static_cast<std::ptrdiff_t>(pos),
+                        ts.flat_slot.begin() + static_cast<std::ptrdiff_t>(pos + count));
+      pos += count;
+    }
     const auto it = params.sparse.find(var.name);
     if (it == params.sparse.end()) throw Error("nn: model parameter '" + var.name + "' (sparse) was not provided");
     const model::SparseParam& p = it->second;
@@ -521,7 +572,9 @@ train::StepResult GraphModel::run(const train::Params& params, const train::Inpu
     for (std::size_t j = 0; j < ts.ids.size(); ++j) {
       const std::int64_t id = ts.ids[j];
       std::size_t at = p.rows.size();
-      if (static_cast<std::size_t>(id) < p.rows.size() && p.rows[static_cast<std::size_t>(id)] == id) {
+      if (j < p.rows.size() && p.rows[j] == id) {
+        at = j;  // a pull of exactly rows_needed()
+      } else if (static_cast<std::size_t>(id) < p.rows.size() && p.rows[static_cast<std::size_t>(id)] == id) {
         at = static_cast<std::size_t>(id);
       } else {
         const auto r = std::lower_bound(p.rows.begin(), p.rows.end(), id);
@@ -540,18 +593,6 @@ train::StepResult GraphModel::run(const train::Params& params, const train::Inpu
       }
       ts.rows[j] = p.values.data() + at * static_cast<std::size_t>(dim);
     }
-  }
-  for (std::size_t i = 0; i < num_nodes; ++i) {
-    const Node& n = def.nodes[i];
-    if (!prog.live[i] || n.op != Op::kEmbedding) continue;
-    const std::vector<std::int64_t>& ids = ws.table[static_cast<std::size_t>(n.table)].ids;
-    std::vector<std::int32_t>& slot = ws.slot[i];
-    slot.resize(nb * static_cast<std::size_t>(n.ids.count));
-    for (int b = 0; b < batch; ++b)
-      for (int s = 0; s < n.ids.count; ++s) {
-        const std::int64_t id = in.sparse_ids[static_cast<std::size_t>(b) * in.num_fields + n.ids.first_field + s];
-        slot[static_cast<std::size_t>(b) * n.ids.count + s] = id == kNoId ? -1 : index_of(ids, id);
-      }
   }
 
   // ---- (3) forward ----
