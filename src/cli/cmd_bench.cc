@@ -78,8 +78,8 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 
 // A barrier during which this rank keeps the transport's progress engine turning: a PS must stay
 // inside MPI for accumulates to complete across nodes (STACK.md section 3). Bounded by `timeout_s`.
-// Polls for 50 us, then sleeps between polls (PollThenSleep): measured between nodes, a PS
-// spinning here halved the 16 MiB bandwidth of the data plane it was waiting for.
+// Polls for 50 us, then sleeps between polls (PollThenSleep): a PS spinning here would take the
+// core the kernel needs to move the data plane's packets between nodes.
 void progressing_barrier(MPI_Comm comm, comm::Transport& transport, double timeout_s, const char* what) {
   MPI_Request request;
   STRATA_CHECK_MPI(MPI_Ibarrier(comm, &request));

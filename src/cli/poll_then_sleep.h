@@ -10,9 +10,8 @@ namespace strata::cli {
 // Poll for at most 50 us, then sleep in growing steps (50 us up to 1 ms) between polls.
 //
 // Why: on a machine with few cores, a rank that spins (even calling sched_yield, as Open MPI's
-// mpi_yield_when_idle does) keeps a core from the kernel work that moves the packets: a raw
-// 16 MiB request/response between two emulated nodes takes about twice as long beside one
-// sched_yield loop (docs/PERFORMANCE.md). The PS main thread of a bench waits in a barrier while
+// mpi_yield_when_idle does) keeps a core from the kernel work that moves the packets (the
+// figures are in docs/PERFORMANCE.md). The PS main thread of a bench waits in a barrier while
 // the workers measure, so a spinning wait there would measure the spinner, not the data plane
 // (the PS service loop of a real job sleeps when idle). 50 us of polling first keeps a barrier
 // that is about to complete prompt; no strata wait loop spins longer than about 50 us without
