@@ -311,6 +311,27 @@ TEST(DynamicParallelSave, ARankFailingMidWriteFailsTheSaveEverywhereAndCommitsNo
       EXPECT_FALSE(fs::exists(dir + "/" + dynamic_file_name(30)));
     }
   }
+  // Two ranks holding the same id (the shard map broken): the writer trusts the shards to be
+  // disjoint (checking would cost an exchange of every id), the reader refuses the file.
+  if (size > 1) {
+    DynamicTableState mine = fulls[static_cast<std::size_t>(rank)];
+    if (rank == size - 1) {
+      const std::int64_t twice = fulls[0].ids.at(0);
+      const auto at = static_cast<std::size_t>(std::lower_bound(mine.ids.begin(), mine.ids.end(), twice) - mine.ids.begin());
+      mine.ids.insert(mine.ids.begin() + static_cast<std::ptrdiff_t>(at), twice);
+      mine.values.insert(mine.values.begin() + static_cast<std::ptrdiff_t>(at * kDim), kDim, 1.0f);
+      mine.slots[0].insert(mine.slots[0].begin() + static_cast<std::ptrdiff_t>(at * kDim), kDim, 1.0f);
+      mine.stamps.insert(mine.stamps.begin() + static_cast<std::ptrdiff_t>(at), 1);
+      mine.update_counts.insert(mine.update_counts.begin() + static_cast<std::ptrdiff_t>(at), 1);
+      mine.total_rows += 1;
+    }
+    write_dynamic_checkpoint(comm.get(), dir, 50, {mine}, options);
+    if (rank == 0) {
+      const std::string why = thrown<Error>([&] { read_dynamic_checkpoint(dir + "/" + dynamic_file_name(50)); });
+      EXPECT_NE(why.find("id " + std::to_string(fulls[0].ids[0]) + " is in two runs"), std::string::npos) << why;
+      fs::remove(dir + "/" + dynamic_file_name(50));
+    }
+  }
   // An invalid shard on one rank (ids out of order): ConfigError everywhere naming it.
   {
     DynamicTableState mine = fulls[static_cast<std::size_t>(rank)];

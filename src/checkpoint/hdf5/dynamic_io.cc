@@ -631,6 +631,9 @@ DynamicTableState read_table(hid_t file, std::int64_t global_step, int version, 
     const std::vector<std::size_t> order = merge_order(t.evicted_ids, evicted_counts, what + ": evicted_ids");
     permute_rows(t.evicted_ids, order, 1);
     for (std::size_t i = 1; i < t.evicted_ids.size(); ++i)
+      if (!order.empty() && t.evicted_ids[i] == t.evicted_ids[i - 1])
+        throw Error(what + ": evicted id " + std::to_string(t.evicted_ids[i]) + " is in two runs (two writers held it)");
+    for (std::size_t i = 1; i < t.evicted_ids.size(); ++i)
       if (t.evicted_ids[i] <= t.evicted_ids[i - 1])
         throw Error(what + ": evicted_ids are not strictly increasing at " + std::to_string(i));
   }
@@ -662,6 +665,8 @@ DynamicTableState read_table(hid_t file, std::int64_t global_step, int version, 
   permute_rows(t.values, order, dim);
   for (auto& slot : t.slots) permute_rows(slot, order, dim);
   for (std::size_t i = 0; i < t.ids.size(); ++i) {
+    if (i > 0 && !order.empty() && t.ids[i] == t.ids[i - 1])
+      throw Error(what + ": id " + std::to_string(t.ids[i]) + " is in two runs (two writers held it)");
     if (i > 0 && t.ids[i] <= t.ids[i - 1])
       throw Error(what + ": ids are not strictly increasing at row " + std::to_string(i) + " (" +
                   std::to_string(t.ids[i - 1]) + ", " + std::to_string(t.ids[i]) + ")");
