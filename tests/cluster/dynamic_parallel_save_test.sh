@@ -10,7 +10,8 @@
 #
 # A sync job of 2 PS (rank 0 on cn1, rank 1 on cn2) and 2 workers saves every 4 steps (full, then
 # deltas) into the cluster's shared directory. Asserts: exit 0; the placement; every save says
-# "2 PS"; every file is version 2 and every table has one non-empty run per PS (row_runs, 2 x 2);
+# "2 PS"; every file is version 2 and every table has one non-empty run per PS (row_runs, 2 x 2)
+# and the content checksum FORMAT.md 10.3's h5py recipe computes;
 # `ckpt verify` of the directory passes; jobs of 1 PS (one node) and 3 PS (both nodes) restore the
 # last save, save it again at once, and `ckpt diff` finds their tables equal to the parallel
 # file's row for row, bit for bit (values, slots, stamps, update counts, sketch, clock: only the
@@ -79,8 +80,10 @@ else
 fi
 LAST=$(grep -o 'saved dynamic tables [^ ]*dynamic-[0-9]*\.h5' "$work/save.out" | tail -n 1 | grep -o '[0-9]*\.h5$' | cut -d. -f1)
 
-check=$(/usr/bin/python3 - "$work/a" <<'PY' 2>&1
-import glob, h5py, sys
+check=$(/usr/bin/python3 - "$work/a" "$here/../../checkpoint/FORMAT.md" <<'PY' 2>&1
+import glob, h5py, re, sys, zlib
+# FORMAT.md 10.3's recipe for the table text, run as written against version-2 files.
+exec(re.search(r"# table text: begin\n(.*)# table text: end", open(sys.argv[2]).read(), re.S).group(1))
 bad, files = [], sorted(glob.glob(sys.argv[1] + "/dynamic-*.h5"))
 for path in files:
     with h5py.File(path, "r") as f:
@@ -92,10 +95,12 @@ for path in files:
                 bad.append("%s %s: row_runs %s" % (path, name, runs))
             elif g.attrs["kind"] == "full" and min(r[0] for r in runs) == 0:
                 bad.append("%s %s: a PS wrote no rows: %s" % (path, name, runs))
+            if zlib.crc32(table_text(g)) != int(g.attrs["content_checksum"]):
+                bad.append("%s %s: FORMAT.md's table text does not give the content checksum" % (path, name))
 print("ok %d files" % len(files) if files and not bad else "bad: " + "; ".join(bad[:5]) + (" (no files)" if not files else ""))
 PY
 )
-if [[ $check == ok* ]]; then pass "files: $check, version 2, one run per PS in every table"; else fail "files: $check"; fi
+if [[ $check == ok* ]]; then pass "files: $check, version 2, one run per PS in every table, FORMAT.md's table text gives each content checksum"; else fail "files: $check"; fi
 
 step verify "$BIN" ckpt verify "$work/a"
 if [[ $rc -eq 0 ]]; then pass "ckpt verify: the directory verifies"; else fail "ckpt verify: exit status $rc"; dump verify; fi
