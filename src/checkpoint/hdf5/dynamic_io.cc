@@ -12,6 +12,11 @@
 //     link visibly, while the link itself costs nothing to check (no data is read for it).
 //   * A restore walks candidates newest first and takes the first whose whole chain is intact:
 //     "the newest complete state", as the dense restore's corrupted-latest rule.
+//   * The PS ranks' save is parallel (each rank writes its own rows, FORMAT.md 10.9): a rank's
+//     rows stay one sorted run in the file, since putting them in global id order would mean
+//     exchanging the rows; the reader merges the runs, so nothing downstream of a read sees them.
+//     Every CRC-32 is combinable (crc32_combine), so the integrity block and content checksums
+//     come from the ranks' own pieces without a copy of the data on any one rank.
 #include "checkpoint/hdf5/dynamic_io.h"
 
 #include <fcntl.h>
