@@ -240,84 +240,42 @@ SaveStatus ServerCore::save_dynamic(const SaveContext& ctx, bool* wrote) {
       if (full)
         mine.push_back(full_state(name, table.config(), table.export_rows()));
       else
-        mine.push_back(delta_state(name, table.config(), table.export_delta(), table.stats().rows, dyn_saved_step, 0));
+        mine.push_back(delta_state(name, table.config(), table.export_delta(), table.stats().rows, dyn_saved_step,
+                                   dyn_parent_checksums.at(d)));
     }
   }
-  PeerLink link;
-  link.comm = dyn_comm;
-  link.timeout_s = std::max(options.save_timeout_s, options.timeout_s);
-  const int k = num_ps();
-  if (ps_index != 0) {
-    link.peer = 0;
-    link.blame = ps_rank[0];
-    link.what = "ps:" + std::to_string(ps_index) + " sending its dynamic tables to ps:0 for save " +
-                std::to_string(ctx.save_number);
-    for (const auto& t : mine) send_state(t, link);
-    link.what = "ps:" + std::to_string(ps_index) + " waiting for ps:0 to write the dynamic tables of save " +
-                std::to_string(ctx.save_number);
-    std::string message;
-    const auto status = static_cast<SaveStatus>(recv_outcome(&message, link));
-    *wrote = status == SaveStatus::kSaved;
-    return status;
+  // Every PS rank writes its own rows into the one file (parallel HDF5 on the PS ranks'
+  // communicator); nothing is gathered on PS 0 (FORMAT.md 10.7).
+  checkpoint::DynamicParallelOptions save;
+  if (!full && ps_index == 0) save.parent_sketches = dyn_parent_sketches;
+  for (int p = 0; p < num_ps(); ++p)
+    save.rank_names.push_back("ps:" + std::to_string(p) + " (rank " + std::to_string(ps_rank[static_cast<std::size_t>(p)]) + ")");
+  std::int64_t rows[2] = {0, 0};  // this save's rows, the tables' rows
+  for (const auto& t : mine) {
+    rows[0] += static_cast<std::int64_t>(t.ids.size());
+    rows[1] += t.total_rows;
   }
-  std::vector<checkpoint::DynamicTableState> tables;
-  std::vector<std::vector<std::uint16_t>> pending_sketches;
-  for (std::size_t d = 0; d < mine.size(); ++d) {
-    std::vector<checkpoint::DynamicTableState> shards;
-    shards.push_back(std::move(mine[d]));
-    for (int p = 1; p < k; ++p) {
-      link.peer = p;
-      link.blame = ps_rank[static_cast<std::size_t>(p)];
-      link.what = "ps:0 receiving dynamic variable '" + dynamic[d].name + "' from ps:" + std::to_string(p) +
-                  " for save " + std::to_string(ctx.save_number);
-      checkpoint::DynamicTableState t =
-          recv_state(link, shards[0].dim, shards[0].slots.size(), shards[0].sketch_width);
-      t.name = shards[0].name;
-      t.kind = shards[0].kind;
-      t.optimizer = shards[0].optimizer;
-      t.slot_names = shards[0].slot_names;
-      shards.push_back(std::move(t));
-    }
-    checkpoint::DynamicTableState u = union_of_shards(std::move(shards));
-    // The next delta's sketch is taken against this one's whole sketch; a delta carries only the
-    // counters that changed since its parent when that is smaller (FORMAT.md 10.6).
-    pending_sketches.push_back(u.sketch);
-    if (!full) {
-      u.parent_checksum = dyn_parent_checksums.at(d);
-      if (d < dyn_parent_sketches.size()) checkpoint::sparsify_sketch(u, dyn_parent_sketches[d]);
-    }
-    tables.push_back(std::move(u));
-  }
-  SaveStatus status = SaveStatus::kSaved;
-  std::string message;
   try {
-    const auto result = checkpoint::write_dynamic_checkpoint(hooks.dynamic_dir, ctx.global_step, tables);
+    const auto result = checkpoint::write_dynamic_checkpoint(dyn_comm, hooks.dynamic_dir, ctx.global_step, mine, save);
     dyn_pending_checksums = result.content_checksums;
-    dyn_pending_sketches = std::move(pending_sketches);
+    dyn_pending_sketches = result.sketches;
     *wrote = true;
-    std::int64_t rows = 0, changed = 0;
-    for (const auto& t : tables) {
-      rows += t.total_rows;
-      changed += static_cast<std::int64_t>(t.ids.size());
+    // The outcome is agreed, so every PS rank is here.
+    STRATA_CHECK_MPI(MPI_Reduce(ps_index == 0 ? MPI_IN_PLACE : rows, rows, 2, MPI_INT64_T, MPI_SUM, 0, dyn_comm));
+    if (ps_index == 0) {
+      char line[512];
+      std::snprintf(line, sizeof line, "checkpoint: saved dynamic tables %s (%s, %lld of %lld rows, %.2f MiB, %d PS)",
+                    result.path.c_str(), full ? "full" : "delta", static_cast<long long>(rows[0]),
+                    static_cast<long long>(rows[1]), static_cast<double>(result.file_bytes) / (1 << 20), num_ps());
+      std::cout << line << std::endl;
     }
-    char line[512];
-    std::snprintf(line, sizeof line, "checkpoint: saved dynamic tables %s (%s, %lld of %lld rows, %.2f MiB)",
-                  result.path.c_str(), full ? "full" : "delta", static_cast<long long>(changed),
-                  static_cast<long long>(rows), static_cast<double>(result.file_bytes) / (1 << 20));
-    std::cout << line << std::endl;
+    return SaveStatus::kSaved;
   } catch (const Error& e) {
-    status = SaveStatus::kFailed;
-    message = e.message();
-    std::cerr << "checkpoint: ERROR: the dynamic tables of global step " << ctx.global_step
-              << " were not saved, so neither is the checkpoint: " << message << std::endl;
+    if (ps_index == 0)
+      std::cerr << "checkpoint: ERROR: the dynamic tables of global step " << ctx.global_step
+                << " were not saved, so neither is the checkpoint: " << e.message() << std::endl;
+    return SaveStatus::kFailed;
   }
-  for (int p = 1; p < k; ++p) {
-    link.peer = p;
-    link.blame = ps_rank[static_cast<std::size_t>(p)];
-    link.what = "ps:0 telling ps:" + std::to_string(p) + " the outcome of the dynamic save " + std::to_string(ctx.save_number);
-    send_outcome(static_cast<std::int64_t>(status), message, link);
-  }
-  return status;
 }
 
 void ServerCore::finish_dynamic_save(SaveStatus status, bool wrote, std::int64_t global_step) {

@@ -1,5 +1,5 @@
-// The copy between table snapshots and checkpoint states, and the transfers of the PS ranks'
-// collective dynamic save (dynamic_checkpoint.h).
+// The copy between table snapshots and checkpoint states, and the point-to-point transfer of a
+// state (dynamic_checkpoint.h: for tests and the gather-vs-parallel benchmark).
 #include "ps/dynamic_checkpoint.h"
 
 #include <algorithm>

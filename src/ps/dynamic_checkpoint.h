@@ -1,7 +1,11 @@
 // The copy between the PS layer's table snapshots (dynamic_table.h) and the checkpoint layer's
-// DynamicTableState (strata/checkpoint/dynamic.h), and what the PS ranks need to save their
-// dynamic tables together in one file (checkpoint/FORMAT.md section 10.7). The checkpoint layer
-// does not know the PS layer; this is the one place that knows both. Private to the ps layer.
+// DynamicTableState (strata/checkpoint/dynamic.h). The checkpoint layer does not know the PS
+// layer; this is the one place that knows both. Private to the ps layer. A job's PS ranks save
+// their shards with checkpoint::write_dynamic_checkpoint over their communicator, each its own
+// rows (FORMAT.md 10.7); union_of_shards and the point-to-point transfers below are what the
+// gathered save used (every shard sent to PS 0, merged there): kept for tests, which assemble the
+// live tables of a job to compare them, and for the gather-vs-parallel benchmark
+// (tests/tools/dynamic_save_bench.cc). No save path uses them.
 //
 // Thread-safety: plain functions on values; the MPI helpers follow MPI_THREAD_MULTIPLE rules
 // (one call per request at a time).

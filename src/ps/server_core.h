@@ -95,8 +95,8 @@ struct ServerCore final : PsCore {
   MPI_Comm dyn_comm = MPI_COMM_NULL;  // the PS ranks by PS index; only in jobs with dynamic variables
   std::int64_t dyn_saves = 0;         // dynamic saves committed in this job (the full/delta cadence)
   std::int64_t dyn_saved_step = -1;   // the global step of the last one (a delta's parent step)
-  std::vector<std::uint32_t> dyn_parent_checksums;  // PS 0: per table, its content checksum there
-  std::vector<std::uint32_t> dyn_pending_checksums;  // PS 0: the same for the save in progress
+  std::vector<std::uint32_t> dyn_parent_checksums;  // every PS: per table, its content checksum there
+  std::vector<std::uint32_t> dyn_pending_checksums;  // every PS: the same for the save in progress
   std::vector<std::vector<std::uint16_t>> dyn_parent_sketches, dyn_pending_sketches;  // PS 0: likewise, whole sketches
   // Restored before allocation (restore_dynamic), imported by prepare_dynamic: per table, this
   // shard's rows and the step.
@@ -106,9 +106,9 @@ struct ServerCore final : PsCore {
   // Reads this shard of every table from the chains (dynamic_restore_dir at dynamic_restore_step)
   // into dyn_restored: "" when done, else one line naming the variable and the reason.
   std::string restore_dynamic();
-  // Collective over the PS ranks (dyn_comm): writes every table of this save, full or delta, as
-  // one file on PS 0; the same status on every PS rank (kFailed: nothing committed, said once by
-  // PS 0). `wrote`: a new file was written (false when this step's tables are saved already).
+  // Collective over the PS ranks (dyn_comm): writes every table of this save, full or delta, into
+  // one file, each PS rank its own rows (parallel HDF5); the same status on every PS rank (kFailed:
+  // nothing committed, said once by PS 0 naming the PS that failed). `wrote`: a new file was written (false when this step's tables are saved already).
   SaveStatus save_dynamic(const SaveContext& ctx, bool* wrote);
   // After the dense save: on kSaved (or kSkipped) the tables start a new delta period; on
   // kFailed PS 0 removes the tables file of this step again.

@@ -1,10 +1,12 @@
-// Dynamic tables in the PS checkpoint protocol under mpirun (5 ranks): a job of 2 PS and 2
-// workers trains a dynamic variable and saves at its boundaries (a full base, then deltas; one
+// Dynamic tables in the PS checkpoint protocol under mpirun (5 ranks): a job of 2 (and one of 3)
+// PS and 2 workers trains a dynamic variable and saves at its boundaries, every PS rank writing
+// its own rows of each file (a full base, then deltas; one
 // save whose dense part fails, whose tables file must go again); jobs of 1, 2 and 3 PS then
 // restore at materialisation and hold exactly the live rows of the first job (ids, values, slots,
 // stamps, bit for bit), each PS only its shard's ids; a damaged newest file falls back to the
 // previous save. Also prints (and bounds) the bytes of a delta against the full save.
 #include <gtest/gtest.h>
+#include <hdf5.h>
 
 #include <unistd.h>
 
@@ -195,13 +197,31 @@ Restored restore_job(MPI_Comm world, int num_ps, const std::string& dir, std::in
   return out;
 }
 
-class DynamicCheckpoint : public ::testing::TestWithParam<std::string> {};
+// The number of sorted runs (writing PS ranks) of `table` in the file at `path` (FORMAT.md 10.9):
+// 1 for a version-1 file.
+std::int64_t runs_in(const std::string& path, const std::string& table) {
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) return -1;
+  std::int64_t runs = 1;
+  const std::string name = "/dynamic/" + table + "/row_runs";
+  if (H5Lexists(f, name.c_str(), H5P_DEFAULT) > 0) {
+    const hid_t d = H5Dopen2(f, name.c_str(), H5P_DEFAULT);
+    const hid_t space = H5Dget_space(d);
+    hsize_t dims[2] = {0, 0};
+    H5Sget_simple_extent_dims(space, dims, nullptr);
+    runs = static_cast<std::int64_t>(dims[0]);
+    H5Sclose(space);
+    H5Dclose(d);
+  }
+  H5Fclose(f);
+  return runs;
+}
 
-TEST_P(DynamicCheckpoint, SaveAtTwoPsRestoreAtOneTwoThree) {
-  TestComm comm;
-  if (comm.size() < 5) GTEST_SKIP() << "needs 5 ranks (2 PS + 2 workers, then 3 PS + 2 workers)";
+// A job of `save_ps` PS + 2 workers trains and saves (every PS rank writing its own rows of each
+// file); jobs of 1, 2 and 3 PS restore it bit-equal; a damaged newest file falls back.
+void save_and_restore(const TestComm& comm, int save_ps, const std::string& transport) {
   MPI_Comm world = comm.get();
-  const std::string dir = make_dir(world, "chain_" + GetParam());
+  const std::string dir = make_dir(world, "chain" + std::to_string(save_ps) + "_" + transport);
   const std::vector<std::int64_t> p = pool();
   // Job A: 2 PS + 2 workers, sync Adagrad, 8 steps. The chief requests saves after steps 0, 2
   // and 4 (sync: taken at the next boundary): a full base, a delta, a save whose dense part fails
@@ -210,12 +230,12 @@ TEST_P(DynamicCheckpoint, SaveAtTwoPsRestoreAtOneTwoThree) {
   std::int64_t failed_step = -1;
   checkpoint::DynamicTableState live = empty_state();
   {
-    SubJob job(world, 4, 2);
+    SubJob job(world, save_ps + 2, save_ps);
     if (job.in()) {
       PsOptions options;
       options.optimizer = OptimizerConfig::parse("adagrad:lr=0.1");
       options.consistency = ConsistencyConfig::parse("sync");
-      options.transport = GetParam();
+      options.transport = transport;
       options.checkpoint.enabled = true;
       options.checkpoint.stop_on_save_error = false;
       options.checkpoint.dynamic_dir = dir;
@@ -287,11 +307,14 @@ TEST_P(DynamicCheckpoint, SaveAtTwoPsRestoreAtOneTwoThree) {
     EXPECT_EQ(delta.tables[0].parent_step, steps[0]);
     // The save after the failed one links past it, to the last committed save.
     EXPECT_EQ(after_failed.tables[0].parent_step, steps[1]);
+    // Written by every PS rank: one sorted run each.
+    for (int i = 0; i < 3; ++i)
+      EXPECT_EQ(runs_in(dir + "/" + checkpoint::dynamic_file_name(steps[i]), "user-2femb"), save_ps) << "save " << i;
     // Bytes of a delta (2 steps of 400 ids per worker: at most 8% of the rows) against the full save.
     const double ratio = static_cast<double>(delta.file_bytes) / static_cast<double>(full.file_bytes);
-    std::printf("[ figure ] dynamic save, 2 PS, %zu rows of %lld floats (adagrad): full %llu bytes, delta with %lld "
+    std::printf("[ figure ] dynamic save, %d PS, %zu rows of %lld floats (adagrad): full %llu bytes, delta with %lld "
                 "rows changed (%.1f%%) %llu bytes, ratio %.3f\n",
-                kPool, static_cast<long long>(kDim), static_cast<unsigned long long>(full.file_bytes),
+                save_ps, kPool, static_cast<long long>(kDim), static_cast<unsigned long long>(full.file_bytes),
                 static_cast<long long>(delta.tables[0].stored_rows),
                 100.0 * static_cast<double>(delta.tables[0].stored_rows) / static_cast<double>(kPool),
                 static_cast<unsigned long long>(delta.file_bytes), ratio);
@@ -306,7 +329,7 @@ TEST_P(DynamicCheckpoint, SaveAtTwoPsRestoreAtOneTwoThree) {
   MPI_Barrier(world);
   // Restores of the last save onto 1, 2 and 3 PS: every live row, bit for bit.
   for (const int k : {1, 2, 3}) {
-    Restored r = restore_job(world, k, dir, last, GetParam());
+    Restored r = restore_job(world, k, dir, last, transport);
     EXPECT_TRUE(r.shard_ok) << k << " PS: a PS holds an id of another shard";
     EXPECT_EQ(r.restored_step, last) << k << " PS";
     if (comm.rank() == 0) {
@@ -327,7 +350,7 @@ TEST_P(DynamicCheckpoint, SaveAtTwoPsRestoreAtOneTwoThree) {
     f.write(&byte, 1);
   }
   MPI_Barrier(world);
-  Restored r = restore_job(world, 2, dir, last, GetParam());
+  Restored r = restore_job(world, 2, dir, last, transport);
   EXPECT_EQ(r.restored_step, steps[1]);
   if (comm.rank() == 0) {
     const auto want = checkpoint::restore_dynamic_table(dir, "user-2femb", last);
@@ -339,6 +362,22 @@ TEST_P(DynamicCheckpoint, SaveAtTwoPsRestoreAtOneTwoThree) {
   }
   MPI_Barrier(world);
   if (comm.rank() == 0 && std::getenv("STRATA_KEEP_TEST_FILES") == nullptr) fs::remove_all(dir);
+}
+
+class DynamicCheckpoint : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DynamicCheckpoint, SaveAtTwoPsRestoreAtOneTwoThree) {
+  TestComm comm;
+  if (comm.size() < 5) GTEST_SKIP() << "needs 5 ranks (2 PS + 2 workers, then 3 PS + 2 workers)";
+  save_and_restore(comm, 2, GetParam());
+}
+
+// Three PS ranks write each file together (over the first compiled transport: the save's
+// communication is MPI-IO's whatever the data plane).
+TEST(DynamicCheckpointThreePs, SaveAtThreePsRestoreAtOneTwoThree) {
+  TestComm comm;
+  if (comm.size() < 5) GTEST_SKIP() << "needs 5 ranks (3 PS + 2 workers)";
+  save_and_restore(comm, 3, strata::comm::compiled_transports().at(0));
 }
 
 INSTANTIATE_TEST_SUITE_P(Compiled, DynamicCheckpoint, ::testing::ValuesIn(strata::comm::compiled_transports()),

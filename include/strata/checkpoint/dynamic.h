@@ -5,8 +5,8 @@
 // restore reads the newest file, follows the parent links down to a full base and merges forward;
 // a damaged or missing link falls back to the newest state whose chain is intact and says so.
 //
-// These functions are local (no MPI, HDF5's sec2 driver) and written by one process: in a
-// training job PS 0 writes each save's file for every PS rank (FORMAT.md section 10.7). This layer
+// These functions are local (no MPI, HDF5's sec2 driver), except the parallel save, with which a
+// training job's PS ranks write each save's file together, each its own rows (FORMAT.md 10.7). This layer
 // does not depend on the PS layer: DynamicTableState mirrors ps::DynamicTableSnapshot /
 // ps::DynamicTableDelta field for field, and the ps layer's glue (src/ps/dynamic_checkpoint.h)
 // converts.
@@ -27,11 +27,15 @@
 #include <string_view>
 #include <vector>
 
+#include <mpi.h>
+
 #include "strata/common/error.h"
 
 namespace strata::checkpoint {
 
-inline constexpr int kDynamicFormatVersion = 1;
+// The newest dynamic_format_version this strata reads and writes (1: one sorted run per table; 2:
+// also one sorted run per writing rank, FORMAT.md 10.9). Version 1 files stay readable.
+inline constexpr int kDynamicFormatVersion = 2;
 
 // Cumulative counters of a table (ps::DynamicTableStats without rows, bytes and row_bytes).
 struct DynamicTableCounters {
@@ -99,6 +103,9 @@ struct DynamicSaveResult {
   std::string path;
   std::uint64_t file_bytes = 0;
   std::vector<std::uint32_t> content_checksums;  // per table, in the order given: the next delta's parent_checksum
+  // Parallel save, rank 0 only: each table's whole sketch (the shards' sum), in the order given:
+  // what the next delta's sketch is compared with (DynamicParallelOptions::parent_sketches).
+  std::vector<std::vector<std::uint16_t>> sketches;
 };
 
 // Writes the tables to <dir>/dynamic-<global_step>.h5 atomically (write .tmp, read back and
@@ -108,6 +115,34 @@ struct DynamicSaveResult {
 // throw Error naming the file; the .tmp is removed and nothing committed changes.
 DynamicSaveResult write_dynamic_checkpoint(const std::string& dir, std::int64_t global_step,
                                            const std::vector<DynamicTableState>& tables);
+
+// The parallel save of a training job's PS ranks (FORMAT.md 10.7, 10.9): collective over `comm`;
+// every rank passes its shard of every table (the same tables, names, kinds, dims, slots, sketch
+// widths and parent links in the same order on every rank; disjoint ids; each shard's ids and
+// evicted ids strictly increasing, counters, clock, total_rows and sketch its own) and writes its
+// own rows into the one file <dir>/dynamic-<global_step>.h5 with parallel HDF5 (MPI-IO on `comm`,
+// collective metadata, independent writes of each rank's hyperslab at the sum of the lower
+// ranks' row counts). Nothing is gathered: the dataset CRC-32s are combined from the ranks'
+// (crc32_combine), the table's totals summed (clock: the largest), the sketches added on rank 0
+// (saturating at 65535), which writes them and the run table. The file holds one sorted run of
+// rows per rank (version 2, `row_runs`); with one rank it is the version-1 file
+// write_dynamic_checkpoint writes. Commit as write_dynamic_checkpoint: .tmp, read back (each rank
+// an equal share of the file), integrity block, fsync, rename, fsync the directory, by rank 0.
+// Every error is agreed: ConfigError (bad or mismatched shards) or Error (I/O) on every rank,
+// naming the rank that failed (options.rank_names[rank] when given), the .tmp removed and nothing
+// committed touched. A rank that never arrives blocks the others in MPI; the job's timeouts
+// handle that. Returns the same result on every rank (sketches on rank 0 only).
+struct DynamicParallelOptions {
+  // Rank 0: per table, the whole sketch of the delta's parent state (DynamicSaveResult::sketches
+  // of the parent save); a delta then carries only the changed counters when that is smaller
+  // (sparsify_sketch). Empty, or a size that does not match: the whole sketch.
+  std::vector<std::vector<std::uint16_t>> parent_sketches;
+  // How messages name each rank of comm ("ps:1 (rank 3)"); "rank r of n" when empty.
+  std::vector<std::string> rank_names;
+};
+DynamicSaveResult write_dynamic_checkpoint(MPI_Comm comm, const std::string& dir, std::int64_t global_step,
+                                           const std::vector<DynamicTableState>& shards,
+                                           const DynamicParallelOptions& options = {});
 
 // One file, verified (whole-file CRC-32 before HDF5 opens it, metadata checksum, every table's
 // content checksum and every consistency rule of FORMAT.md 10.4) and read. With `with_data`

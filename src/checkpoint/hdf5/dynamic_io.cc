@@ -12,9 +12,15 @@
 //     link visibly, while the link itself costs nothing to check (no data is read for it).
 //   * A restore walks candidates newest first and takes the first whose whole chain is intact:
 //     "the newest complete state", as the dense restore's corrupted-latest rule.
+//   * The PS ranks' save is parallel (each rank writes its own rows, FORMAT.md 10.9): a rank's
+//     rows stay one sorted run in the file, since putting them in global id order would mean
+//     exchanging the rows; the reader merges the runs, so nothing downstream of a read sees them.
+//     Every CRC-32 is combinable (crc32_combine), so the integrity block and content checksums
+//     come from the ranks' own pieces without a copy of the data on any one rank.
 #include "checkpoint/hdf5/dynamic_io.h"
 
 #include <fcntl.h>
+#include <mpi.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,8 +28,10 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -160,7 +168,10 @@ std::string dataset_line(const Dataset& d) {
 
 // The datasets a table has, by its kind and geometry (n rows, e evicted ids), and whether it keeps
 // update counts (optional: files written before them have none). update_counts comes last.
-std::vector<Dataset> expected_datasets(const DynamicTableState& t, std::uint64_t n, std::uint64_t e, bool counts) {
+// `runs` > 0: the table is stored as that many sorted runs (a parallel write, FORMAT.md 10.9) and has
+// a row_runs dataset, placed before evicted_ids.
+std::vector<Dataset> expected_datasets(const DynamicTableState& t, std::uint64_t n, std::uint64_t e, bool counts,
+                                       std::uint64_t runs = 0) {
   const auto dim = static_cast<std::uint64_t>(t.dim);
   std::vector<Dataset> out;
   out.push_back({"ids", Elem::kI64, {n}, t.ids.data(), 0, 0});
@@ -177,6 +188,7 @@ std::vector<Dataset> expected_datasets(const DynamicTableState& t, std::uint64_t
     out.push_back(
         {"sketch", Elem::kU16, {kSketchDepth, static_cast<std::uint64_t>(t.sketch_width)}, t.sketch.data(), 0, 0});
   }
+  if (runs > 0) out.push_back({"row_runs", Elem::kI64, {runs, 2}, nullptr, 0, 0});
   if (t.kind == DynamicKind::kDelta) out.push_back({"evicted_ids", Elem::kI64, {e}, t.evicted_ids.data(), 0, 0});
   if (counts) out.push_back({"update_counts", Elem::kU32, {n}, t.update_counts.data(), 0, 0});
   for (auto& d : out) {
@@ -258,9 +270,15 @@ void validate_table(const DynamicTableState& t) {
   }
 }
 
-std::string root_manifest(std::int64_t global_step, const std::vector<const DynamicTableState*>& tables) {
+// The version a file is written as: 1 when every table is one sorted run (what every strata reads),
+// 2 when the tables are stored as one sorted run per writing rank (row_runs, FORMAT.md 10.9).
+constexpr int kOneRunVersion = 1;
+constexpr int kRunsVersion = 2;
+static_assert(kRunsVersion == kDynamicFormatVersion, "the newest version written is the newest read");
+
+std::string root_manifest(std::int64_t global_step, const std::vector<const DynamicTableState*>& tables, int version) {
   std::string s = "strata dynamic checkpoint manifest 1\n";
-  s += "dynamic_format_version " + std::to_string(kDynamicFormatVersion) + "\n";
+  s += "dynamic_format_version " + std::to_string(version) + "\n";
   s += "global_step " + std::to_string(global_step) + "\n";
   s += "checksum_algorithm " + text_field("crc32") + "\n";
   for (const auto* t : tables) s += "table " + text_field(t->name) + " " + std::to_string(t->content_checksum) + "\n";
@@ -424,8 +442,43 @@ std::int64_t nonneg_attr(hid_t obj, const char* name, const std::string& what) {
   return v;
 }
 
-DynamicTableState read_table(hid_t file, std::int64_t global_step, const std::string& name, bool with_data,
-                             const std::map<std::string, const detail::DataRegion*>& regions,
+// The order that merges the sorted runs of `ids` (run r: its counts[r] consecutive entries) into one
+// increasing sequence: empty when there is one run. Error naming `what` when a run is not strictly
+// increasing; an id in two runs shows as a repeat in the merged order (checked by the caller).
+std::vector<std::size_t> merge_order(const std::vector<std::int64_t>& ids, const std::vector<std::uint64_t>& counts,
+                                     const std::string& what) {
+  if (counts.size() <= 1) return {};
+  std::vector<std::size_t> order(ids.size());
+  std::size_t at = 0;
+  for (std::size_t r = 0; r < counts.size(); ++r) {
+    for (std::size_t i = at; i < at + counts[r]; ++i) {
+      if (i > at && ids[i] <= ids[i - 1])
+        throw Error(what + " are not strictly increasing inside run " + std::to_string(r) + " at " + std::to_string(i));
+      order[i] = i;
+    }
+    // Merged pairwise as the runs come: each merge is linear, so k runs cost O(n k) at worst and
+    // O(n log k) would need a heap; k is the writer's rank count, small next to n.
+    if (r > 0)
+      std::inplace_merge(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(at),
+                         order.begin() + static_cast<std::ptrdiff_t>(at + counts[r]),
+                         [&ids](std::size_t a, std::size_t b) { return ids[a] < ids[b]; });
+    at += counts[r];
+  }
+  return order;
+}
+
+// `v` (rows of `width` elements) reordered so that row i is the old row order[i].
+template <typename T>
+void permute_rows(std::vector<T>& v, const std::vector<std::size_t>& order, std::size_t width) {
+  if (order.empty() || v.empty()) return;
+  std::vector<T> out(v.size());
+  for (std::size_t i = 0; i < order.size(); ++i)
+    std::memcpy(out.data() + i * width, v.data() + order[i] * width, width * sizeof(T));
+  v.swap(out);
+}
+
+DynamicTableState read_table(hid_t file, std::int64_t global_step, int version, const std::string& name,
+                             bool with_data, const std::map<std::string, const detail::DataRegion*>& regions,
                              std::size_t& datasets_seen) {
   DynamicTableState t;
   t.name = name;
@@ -490,7 +543,10 @@ DynamicTableState read_table(hid_t file, std::int64_t global_step, const std::st
     got.insert(link);
   }
   const bool counts = got.count("update_counts") > 0;
-  std::vector<Dataset> ds = expected_datasets(t, 0, 0, counts);
+  // row_runs: the table is stored as sorted runs, one per writing rank (FORMAT.md 10.9); version 2 only.
+  const bool runs = got.count("row_runs") > 0;
+  if (runs && version < 2) throw Error(what + ": row_runs in a file of dynamic_format_version " + std::to_string(version));
+  std::vector<Dataset> ds = expected_datasets(t, 0, 0, counts, runs ? 1 : 0);
   for (const auto& d : ds)
     if (d.rel.rfind("slots/", 0) != 0) expect.insert(d.rel);
   if (!t.slot_names.empty()) expect.insert("slots");
@@ -513,7 +569,9 @@ DynamicTableState read_table(hid_t file, std::int64_t global_step, const std::st
   std::vector<H5Id> handles;
   for (auto& d : ds)
     handles.push_back(open_dataset(
-        g, gpath, d, d.rel == "values" || d.rel == "sketch" || d.rel.rfind("slots/", 0) == 0 ? 2 : 1, regions));
+        g, gpath, d,
+        d.rel == "values" || d.rel == "sketch" || d.rel == "row_runs" || d.rel.rfind("slots/", 0) == 0 ? 2 : 1,
+        regions));
   const std::uint64_t n = ds[0].dims[0];
   for (const auto& d : ds) {
     const bool rowwise = d.rel == "values" || d.rel.rfind("slots/", 0) == 0;
@@ -531,6 +589,8 @@ DynamicTableState read_table(hid_t file, std::int64_t global_step, const std::st
     if (d.rel == "sketch_values" && d.dims[0] != ds[3 + t.slot_names.size()].dims[0])
       throw Error(what + ": sketch_values hold " + std::to_string(d.dims[0]) + " counters for " +
                   std::to_string(ds[3 + t.slot_names.size()].dims[0]) + " sketch_cells");
+    if (d.rel == "row_runs" && (d.dims[0] < 1 || d.dims[1] != 2))
+      throw Error(what + ": row_runs is " + dims_text(d.dims) + ", expected [k,2] with k >= 1");
     if (d.rel == "sketch_cells" && d.dims[0] > static_cast<std::uint64_t>(kSketchDepth * t.sketch_width))
       throw Error(what + ": sketch_cells hold " + std::to_string(d.dims[0]) + " cells, more than the sketch's " +
                   std::to_string(kSketchDepth * t.sketch_width));
@@ -551,8 +611,33 @@ DynamicTableState read_table(hid_t file, std::int64_t global_step, const std::st
 
   // The data: bounded by the verified byte ranges, so every allocation is at most the file's size.
   const std::size_t evicted_at = ds.size() - (counts ? 2 : 1);  // evicted_ids, then update_counts
+  // The runs (rows, evicted ids) per writing rank: they tile ids and evicted_ids in order.
+  std::vector<std::uint64_t> row_counts, evicted_counts;
+  if (runs) {
+    const std::size_t at = evicted_at - (t.kind == DynamicKind::kDelta ? 1 : 0);
+    std::vector<std::int64_t> pairs;
+    read_into(handles[at].get(), ds[at], pairs);
+    std::uint64_t rows = 0, evicted = 0;
+    for (std::size_t r = 0; r + 1 < pairs.size(); r += 2) {
+      if (pairs[r] < 0 || pairs[r + 1] < 0) throw Error(what + ": row_runs holds a negative count");
+      row_counts.push_back(static_cast<std::uint64_t>(pairs[r]));
+      evicted_counts.push_back(static_cast<std::uint64_t>(pairs[r + 1]));
+      rows += row_counts.back();
+      evicted += evicted_counts.back();
+      if (rows > n) break;
+    }
+    const std::uint64_t e = t.kind == DynamicKind::kDelta ? ds[evicted_at].dims[0] : 0;
+    if (rows != n || evicted != e)
+      throw Error(what + ": row_runs add up to " + std::to_string(rows) + " rows and " + std::to_string(evicted) +
+                  " evicted ids, the table holds " + std::to_string(n) + " and " + std::to_string(e));
+  }
   if (t.kind == DynamicKind::kDelta) {
     read_into(handles[evicted_at].get(), ds[evicted_at], t.evicted_ids);
+    const std::vector<std::size_t> order = merge_order(t.evicted_ids, evicted_counts, what + ": evicted_ids");
+    permute_rows(t.evicted_ids, order, 1);
+    for (std::size_t i = 1; i < t.evicted_ids.size(); ++i)
+      if (!order.empty() && t.evicted_ids[i] == t.evicted_ids[i - 1])
+        throw Error(what + ": evicted id " + std::to_string(t.evicted_ids[i]) + " is in two runs (two writers held it)");
     for (std::size_t i = 1; i < t.evicted_ids.size(); ++i)
       if (t.evicted_ids[i] <= t.evicted_ids[i - 1])
         throw Error(what + ": evicted_ids are not strictly increasing at " + std::to_string(i));
@@ -576,7 +661,17 @@ DynamicTableState read_table(hid_t file, std::int64_t global_step, const std::st
   } else if (t.sketch_width > 0) {
     read_into(handles[sk].get(), ds[sk], t.sketch);
   }
+  // Rows of several runs in id order: the state in memory is the same whoever wrote the file.
+  const std::vector<std::size_t> order = merge_order(t.ids, row_counts, what + ": ids");
+  const auto dim = static_cast<std::size_t>(t.dim);
+  permute_rows(t.ids, order, 1);
+  permute_rows(t.stamps, order, 1);
+  permute_rows(t.update_counts, order, 1);
+  permute_rows(t.values, order, dim);
+  for (auto& slot : t.slots) permute_rows(slot, order, dim);
   for (std::size_t i = 0; i < t.ids.size(); ++i) {
+    if (i > 0 && !order.empty() && t.ids[i] == t.ids[i - 1])
+      throw Error(what + ": id " + std::to_string(t.ids[i]) + " is in two runs (two writers held it)");
     if (i > 0 && t.ids[i] <= t.ids[i - 1])
       throw Error(what + ": ids are not strictly increasing at row " + std::to_string(i) + " (" +
                   std::to_string(t.ids[i - 1]) + ", " + std::to_string(t.ids[i]) + ")");
@@ -591,6 +686,69 @@ DynamicTableState read_table(hid_t file, std::int64_t global_step, const std::st
 }
 
 void unlink_quietly(const std::string& path) { ::unlink(path.c_str()); }
+
+// ---- writing (one process or every rank of a communicator: the same calls, collective under mpio) --
+
+void write_root(hid_t file, int version, std::int64_t global_step, const std::string& manifest) {
+  detail::write_attr_i32(file, "dynamic_format_version", version);
+  detail::write_attr_i64(file, "global_step", global_step);
+  detail::write_attr_string(file, "checksum_algorithm", "crc32");
+  detail::write_attr_u64(file, "metadata_checksum", detail::crc32_update(0, manifest.data(), manifest.size()));
+  H5Id(STRATA_CHECK_H5(H5Gcreate2(file, "/dynamic", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+}
+
+// Contiguous, never filled, allocated at creation (so the offset is known before any data is
+// written, and a parallel write needs no collective allocation later).
+H5Id dataset_creation() {
+  H5Id dcpl(STRATA_CHECK_H5(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
+  STRATA_CHECK_H5(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS));
+  STRATA_CHECK_H5(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER));
+  STRATA_CHECK_H5(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY));
+  return dcpl;
+}
+
+// The group of table `t` (attributes of `t`, whose row data is not looked at) and its datasets
+// `ds` at their full shapes with their checksum attributes; returns the datasets, in ds' order.
+std::vector<H5Id> create_table(hid_t file, const DynamicTableState& t, std::uint32_t content_checksum,
+                               const std::vector<Dataset>& ds, hid_t dcpl) {
+  H5Id g(STRATA_CHECK_H5(H5Gcreate2(file, ("/dynamic/" + t.name).c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
+         H5Gclose);
+  detail::write_attr_string(g.get(), "kind", to_string(t.kind));
+  detail::write_attr_i64(g.get(), "dim", t.dim);
+  detail::write_attr_string(g.get(), "optimizer", t.optimizer);
+  detail::write_attr_string(g.get(), "slot_names", join(t.slot_names, ','));
+  detail::write_attr_i64(g.get(), "clock", t.clock);
+  detail::write_attr_i64(g.get(), "sketch_width", t.sketch_width);
+  if (t.sketch_sparse) detail::write_attr_string(g.get(), "sketch_form", "cells");
+  detail::write_attr_i64(g.get(), "total_rows", t.total_rows);
+  for (const auto& c : kCounters)
+    detail::write_attr_i64(g.get(), (std::string("counter_") + c.name).c_str(), t.counters.*c.member);
+  if (t.kind == DynamicKind::kDelta) {
+    detail::write_attr_i64(g.get(), "parent_step", t.parent_step);
+    detail::write_attr_u64(g.get(), "parent_checksum", t.parent_checksum);
+  }
+  detail::write_attr_u64(g.get(), "content_checksum", content_checksum);
+  if (!t.slot_names.empty())
+    H5Id(STRATA_CHECK_H5(H5Gcreate2(g.get(), "slots", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+  std::vector<H5Id> out;
+  for (const Dataset& d : ds) {
+    std::vector<hsize_t> dims(d.dims.begin(), d.dims.end());
+    H5Id space(STRATA_CHECK_H5(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
+    out.emplace_back(STRATA_CHECK_H5(H5Dcreate2(g.get(), d.rel.c_str(), elem_file_type(d.elem), space.get(),
+                                                H5P_DEFAULT, dcpl, H5P_DEFAULT)),
+                     H5Dclose);
+    detail::write_attr_u64(out.back().get(), "checksum", d.crc);
+  }
+  return out;
+}
+
+// Where dataset `d` (of table `t`) holds its data in the file: 0 for an empty one.
+std::uint64_t data_offset(hid_t dset, const Dataset& d, const DynamicTableState& t) {
+  if (d.bytes == 0) return 0;
+  const haddr_t a = H5Dget_offset(dset);
+  if (a == HADDR_UNDEF) throw Error("dataset " + d.rel + " of table " + t.name + " has no file space");
+  return static_cast<std::uint64_t>(a);
+}
 
 }  // namespace
 
@@ -678,7 +836,7 @@ DynamicSaveResult detail::write_dynamic_file(const std::string& final_path, std:
   std::vector<const DynamicTableState*> sorted;
   for (const auto& h : heads) sorted.push_back(&h);
   std::sort(sorted.begin(), sorted.end(), [](const auto* a, const auto* b) { return a->name < b->name; });
-  const std::string manifest = root_manifest(global_step, sorted);
+  const std::string manifest = root_manifest(global_step, sorted, kOneRunVersion);
 
   const std::string tmp = final_path + ".tmp";
   const std::uint64_t block_bytes = detail::integrity_block_bytes(paths);
@@ -693,53 +851,16 @@ DynamicSaveResult detail::write_dynamic_file(const std::string& final_path, std:
       H5Id fcpl(STRATA_CHECK_H5(H5Pcreate(H5P_FILE_CREATE)), H5Pclose);
       STRATA_CHECK_H5(H5Pset_userblock(fcpl.get(), block_bytes));
       H5Id file(STRATA_CHECK_H5(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl.get(), H5P_DEFAULT)), H5Fclose);
-      detail::write_attr_i32(file.get(), "dynamic_format_version", kDynamicFormatVersion);
-      detail::write_attr_i64(file.get(), "global_step", global_step);
-      detail::write_attr_string(file.get(), "checksum_algorithm", "crc32");
-      detail::write_attr_u64(file.get(), "metadata_checksum",
-                             detail::crc32_update(0, manifest.data(), manifest.size()));
-      H5Id(STRATA_CHECK_H5(H5Gcreate2(file.get(), "/dynamic", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
-      H5Id dcpl(STRATA_CHECK_H5(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
-      STRATA_CHECK_H5(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS));
-      STRATA_CHECK_H5(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER));
-      STRATA_CHECK_H5(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY));
+      write_root(file.get(), kOneRunVersion, global_step, manifest);
+      const H5Id dcpl = dataset_creation();
       for (std::size_t i = 0; i < tables.size(); ++i) {
         const DynamicTableState& t = tables[i];
-        H5Id g(STRATA_CHECK_H5(
-                   H5Gcreate2(file.get(), ("/dynamic/" + t.name).c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
-               H5Gclose);
-        detail::write_attr_string(g.get(), "kind", to_string(t.kind));
-        detail::write_attr_i64(g.get(), "dim", t.dim);
-        detail::write_attr_string(g.get(), "optimizer", t.optimizer);
-        detail::write_attr_string(g.get(), "slot_names", join(t.slot_names, ','));
-        detail::write_attr_i64(g.get(), "clock", t.clock);
-        detail::write_attr_i64(g.get(), "sketch_width", t.sketch_width);
-        if (t.sketch_sparse) detail::write_attr_string(g.get(), "sketch_form", "cells");
-        detail::write_attr_i64(g.get(), "total_rows", t.total_rows);
-        for (const auto& c : kCounters)
-          detail::write_attr_i64(g.get(), (std::string("counter_") + c.name).c_str(), t.counters.*c.member);
-        if (t.kind == DynamicKind::kDelta) {
-          detail::write_attr_i64(g.get(), "parent_step", t.parent_step);
-          detail::write_attr_u64(g.get(), "parent_checksum", t.parent_checksum);
-        }
-        detail::write_attr_u64(g.get(), "content_checksum", heads[i].content_checksum);
-        if (!t.slot_names.empty())
-          H5Id(STRATA_CHECK_H5(H5Gcreate2(g.get(), "slots", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
-        for (const Dataset& d : ds[i]) {
-          std::vector<hsize_t> dims(d.dims.begin(), d.dims.end());
-          H5Id space(STRATA_CHECK_H5(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
-          H5Id dset(STRATA_CHECK_H5(H5Dcreate2(g.get(), d.rel.c_str(), elem_file_type(d.elem), space.get(), H5P_DEFAULT,
-                                               dcpl.get(), H5P_DEFAULT)),
-                    H5Dclose);
-          detail::write_attr_u64(dset.get(), "checksum", d.crc);
-          std::uint64_t at = 0;
-          if (d.bytes > 0) {
-            STRATA_CHECK_H5(H5Dwrite(dset.get(), elem_memory_type(d.elem), H5S_ALL, H5S_ALL, H5P_DEFAULT, d.data));
-            const haddr_t a = H5Dget_offset(dset.get());
-            if (a == HADDR_UNDEF) throw Error("dataset " + d.rel + " of table " + t.name + " has no file space");
-            at = static_cast<std::uint64_t>(a);
-          }
-          block.regions.push_back({"dynamic/" + t.name + "/" + d.rel, at, d.bytes, d.crc});
+        std::vector<H5Id> dsets = create_table(file.get(), t, heads[i].content_checksum, ds[i], dcpl.get());
+        for (std::size_t k = 0; k < ds[i].size(); ++k) {
+          const Dataset& d = ds[i][k];
+          if (d.bytes > 0)
+            STRATA_CHECK_H5(H5Dwrite(dsets[k].get(), elem_memory_type(d.elem), H5S_ALL, H5S_ALL, H5P_DEFAULT, d.data));
+          block.regions.push_back({"dynamic/" + t.name + "/" + d.rel, data_offset(dsets[k].get(), d, t), d.bytes, d.crc});
         }
       }
       if (file.close() < 0) throw Hdf5Error("closing the file failed: " + detail::take_h5_error());
@@ -779,6 +900,375 @@ DynamicSaveResult write_dynamic_checkpoint(const std::string& dir, std::int64_t 
   return detail::write_dynamic_file(dir + "/" + dynamic_file_name(global_step), global_step, tables, true);
 }
 
+// ---- parallel writer (every rank of a communicator writes its own rows) ------------------------
+
+namespace {
+
+// Collective: the message of the lowest rank whose `local` is non-empty, on every rank ("" when
+// none), naming that rank by `names` (its rank in `comm` when `names` lacks it).
+std::string first_error(MPI_Comm comm, const std::string& local, const std::vector<std::string>& names) {
+  int rank = 0, size = 1;
+  STRATA_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  STRATA_CHECK_MPI(MPI_Comm_size(comm, &size));
+  int mine = local.empty() ? size : rank, first = size;
+  STRATA_CHECK_MPI(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
+  if (first == size) return {};
+  std::string message = local.substr(0, std::size_t{1} << 16);
+  int len = static_cast<int>(message.size());
+  STRATA_CHECK_MPI(MPI_Bcast(&len, 1, MPI_INT, first, comm));
+  message.resize(static_cast<std::size_t>(len));
+  STRATA_CHECK_MPI(MPI_Bcast(message.data(), len, MPI_CHAR, first, comm));
+  const std::string who = static_cast<std::size_t>(first) < names.size()
+                              ? names[static_cast<std::size_t>(first)]
+                              : "rank " + std::to_string(first) + " of " + std::to_string(size);
+  return who + ": " + message;
+}
+
+template <typename E>
+void agree_or_throw(MPI_Comm comm, const std::string& local, const std::vector<std::string>& names) {
+  const std::string message = first_error(comm, local, names);
+  if (!message.empty()) throw E(message);
+}
+
+// What one rank writes of one dataset: rows [first, first + count) of its first dimension.
+struct Piece {
+  std::uint64_t first = 0, count = 0;
+  const void* data = nullptr;
+  std::uint64_t bytes = 0;
+};
+
+// The description of a table every rank must agree on (not its rows or counters).
+std::string table_shape_text(const DynamicTableState& t, bool counts) {
+  return t.name + "|" + to_string(t.kind) + "|" + std::to_string(t.dim) + "|" + t.optimizer + "|" +
+         join(t.slot_names, ',') + "|" + std::to_string(t.sketch_width) + "|" + std::to_string(t.parent_step) + "|" +
+         std::to_string(t.parent_checksum) + "|" + (counts ? "counts" : "") + "\n";
+}
+
+}  // namespace
+
+DynamicSaveResult write_dynamic_checkpoint(MPI_Comm comm, const std::string& dir, std::int64_t global_step,
+                                           const std::vector<DynamicTableState>& shards,
+                                           const DynamicParallelOptions& options) {
+  int rank = 0, size = 1;
+  STRATA_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  STRATA_CHECK_MPI(MPI_Comm_size(comm, &size));
+  const auto& names = options.rank_names;
+  const std::string final_path = dir + "/" + dynamic_file_name(global_step);
+  const std::string tmp = final_path + ".tmp";
+  const std::string failed = "dynamic checkpoint '" + final_path + "': save failed: ";
+
+  // ---- 1. every shard valid, and every rank holding the same tables -----------------------------
+  std::string local;
+  if (global_step < 0) local = "global step " + std::to_string(global_step) + " is negative";
+  std::set<std::string> seen;
+  std::vector<std::uint8_t> has_counts(shards.size(), 0);
+  for (std::size_t i = 0; i < shards.size() && local.empty(); ++i) {
+    const DynamicTableState& t = shards[i];
+    try {
+      validate_table(t);
+      if (t.sketch_sparse) bad_table(t, "a shard carries its whole sketch (sketch_sparse is for the file's table)");
+    } catch (const ConfigError& e) {
+      local = e.message();
+    }
+    if (local.empty() && !seen.insert(t.name).second) local = "table '" + t.name + "' is given twice";
+    has_counts[i] = t.update_counts.empty() ? 0 : 1;
+  }
+  agree_or_throw<ConfigError>(comm, local, names);
+  if (!has_counts.empty())
+    STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, has_counts.data(), static_cast<int>(has_counts.size()), MPI_UINT8_T,
+                                   MPI_MAX, comm));
+  std::string shape;
+  for (std::size_t i = 0; i < shards.size(); ++i) shape += table_shape_text(shards[i], has_counts[i] != 0);
+  std::uint64_t sig[2] = {detail::crc32_update(0, shape.data(), shape.size()) | (std::uint64_t{shape.size()} << 32), 0};
+  sig[1] = ~sig[0];
+  STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, sig, 2, MPI_UINT64_T, MPI_MAX, comm));
+  const bool same = sig[0] == ~sig[1];
+  agree_or_throw<ConfigError>(comm,
+                              same ? "" : "the ranks hold different tables (names, kinds, dims, slots, sketch widths or "
+                                          "parent links differ)",
+                              names);
+
+  // ---- 2. the runs, the tables' totals, and the whole sketches (on rank 0) -------------------------
+  const std::size_t nt = shards.size();
+  std::vector<std::int64_t> counts_mine(2 * nt), counts_all(2 * nt * static_cast<std::size_t>(size));
+  for (std::size_t i = 0; i < nt; ++i) {
+    counts_mine[2 * i] = static_cast<std::int64_t>(shards[i].ids.size());
+    counts_mine[2 * i + 1] = static_cast<std::int64_t>(shards[i].evicted_ids.size());
+  }
+  STRATA_CHECK_MPI(MPI_Allgather(counts_mine.data(), static_cast<int>(2 * nt), MPI_INT64_T, counts_all.data(),
+                                 static_cast<int>(2 * nt), MPI_INT64_T, comm));
+  const auto run = [&](std::size_t table, int r, int which) {
+    return static_cast<std::uint64_t>(counts_all[static_cast<std::size_t>(r) * 2 * nt + 2 * table + which]);
+  };
+  constexpr std::size_t kSums = 1 + std::size(kCounters);  // total_rows, counters
+  std::vector<std::int64_t> sums(nt * kSums), clocks(nt);
+  for (std::size_t i = 0; i < nt; ++i) {
+    sums[i * kSums] = shards[i].total_rows;
+    for (std::size_t c = 0; c < std::size(kCounters); ++c) sums[i * kSums + 1 + c] = shards[i].counters.*kCounters[c].member;
+    clocks[i] = shards[i].clock;
+  }
+  if (nt > 0) {
+    STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_INT64_T, MPI_SUM, comm));
+    STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, clocks.data(), static_cast<int>(nt), MPI_INT64_T, MPI_MAX, comm));
+  }
+  // heads: the file's tables without rows (rank 0: with the whole or changed sketch).
+  std::vector<DynamicTableState> heads(nt);
+  DynamicSaveResult result;
+  result.path = final_path;
+  if (rank == 0) result.sketches.resize(nt);
+  for (std::size_t i = 0; i < nt; ++i) {
+    const DynamicTableState& t = shards[i];
+    DynamicTableState& h = heads[i];
+    h.name = t.name;
+    h.kind = t.kind;
+    h.dim = t.dim;
+    h.optimizer = t.optimizer;
+    h.slot_names = t.slot_names;
+    h.sketch_width = t.sketch_width;
+    h.parent_step = t.parent_step;
+    h.parent_checksum = t.parent_checksum;
+    h.clock = clocks[i];
+    h.total_rows = sums[i * kSums];
+    for (std::size_t c = 0; c < std::size(kCounters); ++c) h.counters.*kCounters[c].member = sums[i * kSums + 1 + c];
+    // Sketches add cell by cell, saturating at 65535 (as the shards' union does): summed in 32
+    // bits, which cannot overflow for fewer than 65537 ranks.
+    std::vector<std::uint32_t> wide(t.sketch.begin(), t.sketch.end()), sum(rank == 0 ? t.sketch.size() : 0);
+    if (!wide.empty())
+      STRATA_CHECK_MPI(MPI_Reduce(wide.data(), sum.data(), static_cast<int>(wide.size()), MPI_UINT32_T, MPI_SUM, 0, comm));
+    std::int64_t form[2] = {0, 0};  // sparse, cells
+    if (rank == 0) {
+      h.sketch.resize(sum.size());
+      for (std::size_t c = 0; c < sum.size(); ++c) h.sketch[c] = static_cast<std::uint16_t>(std::min<std::uint32_t>(sum[c], 0xffff));
+      result.sketches[i] = h.sketch;
+      if (h.kind == DynamicKind::kDelta && i < options.parent_sketches.size())
+        sparsify_sketch(h, options.parent_sketches[i]);
+      form[0] = h.sketch_sparse ? 1 : 0;
+      form[1] = static_cast<std::int64_t>(h.sketch_cells.size());
+    }
+    STRATA_CHECK_MPI(MPI_Bcast(form, 2, MPI_INT64_T, 0, comm));
+    if (rank != 0) {
+      h.sketch_sparse = form[0] != 0;
+      h.sketch_cells.assign(static_cast<std::size_t>(form[1]), 0);  // shapes only: rank 0 writes them
+      h.sketch.assign(h.sketch_sparse ? static_cast<std::size_t>(form[1]) : t.sketch.size(), 0);
+    }
+  }
+
+  // ---- 3. datasets at their full shapes, this rank's pieces, and their CRC-32s ----------------------
+  // Rows and evicted ids: rank r's at the sum of the lower ranks' counts. The sketch and row_runs:
+  // rank 0's alone.
+  const bool runs = size > 1;
+  std::vector<std::vector<Dataset>> ds(nt);
+  std::vector<std::vector<Piece>> pieces(nt);
+  std::vector<std::vector<std::int64_t>> run_tables(nt);
+  std::vector<std::vector<std::uint32_t>> zero_counts(nt);  // a rank whose rows have no counts writes 0s
+  std::vector<std::uint64_t> crc_mine;  // (crc, bytes) per dataset of every table, in order
+  for (std::size_t i = 0; i < nt; ++i) {
+    const DynamicTableState& t = shards[i];
+    std::uint64_t n = 0, e = 0, row_at = 0, evicted_at = 0;
+    for (int r = 0; r < size; ++r) {
+      if (r == rank) {
+        row_at = n;
+        evicted_at = e;
+      }
+      n += run(i, r, 0);
+      e += run(i, r, 1);
+      run_tables[i].push_back(static_cast<std::int64_t>(run(i, r, 0)));
+      run_tables[i].push_back(static_cast<std::int64_t>(run(i, r, 1)));
+    }
+    const bool counts = has_counts[i] != 0;
+    if (counts && t.update_counts.empty()) zero_counts[i].assign(t.ids.size(), 0);
+    DynamicTableState shape = heads[i];  // for expected_datasets: dims from totals, data from the shard
+    ds[i] = expected_datasets(shape, n, e, counts, runs ? static_cast<std::uint64_t>(size) : 0);
+    const auto dim = static_cast<std::uint64_t>(t.dim);
+    const std::uint64_t mine_rows = t.ids.size(), mine_evicted = t.evicted_ids.size();
+    for (std::size_t k = 0; k < ds[i].size(); ++k) {
+      Dataset& d = ds[i][k];
+      Piece p;
+      if (d.rel == "ids") p = {row_at, mine_rows, t.ids.data(), 8 * mine_rows};
+      else if (d.rel == "values") p = {row_at, mine_rows, t.values.data(), 4 * mine_rows * dim};
+      else if (d.rel == "stamps") p = {row_at, mine_rows, t.stamps.data(), 8 * mine_rows};
+      else if (d.rel == "update_counts")
+        p = {row_at, mine_rows, t.update_counts.empty() ? zero_counts[i].data() : t.update_counts.data(), 4 * mine_rows};
+      else if (d.rel.rfind("slots/", 0) == 0) p = {row_at, mine_rows, t.slots[k - 3].data(), 4 * mine_rows * dim};
+      else if (d.rel == "evicted_ids") p = {evicted_at, mine_evicted, t.evicted_ids.data(), 8 * mine_evicted};
+      else if (rank == 0 && d.rel == "row_runs") p = {0, d.dims[0], run_tables[i].data(), d.bytes};
+      else if (rank == 0 && (d.rel == "sketch" || d.rel == "sketch_values")) p = {0, d.dims[0], heads[i].sketch.data(), d.bytes};
+      else if (rank == 0 && d.rel == "sketch_cells") p = {0, d.dims[0], heads[i].sketch_cells.data(), d.bytes};
+      pieces[i].push_back(p);
+      crc_mine.push_back(p.bytes == 0 ? 0 : detail::crc32_update(0, p.data, static_cast<std::size_t>(p.bytes)));
+      crc_mine.push_back(p.bytes);
+    }
+  }
+  std::vector<std::uint64_t> crc_all(crc_mine.size() * static_cast<std::size_t>(size));
+  if (!crc_mine.empty())
+    STRATA_CHECK_MPI(MPI_Allgather(crc_mine.data(), static_cast<int>(crc_mine.size()), MPI_UINT64_T, crc_all.data(),
+                                   static_cast<int>(crc_mine.size()), MPI_UINT64_T, comm));
+  std::vector<std::string> paths;
+  for (std::size_t i = 0, at = 0; i < nt; ++i) {
+    std::vector<std::string> lines;
+    for (auto& d : ds[i]) {
+      std::uint32_t crc = 0;
+      std::uint64_t bytes = 0;
+      for (int r = 0; r < size; ++r) {
+        const std::size_t x = static_cast<std::size_t>(r) * crc_mine.size() + at;
+        crc = detail::crc32_combine(crc, static_cast<std::uint32_t>(crc_all[x]), crc_all[x + 1]);
+        bytes += crc_all[x + 1];
+      }
+      if (bytes != d.bytes)  // the ranks' pieces must tile the dataset; they do unless a rank lied
+        throw Error(failed + "the ranks' pieces of dynamic/" + heads[i].name + "/" + d.rel + " hold " +
+                    std::to_string(bytes) + " bytes, the dataset " + std::to_string(d.bytes));
+      d.crc = crc;
+      lines.push_back(dataset_line(d));
+      paths.push_back("dynamic/" + heads[i].name + "/" + d.rel);
+      at += 2;
+    }
+    const std::string text = detail::dynamic_table_text(heads[i], lines);
+    heads[i].content_checksum = detail::crc32_update(0, text.data(), text.size());
+    result.content_checksums.push_back(heads[i].content_checksum);
+  }
+  std::vector<const DynamicTableState*> sorted;
+  for (const auto& h : heads) sorted.push_back(&h);
+  std::sort(sorted.begin(), sorted.end(), [](const auto* a, const auto* b) { return a->name < b->name; });
+  const int version = runs ? kRunsVersion : kOneRunVersion;
+  const std::string manifest = root_manifest(global_step, sorted, version);
+  const std::uint64_t block_bytes = detail::integrity_block_bytes(paths);
+  detail::IntegrityBlock block;
+  block.block_bytes = block_bytes;
+  block.global_step = global_step;
+
+  try {
+    // ---- 4. parallel HDF5: collective metadata, then each rank's rows, independently -------------
+    {
+      detail::QuietErrors quiet;
+      H5Id fapl, fcpl, file, dxpl;
+      std::vector<std::vector<H5Id>> dsets(nt);  // closed before `file` (declared after it)
+      try {
+        fapl = H5Id(STRATA_CHECK_H5(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
+        STRATA_CHECK_H5(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL));
+        STRATA_CHECK_H5(H5Pset_all_coll_metadata_ops(fapl.get(), true));
+        STRATA_CHECK_H5(H5Pset_coll_metadata_write(fapl.get(), true));
+        fcpl = H5Id(STRATA_CHECK_H5(H5Pcreate(H5P_FILE_CREATE)), H5Pclose);
+        STRATA_CHECK_H5(H5Pset_userblock(fcpl.get(), block_bytes));
+        file = H5Id(STRATA_CHECK_H5(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get())), H5Fclose);
+        write_root(file.get(), version, global_step, manifest);
+        const H5Id dcpl = dataset_creation();
+        for (std::size_t i = 0; i < nt; ++i) {
+          dsets[i] = create_table(file.get(), heads[i], heads[i].content_checksum, ds[i], dcpl.get());
+          for (std::size_t k = 0; k < ds[i].size(); ++k)
+            block.regions.push_back({paths[block.regions.size()], data_offset(dsets[i][k].get(), ds[i][k], heads[i]),
+                                     ds[i][k].bytes, ds[i][k].crc});
+        }
+        dxpl = H5Id(STRATA_CHECK_H5(H5Pcreate(H5P_DATASET_XFER)), H5Pclose);
+        // Independent: each piece is one contiguous byte range, so collective buffering has
+        // nothing to merge, and a rank whose write fails is never left behind in a collective.
+        STRATA_CHECK_H5(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_INDEPENDENT));
+      } catch (const Error& e) {
+        local = "creating " + tmp + " failed: " + e.message();
+      }
+      agree_or_throw<Error>(comm, local, names);
+      std::string wrote;
+      try {
+        // Test hook (STRATA_TEST_DYNAMIC_WRITE_FAIL_RANK=r): rank r of `comm` fails its write as a
+        // full disk would, after the file was created, so a test sees one rank fail mid-write.
+        const char* fail = std::getenv("STRATA_TEST_DYNAMIC_WRITE_FAIL_RANK");
+        if (fail != nullptr && std::atoi(fail) == rank) throw Error("injected write failure (test hook)");
+        for (std::size_t i = 0; i < nt; ++i)
+          for (std::size_t k = 0; k < ds[i].size(); ++k) {
+            const Dataset& d = ds[i][k];
+            const Piece& p = pieces[i][k];
+            if (p.bytes == 0) continue;
+            std::vector<hsize_t> start(d.dims.size(), 0), count(d.dims.begin(), d.dims.end());
+            start[0] = p.first;
+            count[0] = p.count;
+            const hid_t dset = dsets[i][k].get();
+            H5Id fspace(STRATA_CHECK_H5(H5Dget_space(dset)), H5Sclose);
+            STRATA_CHECK_H5(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr));
+            H5Id mspace(STRATA_CHECK_H5(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr)), H5Sclose);
+            if (H5Dwrite(dset, elem_memory_type(d.elem), mspace.get(), fspace.get(), dxpl.get(), p.data) < 0)
+              throw Error("writing its rows of dynamic/" + heads[i].name + "/" + d.rel + " failed: " +
+                          detail::take_h5_error());
+          }
+      } catch (const Error& e) {
+        wrote = "writing " + tmp + " failed: " + e.message();
+      }
+      // Every rank closes (collective), whatever its writes did.
+      const std::string write_error = first_error(comm, wrote, names);
+      for (auto& v : dsets) v.clear();
+      const herr_t closed = file.close();
+      if (!write_error.empty()) throw Error(write_error);
+      agree_or_throw<Error>(comm, closed < 0 ? "closing " + tmp + " failed: " + detail::take_h5_error() : "", names);
+    }
+
+    // ---- 5. read-back: each rank CRCs an equal share of the file; rank 0 checks and seals it -------
+    std::uint64_t file_bytes = 0;
+    if (rank == 0) {
+      struct stat st {};
+      if (::stat(tmp.c_str(), &st) != 0) local = "stat '" + tmp + "' failed: " + std::strerror(errno);
+      file_bytes = static_cast<std::uint64_t>(st.st_size);
+    }
+    agree_or_throw<Error>(comm, local, names);
+    STRATA_CHECK_MPI(MPI_Bcast(&file_bytes, 1, MPI_UINT64_T, 0, comm));
+    block.file_bytes = file_bytes;
+    std::sort(block.regions.begin(), block.regions.end(),
+              [](const detail::DataRegion& a, const detail::DataRegion& b) { return a.path < b.path; });
+    std::vector<detail::Segment> segments;
+    std::vector<std::uint64_t> got_mine;  // (segment, begin, end, crc) per piece
+    try {
+      segments = detail::file_segments(block);
+      const std::uint64_t span = file_bytes - block_bytes;
+      const auto share = [&](int r) { return block_bytes + span * static_cast<std::uint64_t>(r) / static_cast<std::uint64_t>(size); };
+      if (share(rank + 1) > share(rank)) {
+        Fd fd{detail::open_regular_file(tmp)};
+        for (const auto& p : detail::scan_segments(fd.fd, tmp, share(rank), share(rank + 1), segments))
+          got_mine.insert(got_mine.end(), {p.segment, p.begin, p.end, p.crc});
+      }
+    } catch (const Error& e) {
+      local = "reading back " + tmp + " failed: " + e.message();
+    }
+    agree_or_throw<Error>(comm, local, names);
+    int n_mine = static_cast<int>(got_mine.size());
+    std::vector<int> n_all(static_cast<std::size_t>(size)), at_all(static_cast<std::size_t>(size));
+    STRATA_CHECK_MPI(MPI_Gather(&n_mine, 1, MPI_INT, n_all.data(), 1, MPI_INT, 0, comm));
+    int total = 0;
+    for (int r = 0; r < size; ++r) {
+      at_all[static_cast<std::size_t>(r)] = total;
+      total += n_all[static_cast<std::size_t>(r)];
+    }
+    std::vector<std::uint64_t> got(rank == 0 ? static_cast<std::size_t>(total) : 0);
+    STRATA_CHECK_MPI(MPI_Gatherv(got_mine.data(), n_mine, MPI_UINT64_T, got.data(), n_all.data(), at_all.data(),
+                                 MPI_UINT64_T, 0, comm));
+    if (rank == 0) {
+      try {
+        std::vector<detail::SegmentPiece> pieces_back;
+        for (std::size_t x = 0; x + 3 < got.size(); x += 4)
+          pieces_back.push_back({got[x], got[x + 1], got[x + 2], static_cast<std::uint32_t>(got[x + 3])});
+        const std::vector<std::uint32_t> crcs = detail::combine_segment_pieces(std::move(pieces_back), segments);
+        for (std::size_t sg = 0; sg < segments.size(); ++sg) {
+          if (segments[sg].region < 0) continue;
+          const detail::DataRegion& r = block.regions[static_cast<std::size_t>(segments[sg].region)];
+          if (crcs[sg] != r.crc) throw Error("read-back: " + r.path + " does not hold the values it was given");
+        }
+        block.file_crc = detail::whole_file_crc(detail::encode_integrity_block(block), segments, crcs);
+        const std::string encoded = detail::encode_integrity_block(block);
+        Fd fd{::open(tmp.c_str(), O_WRONLY | O_CLOEXEC)};
+        if (fd.fd < 0) throw Error("cannot reopen: " + std::string(std::strerror(errno)));
+        if (::pwrite(fd.fd, encoded.data(), encoded.size(), 0) != static_cast<ssize_t>(encoded.size()))
+          throw Error("writing the integrity block failed: " + std::string(std::strerror(errno)));
+        // ---- 6. publish: fsync, rename, fsync the directory ------------------------------------------
+        detail::durable_rename(tmp, final_path);
+      } catch (const Error& e) {
+        local = e.message();
+      }
+    }
+    agree_or_throw<Error>(comm, local, names);
+  } catch (const Error& e) {
+    if (rank == 0) unlink_quietly(tmp);
+    throw Error(failed + e.message());
+  }
+  result.file_bytes = block.file_bytes;
+  return result;
+}
+
 // ---- reader ------------------------------------------------------------------------------------
 
 DynamicCheckpointFile read_dynamic_checkpoint(const std::string& path, bool with_data) {
@@ -799,8 +1289,8 @@ DynamicCheckpointFile read_dynamic_checkpoint(const std::string& path, bool with
     if (!detail::has_attr(f, "dynamic_format_version"))
       throw ConfigError("not a dynamic checkpoint (no dynamic_format_version attribute)");
     const std::int64_t version = detail::read_attr_i64(f, "dynamic_format_version");
-    if (version != kDynamicFormatVersion)
-      throw ConfigError("has dynamic_format_version " + std::to_string(version) + "; this strata reads " +
+    if (version < 1 || version > kDynamicFormatVersion)
+      throw ConfigError("has dynamic_format_version " + std::to_string(version) + "; this strata reads 1 to " +
                         std::to_string(kDynamicFormatVersion));
     out.global_step = detail::read_attr_i64(f, "global_step");
     if (out.global_step != block.global_step)
@@ -813,14 +1303,14 @@ DynamicCheckpointFile read_dynamic_checkpoint(const std::string& path, bool with
     for (const auto& [name, hard] : links_of(top.get(), block.regions.size(), "/dynamic")) {
       if (!hard || !valid_name(name, false) || object_type(top.get(), name) != H5O_TYPE_GROUP)
         throw Error("/dynamic/" + name + " is not a table group");
-      out.tables.push_back(read_table(f, out.global_step, name, with_data, regions, seen));
+      out.tables.push_back(read_table(f, out.global_step, static_cast<int>(version), name, with_data, regions, seen));
     }
     if (seen != block.regions.size())
       throw Error("the integrity block lists " + std::to_string(block.regions.size()) + " datasets, the tables have " +
                   std::to_string(seen));
     std::vector<const DynamicTableState*> sorted;
     for (const auto& t : out.tables) sorted.push_back(&t);
-    const std::string manifest = root_manifest(out.global_step, sorted);
+    const std::string manifest = root_manifest(out.global_step, sorted, static_cast<int>(version));
     const std::uint64_t stored = detail::read_attr_u64(f, "metadata_checksum");
     if (stored != detail::crc32_update(0, manifest.data(), manifest.size()))
       throw Error("metadata checksum mismatch (a root attribute or the table list is not what was written)");
