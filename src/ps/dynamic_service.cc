@@ -403,7 +403,8 @@ void ClientCore::start_dedupe(std::size_t n) {
   b.distinct = 0;
 }
 
-void ClientCore::dedupe_chunk(const std::int64_t* ids, std::size_t lo, std::size_t hi) {
+void ClientCore::dedupe_chunk(const std::int64_t* ids, std::size_t lo, std::size_t hi, const float* grads,
+                              std::size_t dim, float* sums) {
   DynamicBatch& b = dyn_batch;
   // The table holds at least twice the call's ids (start_dedupe), so a probe always ends.
   const std::size_t mask = b.table.size() - 1;
@@ -442,16 +443,28 @@ void ClientCore::dedupe_chunk(const std::int64_t* ids, std::size_t lo, std::size
     first[distinct] = id;
     slot_of[i] = number;
     distinct += fresh ? 1u : 0u;
+    if (grads) {
+      // The id's sum: its first gradient, or the sum so far plus this one (order of appearance).
+      // A select, not a branch: a new id reads whatever the buffer held there (a float the
+      // buffer was sized with or an earlier call left) and drops it.
+      float* acc = sums + std::size_t{number} * dim;
+      const float* g = grads + i * dim;
+      for (std::size_t c = 0; c < dim; ++c) acc[c] = fresh ? g[c] : acc[c] + g[c];
+    }
   }
   b.distinct = distinct;
 }
 
-void ClientCore::group_dynamic(const std::int64_t* ids, std::size_t n) {
+void ClientCore::group_dynamic(const std::int64_t* ids, std::size_t n, const float* grads, std::size_t dim) {
   DynamicBatch& b = dyn_batch;
   const int P = num_ps();
   const auto num = static_cast<std::size_t>(P);
   start_dedupe(n);
-  dedupe_chunk(ids, 0, n);
+  // Sums in order of distinct numbers: with one PS these are the positions, so straight into
+  // `rows`; with several, into `sums`, moved to their positions below.
+  std::vector<float>& sums = P == 1 ? b.rows : b.sums;
+  if (grads && sums.size() < n * dim) sums.resize(n * dim);
+  dedupe_chunk(ids, 0, n, grads, dim, grads ? sums.data() : nullptr);
   const std::size_t distinct = b.distinct;
   b.begin.assign(num + 1, 0);
   if (P == 1) {
@@ -472,6 +485,10 @@ void ClientCore::group_dynamic(const std::int64_t* ids, std::size_t n) {
     b.ids[at] = b.first_ids[j];
   }
   for (std::size_t i = 0; i < n; ++i) b.slot_of[i] = b.position[b.slot_of[i]];
+  if (!grads) return;
+  if (b.rows.size() < distinct * dim) b.rows.resize(distinct * dim);
+  for (std::size_t j = 0; j < distinct; ++j)
+    std::memcpy(b.rows.data() + std::size_t{b.position[j]} * dim, sums.data() + j * dim, 4 * dim);
 }
 
 bool ClientCore::dynamic_pipelined() {
@@ -675,26 +692,13 @@ void ClientCore::update_dynamic(std::size_t d, const std::int64_t* ids, std::siz
   const auto dim = static_cast<std::size_t>(dynamic[d].dim);
   const int P = num_ps();
   const auto num = static_cast<std::size_t>(P);
-  group_dynamic(ids, n);
+  // The gradients of each distinct id are summed in order of appearance, starting from the first
+  // (as the table does, so a batch summed here equals the same batch summed there, bit for bit),
+  // while the ids are deduplicated, and end at the id's position: each request's gradient rows
+  // are then one contiguous run.
+  group_dynamic(ids, n, grads, dim);
   DynamicBatch& b = dyn_batch;
-  const std::size_t distinct = b.ids.size();
-  // Sum the gradients of each distinct id in order of appearance, starting from the first (as the
-  // table does, so a batch summed here equals the same batch summed there, bit for bit), at the
-  // id's position: each request's gradient rows are then one contiguous run.
-  if (b.rows.size() < distinct * dim) b.rows.resize(distinct * dim);
   float* sum = b.rows.data();
-  b.started.assign(distinct, 0);
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::uint32_t at = b.slot_of[i];
-    float* acc = sum + std::size_t{at} * dim;
-    const float* gr = grads + i * dim;
-    if (!b.started[at]) {
-      std::memcpy(acc, gr, 4 * dim);
-      b.started[at] = 1;
-    } else {
-      for (std::size_t c = 0; c < dim; ++c) acc[c] += gr[c];
-    }
-  }
   const bool ahead = dynamic_pipelined();
   // Posted ahead in several chunks, requests are cut smaller: the PS applies one while the next is
   // on the wire. The largest PS share sets the size, so that every PS gets about `dyn_chunks`.
