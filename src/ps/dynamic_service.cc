@@ -260,20 +260,32 @@ void ServerCore::serve_request(std::size_t d, int w, const char* req, std::size_
       if (std::all_of(st.waiting.begin(), st.waiting.end(), [](char c) { return c != 0; })) {
         const auto t1 = Clock::now();
         apply_dynamic_round(d);
-        busy_s += std::chrono::duration<double>(Clock::now() - t1).count();
+        const double s = std::chrono::duration<double>(Clock::now() - t1).count();
+        busy_s += s;
+        st.update_s += s;
+        ++st.update_requests;
       }
       return;
     }
   } else if (r.kind == DynamicRequestKind::kUpdate) {
     apply_dynamic(d, ids, n, grads, r.step);
-    busy_s += std::chrono::duration<double>(Clock::now() - t0).count();
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    busy_s += s;
+    st.update_s += s;
+    ++st.update_requests;
   } else {
     // The answer goes to the rows of the worker's area (past every id it could send).
     auto* out = reinterpret_cast<float*>(base() + l.request(w) + l.rows);
+    const std::int64_t rows_before = st.table->size();
     st.table->lookup(ids, n, out,
                      r.kind == DynamicRequestKind::kLookupTrain ? DynamicTable::LookupMode::kTrain
                                                                 : DynamicTable::LookupMode::kInference);
-    busy_s += std::chrono::duration<double>(Clock::now() - t0).count();
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    busy_s += s;
+    if (st.table->size() == rows_before) {
+      st.lookup_s += s;
+      ++st.lookup_requests;
+    }
   }
   ++st.requests;
   st.seen[wi] = number;
@@ -784,6 +796,10 @@ DynamicShardStats PsServer::dynamic_stats(std::string_view name) const {
   s.evicted_capacity = t.evicted_capacity;
   s.bytes = t.bytes;
   s.requests = st.requests;
+  s.lookup_s = st.lookup_s;
+  s.lookup_requests = st.lookup_requests;
+  s.update_s = st.update_s;
+  s.update_requests = st.update_requests;
   s.restored_step = st.restored_step;
   s.saved_step = m.dyn_saved_step;
   return s;
