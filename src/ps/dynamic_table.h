@@ -4,8 +4,8 @@
 //
 // Layout (docs/DYNAMIC.md has the figures):
 //   * Row store: fixed-size pages (about 64 KiB) of records, cut from 2 MiB-aligned slabs that go
-//     onto huge pages once full (dynamic_table.cc, "Huge pages"), record r = [id int64][stamp u32][update count u32]
-//     [values dim f32][slot 0 dim f32][slot 1 dim f32] (as many slots as the optimizer has),
+//     onto huge pages (dynamic_table.cc, "Huge pages"); record r = [id int64][stamp u32]
+//     [update count u32][values dim f32][slot 0 dim f32][slot 1 dim f32] (as many slots as the optimizer has),
 //     padded to 8 bytes. The stamp is 32 bits to make room for the count within the same 16-byte
 //     header (so steps are bounded by kMaxDynamicStep); the count is the number of applied updates
 //     that named the row (once per batch), saturating at 2^32 - 1.
