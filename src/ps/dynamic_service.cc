@@ -276,13 +276,13 @@ void ServerCore::serve_request(std::size_t d, int w, const char* req, std::size_
   } else {
     // The answer goes to the rows of the worker's area (past every id it could send).
     auto* out = reinterpret_cast<float*>(base() + l.request(w) + l.rows);
-    const std::int64_t rows_before = st.table->size();
+    const std::int64_t admitted_before = st.table->stats().admitted;
     st.table->lookup(ids, n, out,
                      r.kind == DynamicRequestKind::kLookupTrain ? DynamicTable::LookupMode::kTrain
                                                                 : DynamicTable::LookupMode::kInference);
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
     busy_s += s;
-    if (st.table->size() == rows_before) {
+    if (st.table->stats().admitted == admitted_before) {
       st.lookup_s += s;
       ++st.lookup_requests;
     }
@@ -418,7 +418,8 @@ void ClientCore::start_dedupe(std::size_t n) {
 namespace {
 
 // dedupe_chunk's loop, compiled twice: a lookup's without the sums, so that it stays the plain
-// probe loop (with the summing code merely present, measured about 3 ns per id slower).
+// probe loop (with the summing code merely present, a lookup's worker CPU measured about 14 us
+// more per call of 4,096 ids).
 template <bool kSum>
 std::uint32_t dedupe_ids(const std::int64_t* ids, std::size_t lo, std::size_t hi, ClientCore::DynamicBatch::Slot* table,
                          std::size_t slots, std::uint32_t epoch, std::uint32_t* slot_of, std::int64_t* first,

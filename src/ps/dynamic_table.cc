@@ -16,10 +16,11 @@
 //     table spans 9,000 pages, far beyond the TLB's reach). The index and the row store therefore
 //     live in 2 MiB-aligned mappings (mapped_memory.h): the index asks for huge pages at first
 //     touch once it is 2 MiB or more (it is written all over, so they cost no memory), and the row
-//     store, which grows, is cut into 2 MiB slabs that are collapsed onto a huge page once every
-//     page of the slab has been handed out, so a table never holds more memory than on 4 KiB pages
-//     beyond less than one page per full slab. Where the kernel refuses, the table is the same on
-//     4 KiB pages; what it returns never depends on it.
+//     store, which grows, is cut into 2 MiB slabs: huge at first touch when a whole slab fits the
+//     memory budget (kHugeBudget), else collapsed onto a huge page once every page of the slab has
+//     been handed out, which holds no more memory than 4 KiB pages beyond less than one page per
+//     full slab (add_page). Where the kernel refuses, the table is the same on 4 KiB pages; what it
+//     returns never depends on it.
 #include "ps/dynamic_table.h"
 
 #include <algorithm>
