@@ -295,7 +295,20 @@ struct PlanePhase {
   double seconds = 0;      // wall clock of the timed calls
   std::int64_t wrong = 0;
   double link_us = 0;      // raw TCP round trip of the same bytes (between nodes)
+  // Per side, what the wall clock hides on a shared machine: the calling worker thread's CPU time
+  // in the timed calls (deduplication, packing, the kernel's sends and receives, the caller's
+  // rows), and the PS threads' time in the table per request (summed over PS ranks; lookups and
+  // updates only, see DynamicShardStats).
+  double client_cpu_s = 0;
+  double ps_table_s = 0;
+  std::int64_t ps_requests = 0;
 };
+
+double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
 
 }  // namespace
 
@@ -366,6 +379,10 @@ int run_dynamic_plane_bench(const DynamicBenchConfig& cfg, int* argc, char*** ar
     const ps::DynamicShardStats st = server->dynamic_stats(spec.name);
     ps_updates = st.updates;
     rejected = st.rejected_lookups + st.rejected_updates + st.rejected_full;
+    lookup.ps_table_s = st.lookup_s;
+    lookup.ps_requests = st.lookup_requests;
+    update.ps_table_s = st.update_s;
+    update.ps_requests = st.update_requests;
   } else if (ps::PsClient* client = servers->client.get()) {
     const int me = client->worker_index();
     const ZipfDraws zipf(cfg.rows, cfg.zipf_s);
@@ -384,7 +401,9 @@ int run_dynamic_plane_bench(const DynamicBenchConfig& cfg, int* argc, char*** ar
     std::vector<std::int64_t> sorted;
     auto timed = [&](PlanePhase& p, std::int64_t n, const auto& call) {
       const auto t0 = Clock::now();
+      const double cpu0 = thread_cpu_s();
       call();
+      p.client_cpu_s += thread_cpu_s() - cpu0;
       p.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
       p.ops += n;
       ++p.calls;
@@ -439,6 +458,9 @@ int run_dynamic_plane_bench(const DynamicBenchConfig& cfg, int* argc, char*** ar
     STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &p->distinct, 1, MPI_INT64_T, MPI_SUM, comm));
     STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &p->seconds, 1, MPI_DOUBLE, MPI_SUM, comm));
     STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &p->wrong, 1, MPI_INT64_T, MPI_SUM, comm));
+    STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &p->client_cpu_s, 1, MPI_DOUBLE, MPI_SUM, comm));
+    STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &p->ps_table_s, 1, MPI_DOUBLE, MPI_SUM, comm));
+    STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &p->ps_requests, 1, MPI_INT64_T, MPI_SUM, comm));
   }
   STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &expected_updates, 1, MPI_INT64_T, MPI_SUM, comm));
   STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &ps_updates, 1, MPI_INT64_T, MPI_SUM, comm));
@@ -508,8 +530,18 @@ int run_dynamic_plane_bench(const DynamicBenchConfig& cfg, int* argc, char*** ar
         row["link_GBps"] = link;
         row["vs_link"] = vs_link;
       }
+      if (p->calls > 0) row["client_cpu_us"] = p->client_cpu_s * 1e6 / static_cast<double>(p->calls);
+      if (p->ps_requests > 0) row["ps_table_us"] = p->ps_table_s * 1e6 / static_cast<double>(p->ps_requests);
       json_rows.push_back(std::move(row));
     }
+    // Per side (steadier than time_us on a shared machine, where the two sides' CPU time adds up).
+    os << std::setprecision(1) << "# per side: lookup " << lookup.client_cpu_s * 1e6 / static_cast<double>(std::max<std::int64_t>(1, lookup.calls))
+       << " us worker CPU per call, "
+       << (lookup.ps_requests > 0 ? lookup.ps_table_s * 1e6 / static_cast<double>(lookup.ps_requests) : 0.0)
+       << " us PS table per request; update " << update.client_cpu_s * 1e6 / static_cast<double>(std::max<std::int64_t>(1, update.calls))
+       << " us worker CPU per call, "
+       << (update.ps_requests > 0 ? update.ps_table_s * 1e6 / static_cast<double>(update.ps_requests) : 0.0)
+       << " us PS table per request (warmup included)\n";
     os << "# " << (wrong == 0 ? "all results correct" : std::to_string(wrong) + " wrong row(s) or update(s)") << "\n";
     std::cout << os.str() << std::flush;
     if (wrong != 0) status = kExitFailure;

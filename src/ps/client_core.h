@@ -84,11 +84,13 @@ struct ClientCore final : PsCore {
     std::vector<std::uint32_t> position;
     std::vector<std::size_t> next;  // counting sort's cursors
     std::size_t distinct = 0;       // distinct ids deduplicated so far in this call
-    std::vector<char> started;  // update: per distinct id, whether its sum has its first gradient
+    std::vector<float> sums;    // update with several PS: the sums in order of distinct numbers
   };
   DynamicBatch dyn_batch;
-  // Deduplicates ids[0..n) and groups the distinct ids per PS into dyn_batch (rows left unsized).
-  void group_dynamic(const std::int64_t* ids, std::size_t n);
+  // Deduplicates ids[0..n) and groups the distinct ids per PS into dyn_batch. With `grads` (n rows
+  // of dim floats, an update's), rows[position * dim ..] ends as the sum of the gradients of that
+  // position's id in order of appearance; without, rows is left unsized.
+  void group_dynamic(const std::int64_t* ids, std::size_t n, const float* grads = nullptr, std::size_t dim = 0);
   // Starts a call's deduplication of up to n ids (sizes the table, advances the epoch).
   void start_dedupe(std::size_t n);
   // Takes a drained read-back of PS p into dyn_acked (call after a flush).
@@ -129,7 +131,10 @@ struct ClientCore final : PsCore {
   void finish_posted(std::size_t d, const char* op);
   // Deduplicates ids[lo, hi) against the call's earlier chunks (group_dynamic's table, same epoch):
   // appends the new distinct ids to dyn_batch.first_ids and sets slot_of[lo, hi) to distinct numbers.
-  void dedupe_chunk(const std::int64_t* ids, std::size_t lo, std::size_t hi);
+  // With `grads`, also sums each id's gradient rows (dim floats) into sums[number * dim ..], the
+  // first one copied (sums must hold a row per id of the call).
+  void dedupe_chunk(const std::int64_t* ids, std::size_t lo, std::size_t hi, const float* grads = nullptr,
+                    std::size_t dim = 0, float* sums = nullptr);
   void lookup_pipelined(std::size_t d, const std::int64_t* ids, std::size_t n, float* out, DynamicRequestKind kind);
   void lookup_dynamic(std::size_t d, const std::int64_t* ids, std::size_t n, float* out, DynamicRequestKind kind);
   void update_dynamic(std::size_t d, const std::int64_t* ids, std::size_t n, const float* grads, std::int64_t step);

@@ -64,6 +64,8 @@ struct ServerCore final : PsCore {
     std::vector<std::vector<std::int64_t>> staged_steps;  // per staged request: step, then its id count
     std::int64_t next_evict = 0;     // ttl: the step of the next eviction scan
     std::int64_t requests = 0;       // requests served
+    double lookup_s = 0, update_s = 0;  // table time (DynamicShardStats)
+    std::int64_t lookup_requests = 0, update_requests = 0;
     std::int64_t restored_step = -1;  // the step its rows were restored at (-1: none)
   };
   std::vector<DynamicState> dynamic_state;

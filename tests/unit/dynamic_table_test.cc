@@ -861,6 +861,49 @@ TEST(DynamicTable, RandomizedAgainstAnUnorderedMapModel) {
   EXPECT_GT(got.updates, 10000);
 }
 
+// A table large enough for its row store to span many 2 MiB slabs, on both of the row store's
+// ways onto huge pages (slabs collapsed once full, and, past the memory budget, slabs huge from
+// their first touch): every row it returns and every row it updates is the model's, bit for bit,
+// and its memory stays within 1.5x of its values and slots the whole way.
+TEST(DynamicTable, RowsAcrossHugePageSlabsMatchTheModelWithinTheMemoryBudget) {
+  DynamicTableConfig c = make_config(OptimizerKind::kAdagrad, 16);
+  DynamicTable table(c);
+  Model model{c, {}, {}, 0, {}};
+  constexpr std::int64_t kRows = 200000;
+  constexpr std::size_t kBatch = 4096;
+  std::mt19937_64 gen(77);
+  std::vector<std::int64_t> ids(kBatch);
+  int mismatches = 0;
+  double worst = 0;
+  for (std::int64_t begin = 0; begin < kRows; begin += static_cast<std::int64_t>(kBatch)) {
+    for (std::size_t i = 0; i < kBatch; ++i) ids[i] = static_cast<std::int64_t>(dynamic_mix64(static_cast<std::uint64_t>(begin) + i));
+    mismatches += !same_bits(lookup(table, ids), model.lookup(ids));
+    const DynamicTableStats s = table.stats();
+    if (s.rows >= 20000) worst = std::max(worst, static_cast<double>(s.bytes) / static_cast<double>(s.rows) / 128.0);
+  }
+  EXPECT_EQ(table.size(), static_cast<std::int64_t>(model.rows.size()));
+  EXPECT_LE(worst, 1.5);
+  std::printf("adagrad 16-float rows, 20k-%lld rows: at most %.3fx of their values and slots; %lld bytes on huge pages\n",
+              static_cast<long long>(kRows), worst, static_cast<long long>(table.huge_page_bytes()));
+  // Batches of scattered ids with repeats (duplicates summed in order), checked at the end.
+  for (std::int64_t step = 1; step <= 24; ++step) {
+    for (auto& id : ids) id = static_cast<std::int64_t>(dynamic_mix64(gen() % static_cast<std::uint64_t>(kRows / 2) * 2));
+    const std::vector<float> g = random_grads(gen, ids.size(), c.dim);
+    table.apply(ids.data(), ids.size(), g.data(), step);
+    model.apply(ids, g, step);
+    mismatches += !same_bits(lookup(table, ids), model.lookup(ids));
+  }
+  const DynamicTableSnapshot s = table.export_rows();
+  ASSERT_EQ(s.ids.size(), model.rows.size());
+  for (std::size_t i = 0; i < s.ids.size(); ++i) {
+    const Model::Row& r = model.rows.at(s.ids[i]);
+    mismatches += std::memcmp(&s.values[i * 16], r.v.data(), 16 * sizeof(float)) != 0;
+    mismatches += std::memcmp(&s.slots[0][i * 16], r.s0.data(), 16 * sizeof(float)) != 0;
+    mismatches += s.update_counts[i] != r.updates;
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
 // ---- update counts -----------------------------------------------------------------------------
 
 // A row counts the batches that updated it: once per batch however often the batch names the id,

@@ -196,6 +196,13 @@ struct DynamicShardStats {
   std::int64_t evicted_capacity = 0;
   std::int64_t bytes = 0;             // memory the table holds
   std::int64_t requests = 0;          // lookup and update requests served
+  // The PS thread's time in the table, for the data plane's figures: lookup requests that created
+  // no row (a lookup that creates rows costs their initializers too), and updates (a sync round
+  // counts as one request).
+  double lookup_s = 0;
+  std::int64_t lookup_requests = 0;
+  double update_s = 0;
+  std::int64_t update_requests = 0;
   // Checkpoints (CheckpointHooks' dynamic fields): the global step this shard was restored at
   // (-1: not restored), and the step of the last save that committed its rows (-1: none yet).
   std::int64_t restored_step = -1;
