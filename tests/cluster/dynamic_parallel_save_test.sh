@@ -9,7 +9,8 @@
 #     examples/specs/criteo_dlrm_dynamic.json
 #
 # A sync job of 2 PS (rank 0 on cn1, rank 1 on cn2) and 2 workers saves every 4 steps (full, then
-# deltas) into the cluster's shared directory. Asserts: exit 0; the placement; every save says
+# deltas) into the cluster's shared directory. How many periodic saves a 16-step job makes depends
+# on when the chief reads the global step (2 or 3 here), so the test asks for a full and a delta. Asserts: exit 0; the placement; every save says
 # "2 PS"; every file is version 2 and every table has one non-empty run per PS (row_runs, 2 x 2)
 # and the content checksum FORMAT.md 10.3's h5py recipe computes;
 # `ckpt verify` of the directory passes; jobs of 1 PS (one node) and 3 PS (both nodes) restore the
@@ -73,7 +74,7 @@ else
 fi
 saves=$(grep -c 'saved dynamic tables .*, 2 PS)' "$work/save.out")
 kinds=$(grep -o 'saved dynamic tables [^ ]* ([a-z]*' "$work/save.out" | awk -F'(' '{print $2}' | sort -u | tr '\n' ' ')
-if [[ $saves -ge 3 && $kinds == "delta full " ]] && ! grep -q 'saved dynamic tables' <(grep -v ', 2 PS)' "$work/save.out"); then
+if [[ $saves -ge 2 && $kinds == "delta full " ]] && ! grep -q 'saved dynamic tables' <(grep -v ', 2 PS)' "$work/save.out"); then
   pass "save: $saves saves (full and delta), each written by 2 PS"
 else
   fail "save: saves '$saves', kinds '$kinds'"; dump save
