@@ -40,6 +40,7 @@ RANKS=${STRATA_BIG_RANKS:-6}
 export STRATA_NUM_PS=$NUM_PS
 
 # Each rank under GNU time, its line naming the rank and its node (hostname inside a node).
+# shellcheck disable=SC2016  # expanded by the rank's own bash, not here
 wrap=(bash -c '/usr/bin/time -o "$0/rss.$OMPI_COMM_WORLD_RANK" -f "rank $OMPI_COMM_WORLD_RANK host $(hostname) max_rss_kb %M" "$@"' "$OUT")
 args=(train --model-spec "$SPEC" --data "csv:$TRAIN" --eval-data "csv:$eval_day" --streaming
   --shuffle-buffer 0 --shard data --log-every-secs 60)
