@@ -20,39 +20,13 @@
 # keeps the data and the job's output (with run_on_cluster.sh's cluster directory).
 set -uo pipefail
 
-[[ $# -eq 2 ]] || { echo "usage: dynamic_big_test.sh STRATA_BIN SPEC" >&2; exit 2; }
-abs() { echo "$(cd "$(dirname "$1")" && pwd -P)/$(basename "$1")"; }
-BIN=$(abs "$1") SPEC=$(abs "$2")
-[[ -x $BIN ]] || { echo "FAIL: not executable: $BIN" >&2; exit 1; }
-[[ -f $SPEC ]] || { echo "FAIL: no spec file: $SPEC" >&2; exit 1; }
-[[ -n ${STRATA_CLUSTER_DIR:-} ]] || { echo "dynamic_big_test: STRATA_CLUSTER_DIR is not set; run under tests/cluster/run_on_cluster.sh 3" >&2; exit 2; }
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
-STEP_TIMEOUT=${STRATA_STEP_TIMEOUT:-80}
-D=$STRATA_CLUSTER_DIR
-# Every node sees the same file system (like a cluster's shared one): the data lives here.
-work=$(mktemp -d "$D/dynbig.XXXXXX")
-[[ ${STRATA_KEEP_CLUSTER_DIR:-0} == 1 ]] || trap 'rm -rf "$work"' EXIT
+# shellcheck source=tests/cluster/dynamic_test_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/dynamic_test_lib.sh"
+dynamic_test_init dynamic_big_test 3 dynbig "$@"
 # 36,000 rows a day: 2 training days are 94 steps of each of the 3 workers (256 rows).
 BIG_CAPACITY=4000   # C1 rows per PS: far below the ~34,000 C1 ids of one day (about 11,000 a PS), so it binds
 SMALL_CAPACITY=80   # rows per PS of C2..C26: 240 in all, below half of the ~660 ids a table sees on days 0..1
 TTL=30              # steps of a worker: about two thirds of a day (47 steps)
-
-failed=0
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
-dump() {
-  echo "---- $1: stdout (last 30 lines) ----"; tail -n 30 "$work/$1.out"
-  echo "---- $1: stderr (last 30 lines) ----"; tail -n 30 "$work/$1.err"
-  echo "---- end $1 ----"
-}
-step() {
-  local name=$1
-  shift
-  echo "== $name: $*"
-  timeout --kill-after=10 "$STEP_TIMEOUT" "$@" >"$work/$name.out" 2>"$work/$name.err"
-  rc=$?
-  [[ $rc -ne 124 && $rc -ne 137 ]] || fail "$name: timed out after $STEP_TIMEOUT s"
-}
 
 vocab="1000000$(printf ',500%.0s' $(seq 25))"
 step data "$BIN" data synth-ctr --out "$work/day.tsv" --rows 108000 --days 3 --churn 0.3 --id-bits 40 \
@@ -148,7 +122,4 @@ else
   fail "$name: placement: rank@address seen: '${served}', wanted '$want'"
 fi
 
-echo
-if [[ $failed -eq 0 ]]; then echo "dynamic_big_test: all assertions passed"; exit 0; fi
-echo "dynamic_big_test: $failed assertion(s) failed"
-exit 1
+dynamic_test_finish

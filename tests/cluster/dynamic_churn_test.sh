@@ -19,38 +19,11 @@
 # keeps the data and the jobs' output (with run_on_cluster.sh's cluster directory).
 set -uo pipefail
 
-[[ $# -eq 2 ]] || { echo "usage: dynamic_churn_test.sh STRATA_BIN SPEC" >&2; exit 2; }
-abs() { echo "$(cd "$(dirname "$1")" && pwd -P)/$(basename "$1")"; }
-BIN=$(abs "$1") SPEC=$(abs "$2")
-[[ -x $BIN ]] || { echo "FAIL: not executable: $BIN" >&2; exit 1; }
-[[ -f $SPEC ]] || { echo "FAIL: no spec file: $SPEC" >&2; exit 1; }
-[[ -n ${STRATA_CLUSTER_DIR:-} ]] || { echo "dynamic_churn_test: STRATA_CLUSTER_DIR is not set; run under tests/cluster/run_on_cluster.sh 2" >&2; exit 2; }
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
-STEP_TIMEOUT=${STRATA_STEP_TIMEOUT:-80}
-D=$STRATA_CLUSTER_DIR
-# Every node sees the same file system (like a cluster's shared one): the data lives here.
-work=$(mktemp -d "$D/dynchurn.XXXXXX")
-[[ ${STRATA_KEEP_CLUSTER_DIR:-0} == 1 ]] || trap 'rm -rf "$work"' EXIT
+# shellcheck source=tests/cluster/dynamic_test_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/dynamic_test_lib.sh"
+dynamic_test_init dynamic_churn_test 2 dynchurn "$@"
 CAPACITY=400   # rows per table per PS
 TTL=6          # steps; 20,000 training rows are 39 sync steps of 2 workers x 256
-
-failed=0
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
-dump() {
-  echo "---- $1: stdout (last 30 lines) ----"; tail -n 30 "$work/$1.out"
-  echo "---- $1: stderr (last 30 lines) ----"; tail -n 30 "$work/$1.err"
-  echo "---- end $1 ----"
-}
-# step NAME CMD...: runs CMD bounded by STEP_TIMEOUT; status in $rc.
-step() {
-  local name=$1
-  shift
-  echo "== $name: $*"
-  timeout --kill-after=10 "$STEP_TIMEOUT" "$@" >"$work/$name.out" 2>"$work/$name.err"
-  rc=$?
-  [[ $rc -ne 124 && $rc -ne 137 ]] || fail "$name: timed out after $STEP_TIMEOUT s"
-}
 
 step data "$BIN" data synth-ctr --out "$work/day.tsv" --rows 30000 --days 3 --churn 0.3 --id-bits 40 --vocab 3000 --seed 4
 if [[ $rc -eq 0 ]]; then pass "data: synth-ctr wrote 3 days"; else fail "data: exit status $rc"; dump data; exit 1; fi
@@ -146,7 +119,4 @@ PY
   fi
 done
 
-echo
-if [[ $failed -eq 0 ]]; then echo "dynamic_churn_test: all assertions passed"; exit 0; fi
-echo "dynamic_churn_test: $failed assertion(s) failed"
-exit 1
+dynamic_test_finish

@@ -23,36 +23,9 @@
 # keeps the files (with run_on_cluster.sh's cluster directory).
 set -uo pipefail
 
-[[ $# -eq 2 ]] || { echo "usage: dynamic_parallel_save_test.sh STRATA_BIN SPEC" >&2; exit 2; }
-abs() { echo "$(cd "$(dirname "$1")" && pwd -P)/$(basename "$1")"; }
-BIN=$(abs "$1") SPEC=$(abs "$2")
-[[ -x $BIN ]] || { echo "FAIL: not executable: $BIN" >&2; exit 1; }
-[[ -f $SPEC ]] || { echo "FAIL: no spec file: $SPEC" >&2; exit 1; }
-[[ -n ${STRATA_CLUSTER_DIR:-} ]] || { echo "dynamic_parallel_save_test: STRATA_CLUSTER_DIR is not set; run under tests/cluster/run_on_cluster.sh 2" >&2; exit 2; }
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
-STEP_TIMEOUT=${STRATA_STEP_TIMEOUT:-80}
-D=$STRATA_CLUSTER_DIR
-# Every node sees the same file system (like a cluster's shared one): data and checkpoints live here.
-work=$(mktemp -d "$D/dynpar.XXXXXX")
-[[ ${STRATA_KEEP_CLUSTER_DIR:-0} == 1 ]] || trap 'rm -rf "$work"' EXIT
-
-failed=0
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
-dump() {
-  echo "---- $1: stdout (last 30 lines) ----"; tail -n 30 "$work/$1.out" | cut -c1-400
-  echo "---- $1: stderr (last 30 lines) ----"; tail -n 30 "$work/$1.err" | cut -c1-400
-  echo "---- end $1 ----"
-}
-# step NAME CMD...: runs CMD bounded by STEP_TIMEOUT; status in $rc.
-step() {
-  local name=$1
-  shift
-  echo "== $name: $*"
-  timeout --kill-after=10 "$STEP_TIMEOUT" "$@" >"$work/$name.out" 2>"$work/$name.err"
-  rc=$?
-  [[ $rc -ne 124 && $rc -ne 137 ]] || fail "$name: timed out after $STEP_TIMEOUT s"
-}
+# shellcheck source=tests/cluster/dynamic_test_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/dynamic_test_lib.sh"
+dynamic_test_init dynamic_parallel_save_test 2 dynpar "$@"
 
 step data "$BIN" data synth-ctr --out "$work/all.tsv" --rows 3000 --vocab 50 --seed 5
 if [[ $rc -eq 0 ]]; then pass "data: synth-ctr"; else fail "data: exit status $rc"; dump data; exit 1; fi
@@ -155,7 +128,4 @@ else
   fail "flip: no offset: $where"
 fi
 
-echo
-if [[ $failed -eq 0 ]]; then echo "dynamic_parallel_save_test: all assertions passed"; exit 0; fi
-echo "dynamic_parallel_save_test: $failed assertion(s) failed"
-exit 1
+dynamic_test_finish

@@ -1140,16 +1140,10 @@ DynamicSaveResult write_dynamic_checkpoint(MPI_Comm comm, const std::string& dir
     // ---- 4. parallel HDF5: collective metadata, then each rank's rows, independently -------------
     {
       detail::QuietErrors quiet;
-      H5Id fapl, fcpl, file, dxpl;
+      H5Id file, dxpl;
       std::vector<std::vector<H5Id>> dsets(nt);  // closed before `file` (declared after it)
       try {
-        fapl = H5Id(STRATA_CHECK_H5(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
-        STRATA_CHECK_H5(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL));
-        STRATA_CHECK_H5(H5Pset_all_coll_metadata_ops(fapl.get(), true));
-        STRATA_CHECK_H5(H5Pset_coll_metadata_write(fapl.get(), true));
-        fcpl = H5Id(STRATA_CHECK_H5(H5Pcreate(H5P_FILE_CREATE)), H5Pclose);
-        STRATA_CHECK_H5(H5Pset_userblock(fcpl.get(), block_bytes));
-        file = H5Id(STRATA_CHECK_H5(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get())), H5Fclose);
+        file = detail::create_parallel_file(tmp, comm, block_bytes);
         write_root(file.get(), version, global_step, manifest);
         const H5Id dcpl = dataset_creation();
         for (std::size_t i = 0; i < nt; ++i) {

@@ -267,5 +267,15 @@ std::string read_attr_string(hid_t obj, const char* name) {
   return out;
 }
 
+H5Id create_parallel_file(const std::string& path, MPI_Comm comm, hsize_t userblock_bytes) {
+  const H5Id fapl(STRATA_CHECK_H5(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
+  STRATA_CHECK_H5(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL));
+  STRATA_CHECK_H5(H5Pset_all_coll_metadata_ops(fapl.get(), true));
+  STRATA_CHECK_H5(H5Pset_coll_metadata_write(fapl.get(), true));
+  const H5Id fcpl(STRATA_CHECK_H5(H5Pcreate(H5P_FILE_CREATE)), H5Pclose);
+  STRATA_CHECK_H5(H5Pset_userblock(fcpl.get(), userblock_bytes));
+  return H5Id(STRATA_CHECK_H5(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get())), H5Fclose);
+}
+
 }  // namespace detail
 }  // namespace strata::checkpoint

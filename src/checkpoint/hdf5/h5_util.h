@@ -101,6 +101,11 @@ std::int64_t read_attr_i64(hid_t obj, const char* name);
 std::uint64_t read_attr_u64(hid_t obj, const char* name);
 std::string read_attr_string(hid_t obj, const char* name);
 
+// Creates (truncating) `path` for a parallel write: COLLECTIVE over `comm`, MPI-IO with collective
+// metadata reads and writes, and a user block of `userblock_bytes` in front of HDF5's data (the
+// integrity block). Throws Hdf5Error; every rank of `comm` must call it.
+H5Id create_parallel_file(const std::string& path, MPI_Comm comm, hsize_t userblock_bytes);
+
 }  // namespace strata::checkpoint::detail
 
 // Throws Hdf5Error when an HDF5 call returns a negative value (herr_t or hid_t).

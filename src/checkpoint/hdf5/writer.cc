@@ -408,17 +408,11 @@ std::string save(MPI_Comm comm, const std::string& dir, std::int64_t global_step
     // ---- 4. parallel HDF5 write --------------------------------------------------------------
     {
       detail::QuietErrors quiet;
-      H5Id fapl, fcpl, file, dxpl;
+      H5Id file, dxpl;
       std::vector<H5Id> dsets(datasets.size());  // closed before `file` (declared after it)
       std::string local;
       try {
-        fapl = H5Id(STRATA_CHECK_H5(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
-        STRATA_CHECK_H5(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL));
-        STRATA_CHECK_H5(H5Pset_all_coll_metadata_ops(fapl.get(), true));
-        STRATA_CHECK_H5(H5Pset_coll_metadata_write(fapl.get(), true));
-        fcpl = H5Id(STRATA_CHECK_H5(H5Pcreate(H5P_FILE_CREATE)), H5Pclose);
-        STRATA_CHECK_H5(H5Pset_userblock(fcpl.get(), block_bytes));
-        file = H5Id(STRATA_CHECK_H5(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get())), H5Fclose);
+        file = detail::create_parallel_file(tmp_path, comm, block_bytes);
 
         detail::write_attr_i32(file.get(), "format_version", kFormatVersion);
         detail::write_attr_i64(file.get(), "global_step", global_step);
