@@ -418,8 +418,7 @@ void ClientCore::start_dedupe(std::size_t n) {
 namespace {
 
 // dedupe_chunk's loop, compiled twice: a lookup's without the sums, so that it stays the plain
-// probe loop (with the summing code merely present, a lookup's worker CPU measured about 14 us
-// more per call of 4,096 ids).
+// probe loop (the summing code, even unused, slows the lookup's loop; docs/DYNAMIC.md, third pass).
 template <bool kSum>
 std::uint32_t dedupe_ids(const std::int64_t* ids, std::size_t lo, std::size_t hi, ClientCore::DynamicBatch::Slot* table,
                          std::size_t slots, std::uint32_t epoch, std::uint32_t* slot_of, std::int64_t* first,

@@ -378,10 +378,9 @@ struct DynamicTable::Impl {
         rec = reinterpret_cast<const std::uint8_t*>(at & ~std::uintptr_t{63});
         // For an update, a load rather than a prefetch of the first line: a prefetch that misses
         // the TLB may be dropped, and a table on 4 KiB pages has most records on pages the TLB
-        // does not hold; the load walks the page tables (its value is not used). Measured: updates
-        // of 2,000 rows of a 256k-row table 10-15% faster with it, lookups slower (their loop has
-        // less work to hide a stalled load behind), so lookups only prefetch. On huge pages the
-        // load still measured faster than a prefetch (medians of 64 updates, 3 alternating runs).
+        // does not hold; the load walks the page tables (its value is not used). Lookups only
+        // prefetch: their loop has too little work to hide a stalled load behind. (Figures, also
+        // on huge pages: docs/DYNAMIC.md, "Between nodes".)
         std::size_t k = 0;
         if (for_write) {
           touch_sink = static_cast<std::uint8_t>(touch_sink + *reinterpret_cast<const volatile std::uint8_t*>(rec));
