@@ -1164,8 +1164,16 @@ DynamicSaveResult write_dynamic_checkpoint(MPI_Comm comm, const std::string& dir
       try {
         // Test hook (STRATA_TEST_DYNAMIC_WRITE_FAIL_RANK=r): rank r of `comm` fails its write as a
         // full disk would, after the file was created, so a test sees one rank fail mid-write.
-        const char* fail = std::getenv("STRATA_TEST_DYNAMIC_WRITE_FAIL_RANK");
-        if (fail != nullptr && std::atoi(fail) == rank) throw Error("injected write failure (test hook)");
+        // Anything but a whole non-negative number fails the save naming the variable (never a
+        // silent rank 0, as atoi's 0 for garbage would be).
+        if (const char* fail = std::getenv("STRATA_TEST_DYNAMIC_WRITE_FAIL_RANK"); fail != nullptr && *fail != 0) {
+          char* end = nullptr;
+          errno = 0;
+          const long r = std::strtol(fail, &end, 10);
+          if (errno != 0 || end == fail || *end != 0 || r < 0)
+            throw ConfigError("STRATA_TEST_DYNAMIC_WRITE_FAIL_RANK='" + std::string(fail) + "' is not a rank number");
+          if (r == rank) throw Error("injected write failure (test hook)");
+        }
         for (std::size_t i = 0; i < nt; ++i)
           for (std::size_t k = 0; k < ds[i].size(); ++k) {
             const Dataset& d = ds[i][k];
