@@ -4,6 +4,12 @@
 #include <chrono>
 #include <string>
 
+// Every strata translation unit that includes Eigen agrees on EIGEN_FAST_MATH (src/model/gemm.cc).
+#ifndef EIGEN_FAST_MATH
+#define EIGEN_FAST_MATH 0
+#endif
+#include <Eigen/Core>
+
 #include "strata/common/error.h"
 
 namespace strata::ps {
@@ -141,6 +147,59 @@ int apply_dense_team(ApplyTeam* team, const OptimizerConfig& config, std::int64_
       between_chunks);
   return parts;
 }
+
+template <typename T>
+int apply_mean_team(ApplyTeam* team, const OptimizerConfig& config, std::int64_t step, T* var, T* const* slots,
+                    int num_slots, const T* const* grads, int num_grads, T* scratch, std::size_t n,
+                    const std::function<void()>& between_chunks) {
+  constexpr std::size_t kRun = 1024;                      // averaged and applied from L1
+  constexpr std::size_t kProgress = std::size_t{1} << 18;  // between_chunks about this often
+  constexpr int kMaxSlots = 4;
+  if (num_slots < 0 || num_slots > kMaxSlots)
+    throw Error("apply_mean_team: " + std::to_string(num_slots) + " optimizer slots, at most 4 supported");
+  if (num_grads < 1) throw Error("apply_mean_team: no gradients to average");
+  using Vec = Eigen::Array<T, Eigen::Dynamic, 1>;
+  const T workers = static_cast<T>(num_grads);
+  auto range = [&](std::size_t begin, std::size_t end, bool caller) {
+    T* run_slots[kMaxSlots] = {};
+    std::size_t since_progress = 0;
+    for (std::size_t b = begin; b < end; b += kRun) {
+      const std::size_t len = std::min(kRun, end - b);
+      Eigen::Map<Vec> mean(scratch + b, static_cast<Eigen::Index>(len));
+      mean.setZero();
+      for (int w = 0; w < num_grads; ++w) mean += Eigen::Map<const Vec>(grads[w] + b, static_cast<Eigen::Index>(len));
+      mean /= workers;
+      for (int k = 0; k < num_slots; ++k) run_slots[static_cast<std::size_t>(k)] = slots[k] + b;
+      apply_dense(config, step, var + b, run_slots, scratch + b, len);
+      since_progress += len;
+      if (caller && between_chunks && since_progress >= kProgress && b + len < end) {
+        between_chunks();
+        since_progress = 0;
+      }
+    }
+  };
+  const int parts = team ? static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(team->size()),
+                                                                     n / kMinElementsPerPartSync))
+                         : 1;
+  if (parts <= 1) {
+    range(0, n, true);
+    return 1;
+  }
+  team->run(
+      parts,
+      [&](int p) {
+        std::size_t begin = 0, end = 0;
+        split_range(n, parts, p, &begin, &end);
+        range(begin, end, p == 0);
+      },
+      between_chunks);
+  return parts;
+}
+
+template int apply_mean_team<float>(ApplyTeam*, const OptimizerConfig&, std::int64_t, float*, float* const*, int,
+                                    const float* const*, int, float*, std::size_t, const std::function<void()>&);
+template int apply_mean_team<double>(ApplyTeam*, const OptimizerConfig&, std::int64_t, double*, double* const*, int,
+                                     const double* const*, int, double*, std::size_t, const std::function<void()>&);
 
 template int apply_dense_team<float>(ApplyTeam*, const OptimizerConfig&, std::int64_t, float*, float* const*, int,
                                       const float*, std::size_t, const std::function<void()>&);

@@ -59,6 +59,9 @@ class ApplyTeam {
 // Elements below which a split is not worth the helpers' wake-up (tens of microseconds against
 // about 0.1 ms of Adam on 32 K floats).
 inline constexpr std::size_t kMinElementsPerPart = std::size_t{1} << 17;
+// The same for a sync round's update (apply_mean_team): the workers wait for it with nothing to
+// do, so their cores are idle and a smaller part still pays for its wake-up.
+inline constexpr std::size_t kMinElementsPerPartSync = std::size_t{1} << 15;
 
 // [begin, end) of part p of n elements split in `parts`, boundaries on multiples of 16 elements
 // (one 64-byte line of floats) so two threads never write one cache line.
@@ -73,5 +76,16 @@ template <typename T>
 int apply_dense_team(ApplyTeam* team, const OptimizerConfig& config, std::int64_t step, T* var,
                       T* const* slots, int num_slots, const T* grad, std::size_t n,
                       const std::function<void()>& between_chunks);
+
+// A sync round's update: the mean of the workers' gradients, (((0 + grads[0][i]) + grads[1][i]) +
+// ...) / num_grads (worker order, from +0), then the optimizer step on it, fused: each run of
+// 1,024 elements is averaged into `scratch` (n elements, the caller's) and applied while it is in
+// L1, and the range is split over `team` (parts of at least kMinElementsPerPartSync). Every element
+// gets exactly the arithmetic of mean-then-apply_dense, so the bits do not depend on the team's
+// size or the split. between_chunks as in apply_dense_team. Returns the threads that took part.
+template <typename T>
+int apply_mean_team(ApplyTeam* team, const OptimizerConfig& config, std::int64_t step, T* var, T* const* slots,
+                    int num_slots, const T* const* grads, int num_grads, T* scratch, std::size_t n,
+                    const std::function<void()>& between_chunks);
 
 }  // namespace strata::ps

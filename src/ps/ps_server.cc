@@ -11,12 +11,6 @@
 // updates may under async (TF's unlocked applies interleave element by element).
 #include "ps/server_core.h"
 
-// Every strata translation unit that includes Eigen agrees on EIGEN_FAST_MATH (src/model/gemm.cc).
-#ifndef EIGEN_FAST_MATH
-#define EIGEN_FAST_MATH 0
-#endif
-#include <Eigen/Core>
-
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -28,29 +22,6 @@
 #include "strata/common/signals.h"
 
 namespace strata::ps {
-
-namespace {
-
-// A sync round's mean gradient: out[i] = (((0 + g[0][i]) + g[1][i]) + ...) / workers, the sum
-// in worker order starting from +0 (so a round is bit-identical to summing the workers one after
-// another, however many there are). Eigen vectorises each element-wise pass and never reorders
-// them; walking 4 KiB chunks keeps `out` in L1 across the passes. It runs on the PS between the
-// last worker's push and the apply, i.e. on the critical path of every sync step.
-template <typename T>
-void mean_in_worker_order(T* out, const std::vector<const T*>& grads, std::size_t n) {
-  using Vec = Eigen::Array<T, Eigen::Dynamic, 1>;
-  constexpr std::size_t kChunk = 4096 / sizeof(T);
-  const T workers = static_cast<T>(grads.size());
-  for (std::size_t begin = 0; begin < n; begin += kChunk) {
-    const auto len = static_cast<Eigen::Index>(std::min(kChunk, n - begin));
-    Eigen::Map<Vec> sum(out + begin, len);
-    sum.setZero();
-    for (const T* g : grads) sum += Eigen::Map<const Vec>(g + begin, len);
-    sum /= workers;
-  }
-}
-
-}  // namespace
 
 void ServerCore::publish_stats() {
   store_i64(base() + layout.stats(), applied);
@@ -144,6 +115,35 @@ void ServerCore::apply(std::size_t s, const T* grad_or_null, const std::vector<s
   ++applied;
   applied_elements += grad_or_null ? static_cast<std::int64_t>(sh.bytes / sizeof(T))
                                    : static_cast<std::int64_t>(rows.size() * (row_bytes(s) / sizeof(T)));
+  busy_s += std::chrono::duration<double>(Clock::now() - t0).count() - progress_s;
+  publish_stats();
+}
+
+
+template <typename T>
+void ServerCore::apply_mean(std::size_t s, const std::vector<const T*>& grads, T* scratch) {
+  const Shard& sh = shard(s);
+  const OptimizerConfig& optimizer = optimizer_of(s);
+  const int nslots = ps::num_slots(optimizer.kind);
+  T* var = reinterpret_cast<T*>(base() + layout.shard(s).values);
+  T* slots[8] = {};
+  STRATA_CHECK(nslots <= 8, "optimizer with ", nslots, " slots");
+  for (int k = 0; k < nslots; ++k)
+    slots[k] = reinterpret_cast<T*>(base() + layout.shard(s).slots + static_cast<std::uint64_t>(k) * sh.bytes);
+  const std::int64_t step = ++rounds[s] + step_base[s];
+  const auto t0 = Clock::now();
+  double progress_s = 0;
+  const std::size_t n = sh.bytes / sizeof(T);
+  const int parts = apply_mean_team<T>(team.get(), optimizer, step, var, slots, nslots, grads.data(),
+                                       static_cast<int>(grads.size()), scratch, n, [this, &progress_s] {
+                                         const auto p0 = Clock::now();
+                                         transport->progress();
+                                         progress_s += std::chrono::duration<double>(Clock::now() - p0).count();
+                                       });
+  if (parts > 1) ++split_updates;
+  max_parts = std::max<std::int64_t>(max_parts, parts);
+  ++applied;
+  applied_elements += static_cast<std::int64_t>(n);
   busy_s += std::chrono::duration<double>(Clock::now() - t0).count() - progress_s;
   publish_stats();
 }
@@ -285,9 +285,8 @@ bool ServerCore::serve_shard_sync(std::size_t ls, std::size_t s) {
       grads[static_cast<std::size_t>(w)] = read_inbox<T>(s, w, rows, &dense);
       same_kind(w);
     }
-    mean_in_worker_order(sum.data(), grads, n);
     busy_s += std::chrono::duration<double>(Clock::now() - t_sum).count();
-    apply<T>(s, sum.data(), rows, nullptr);
+    apply_mean<T>(s, grads, sum.data());
   } else {
     std::vector<std::int64_t> all_rows;
     std::vector<T> all_grads;

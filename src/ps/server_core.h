@@ -137,6 +137,11 @@ struct ServerCore final : PsCore {
 
   template <typename T>
   void apply(std::size_t s, const T* grad_or_null, const std::vector<std::int64_t>& rows, const T* row_grads);
+  // A sync round's dense update of shard s: the mean of `grads` (one per worker, worker order)
+  // and the optimizer step, fused and split over the team (apply_mean_team); `scratch` holds the
+  // shard's elements. Counts and times itself as apply() does.
+  template <typename T>
+  void apply_mean(std::size_t s, const std::vector<const T*>& grads, T* scratch);
   template <typename T>
   void apply_stream_chunk(std::size_t ls, std::size_t s, int w, std::size_t begin, std::size_t count, const T* grad,
                           bool first, bool last, bool on_loop);

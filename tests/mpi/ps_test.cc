@@ -169,8 +169,9 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, SyncOptimizer,
                            return opt.substr(0, opt.find(':')) + "_" + std::get<1>(info.param);
                          });
 
-// --ps-threads: a shard large enough to be split over the PS's apply team (2 x 2^17 elements and
-// more) gets exactly the bits of the single-threaded reference.
+// --ps-threads: a sync round's shard large enough to be split over the PS's apply team (2 x 2^15
+// elements and more: the mean of the workers' gradients and the update, fused, apply_mean_team)
+// gets exactly the bits of the single-threaded reference.
 TEST(ParameterServers, ApplyThreadsGiveTheSameBits) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
@@ -179,7 +180,7 @@ TEST(ParameterServers, ApplyThreadsGiveTheSameBits) {
   options.optimizer = OptimizerConfig::parse("adam:lr=0.01");
   options.consistency = ConsistencyConfig::parse("sync");
   options.apply_threads = 3;
-  const Shape shape = {2048, 160};  // 327,680 elements: 2 parts of the team
+  const Shape shape = {512, 161};  // 82,432 elements: 2 parts of the team, not on a 1,024 boundary
   const Initializer init = Initializer::uniform(-1.0, 1.0, 7);
   auto ps = ParameterServers::materialize(*job.runtime, options, {var("big", shape, Partitioner::none(), init)});
   const int steps = 3;

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -115,6 +116,60 @@ TEST(ApplyTeam, TeamUpdateIsBitIdenticalToTheReference) {
       EXPECT_FALSE(hook_elsewhere);
       // One thread: 4 chunks, 3 hooks per step. Several: the caller's part has 2 or 3 chunks.
       EXPECT_GT(hooks, 0) << spec << ", " << threads << " thread(s)";
+    }
+  }
+}
+
+// A sync round's fused mean and update (apply_mean_team) against the unfused arithmetic: the mean
+// (((0 + g0) + g1) + ...) / workers computed element by element in float, then the scalar
+// reference update; any team size, 1-3 workers, sizes off every boundary (1,024-element runs,
+// 16-element split lines), several steps.
+TEST(ApplyTeam, SyncMeanAndUpdateAreBitIdenticalToMeanThenReference) {
+  for (const char* spec : {"adam:lr=0.01", "adagrad:lr=0.1", "sgd:lr=0.5", "ftrl:lr=0.1,l1=0.001"}) {
+    const auto opt = strata::ps::OptimizerConfig::parse(spec);
+    const int k = strata::ps::num_slots(opt.kind);
+    for (std::size_t n : {std::size_t{1}, std::size_t{1023}, std::size_t{70001}, std::size_t{200003}}) {
+      for (int workers : {1, 2, 3}) {
+        for (int threads : {1, 2, 3}) {
+          ApplyTeam team(threads);
+          std::vector<float> var(n), ref(n), scratch(n), mean(n);
+          std::vector<std::vector<float>> grads(workers, std::vector<float>(n));
+          std::vector<const float*> gp;
+          for (int w = 0; w < workers; ++w) gp.push_back(grads[w].data());
+          std::vector<std::vector<float>> slots(k, std::vector<float>(n)), ref_slots(k, std::vector<float>(n));
+          std::vector<float*> sp, rp;
+          for (int s = 0; s < k; ++s) {
+            const float init = static_cast<float>(strata::ps::slot_initial_value(opt, s));
+            std::fill(slots[s].begin(), slots[s].end(), init);
+            std::fill(ref_slots[s].begin(), ref_slots[s].end(), init);
+            sp.push_back(slots[s].data());
+            rp.push_back(ref_slots[s].data());
+          }
+          for (std::size_t i = 0; i < n; ++i) var[i] = ref[i] = static_cast<float>(i % 977) * 1e-3f - 0.4f;
+          int parts = 0;
+          for (std::int64_t step = 1; step <= 3; ++step) {
+            for (int w = 0; w < workers; ++w)
+              for (std::size_t i = 0; i < n; ++i)
+                grads[w][i] = static_cast<float>((i * 31 + static_cast<std::size_t>(w * 7 + step) * 101) % 1013) * 1e-3f - 0.5f;
+            parts = strata::ps::apply_mean_team<float>(&team, opt, step, var.data(), sp.data(), k, gp.data(), workers,
+                                                       scratch.data(), n, {});
+            for (std::size_t i = 0; i < n; ++i) {
+              float sum = 0.0f;
+              for (int w = 0; w < workers; ++w) sum += grads[w][i];
+              mean[i] = sum / static_cast<float>(workers);
+            }
+            strata::ps::apply_dense_reference(opt, step, ref.data(), rp.data(), mean.data(), n);
+          }
+          const std::string what = std::string(spec) + ", n " + std::to_string(n) + ", " + std::to_string(workers) +
+                                   " worker(s), " + std::to_string(threads) + " thread(s)";
+          EXPECT_EQ(std::memcmp(var.data(), ref.data(), n * 4), 0) << what;
+          for (int s = 0; s < k; ++s) EXPECT_EQ(std::memcmp(slots[s].data(), ref_slots[s].data(), n * 4), 0) << what;
+          // The split happens where it should: parts of at least kMinElementsPerPartSync.
+          const int want = static_cast<int>(std::max<std::size_t>(
+              1, std::min<std::size_t>(static_cast<std::size_t>(threads), n / strata::ps::kMinElementsPerPartSync)));
+          EXPECT_EQ(parts, want) << what;
+        }
+      }
     }
   }
 }
