@@ -478,10 +478,10 @@ train::StepResult GraphModel::run(const train::Params& params, const train::Inpu
     const auto it = params.dense.find(var.name);
     if (it == params.dense.end()) throw Error("nn: model parameter '" + var.name + "' was not provided");
     const std::int64_t want = ps::num_elements(var.shape);
-    if (static_cast<std::int64_t>(it->second.value.size()) != want)
-      throw Error("nn: model parameter '" + var.name + "' has " + std::to_string(it->second.value.size()) +
+    if (static_cast<std::int64_t>(it->second.size()) != want)
+      throw Error("nn: model parameter '" + var.name + "' has " + std::to_string(it->second.size()) +
                   " elements, expected " + std::to_string(want));
-    ws.var_value[v] = it->second.value.data();
+    ws.var_value[v] = it->second.data();
   }
 
   // ---- (2) embedding tables: unique ids, pulled rows, per-slot indices ----

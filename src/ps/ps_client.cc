@@ -300,9 +300,19 @@ void PsClient::pull(std::string_view variable, void* dst, std::size_t bytes) {
 void PsClient::pull_many(const std::vector<PullTarget>& targets) {
   ClientCore& m = core();
   m.settle_sync("sync pull");
+  const bool sync = m.options.consistency.mode == Consistency::kSync;
   for (const PullTarget& t : targets) {
     const VariableSpec& spec = m.spec_of(t.variable, "pull");
     m.check_bytes(spec, t.bytes, "pull");
+    if (t.in_place) {
+      *t.in_place = nullptr;
+      const auto shards = m.map.shards_of(spec.name);
+      if (sync && shards.size() == 1) {
+        const std::size_t s = static_cast<std::size_t>(&shards[0] - m.map.shards().data());
+        *t.in_place = m.transport->local_view(*m.region, m.ps_rank[shards[0].ps], m.layout.shard(s).values, t.bytes);
+        if (*t.in_place) continue;
+      }
+    }
     const std::size_t row_bytes = t.bytes / static_cast<std::size_t>(std::max<std::int64_t>(1, num_rows(spec.shape)));
     for (const Shard& sh : m.map.shards_of(spec.name)) {
       const std::size_t s = static_cast<std::size_t>(&sh - m.map.shards().data());

@@ -78,6 +78,24 @@ void ReplicaContext::read_many(const std::vector<Variable>& vars, const std::vec
   }
 }
 
+void ReplicaContext::read_many(const std::vector<Variable>& vars, const std::vector<std::vector<float>*>& out,
+                               std::vector<const float*>& in_place) {
+  in_place.assign(vars.size(), nullptr);
+  if (strategy_.replicas_->size() != 1 || out.size() != vars.size()) return read_many(vars, out);
+  std::vector<const void*> views(vars.size(), nullptr);
+  std::vector<ps::PsClient::PullTarget> targets;
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    const std::size_t n = static_cast<std::size_t>(vars[i].num_elements());
+    out[i]->resize(n);
+    targets.push_back({vars[i].name(), out[i]->data(), n * sizeof(float), &views[i]});
+  }
+  {
+    std::lock_guard<std::mutex> lock(strategy_.ps_mutex_);
+    strategy_.ps_client().pull_many(targets);
+  }
+  for (std::size_t i = 0; i < vars.size(); ++i) in_place[i] = static_cast<const float*>(views[i]);
+}
+
 void ReplicaContext::read(const Variable& var, std::vector<float>& out) {
   auto& group = *strategy_.replicas_;
   const std::size_t n = static_cast<std::size_t>(var.num_elements());

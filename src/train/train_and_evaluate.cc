@@ -697,6 +697,8 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
   // Test hook (documented in the env table): RANK:SECONDS slows that world rank by SECONDS after
   // each of its steps, a worker alive but slow.
   const double step_delay = test_hook_delay(env, "STRATA_TEST_STEP_DELAY_RANK", rt->rank());
+  // Sync pulls read in place where they can (ReplicaContext::read_many); 0 copies every pull.
+  const bool pull_in_place = env.get_bool("STRATA_PULL_IN_PLACE", true);
   for (int epoch = static_cast<int>(resume.epoch); epoch < epochs && !ctx.stop_requested(); ++epoch) {
     const std::int64_t skip = epoch == resume.epoch ? resume.offset : 0;
     ctx.epoch = epoch;
@@ -768,16 +770,27 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
           TraceWriter::Span span(trace, "pull", r);
           // The dense variables in one batch (one completion wait for all of them), then the
           // rows each replica needs.
+          // Under sync, variables a PS on this node holds in one shard are read in place (no
+          // copy): they stay as they are until this worker's push below.
           std::vector<Variable> dense;
           std::vector<std::vector<float>*> dense_out;
+          std::vector<model::DenseParam*> dense_params;
           for (const auto& var : vars) {
             if (is_sparse(var.name())) continue;
             model::DenseParam& p = params.dense[var.name()];
             p.shape = var.shape();
+            p.in_place = nullptr;
             dense.push_back(var);
             dense_out.push_back(&p.value);
+            dense_params.push_back(&p);
           }
-          rctx.read_many(dense, dense_out);
+          if (pull_in_place) {
+            std::vector<const float*> views;
+            rctx.read_many(dense, dense_out, views);
+            for (std::size_t i = 0; i < views.size(); ++i) dense_params[i]->in_place = views[i];
+          } else {
+            rctx.read_many(dense, dense_out);
+          }
           for (const auto& var : vars) {
             if (!is_sparse(var.name())) continue;
             model::SparseParam& sp = params.sparse[var.name()];

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <tuple>
@@ -168,6 +169,86 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, SyncOptimizer,
                            const std::string& opt = std::get<0>(info.param);
                            return opt.substr(0, opt.find(':')) + "_" + std::get<1>(info.param);
                          });
+
+// Sync pulls in place (PsClient::PullTarget::in_place): a variable held in one shard by a PS on
+// this node is read where the PS keeps it, with the bits a copy would give (and the
+// single-process reference's) after every round; a partitioned variable and every async pull are
+// copied. Which transports give a view: mpi's shared windows and tcp's co-located peers; tcp's
+// network path (STRATA_TCP_FORCE_REMOTE) and ucx give none.
+class PullInPlace : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PullInPlace, SyncReadsOneShardVariablesWhereThePsKeepsThem) {
+  TestComm comm;
+  SKIP_WITHOUT_WORKERS(comm);
+  const std::string transport = GetParam();
+  const char* remote = std::getenv("STRATA_TCP_FORCE_REMOTE");
+  const char* shared = std::getenv("STRATA_MPI_SHARED");
+  const bool views_expected = (transport == "mpi" && !(shared && std::string(shared) == "0")) ||
+                              (transport == "tcp" && !(remote && std::string(remote) == "1"));
+  for (const char* mode : {"sync", "async"}) {
+    Job job = start(comm);
+    PsOptions options;
+    options.optimizer = OptimizerConfig::parse("adam:lr=0.01");
+    options.transport = transport;
+    options.consistency = ConsistencyConfig::parse(mode);
+    const Shape shape = {10, 7};
+    const Initializer init = Initializer::uniform(-1.0, 1.0, 42);
+    auto ps = ParameterServers::materialize(
+        *job.runtime, options,
+        {var("whole", shape, Partitioner::none(), init), var("split", shape, Partitioner::fixed_shards(2), init)});
+    const bool sync = std::string(mode) == "sync";
+    bool ok = true;
+    std::string why;
+    if (ps.is_ps()) {
+      ps.server->serve();
+    } else {
+      const int steps = 4;
+      std::vector<float> g(70), whole(70, -7.0f), split(70), copy(70);
+      for (int t = 0; t < steps; ++t) {
+        for (std::size_t i = 0; i < g.size(); ++i) g[i] = grad_of(ps.client->worker_index(), t, i);
+        ps.client->push("whole", g.data(), g.size() * 4);
+        ps.client->push("split", g.data(), g.size() * 4);
+        const void* whole_view = reinterpret_cast<const void*>(1);
+        const void* split_view = reinterpret_cast<const void*>(1);
+        ps.client->pull_many({{"whole", whole.data(), 280, &whole_view}, {"split", split.data(), 280, &split_view}});
+        ps.client->pull("whole", copy.data(), 280);
+        const bool want_view = sync && views_expected;
+        if ((whole_view != nullptr) != want_view) {
+          ok = false;
+          why += std::string(mode) + " step " + std::to_string(t) + ": in-place view " +
+                 (whole_view ? "given" : "not given") + "; ";
+        }
+        if (split_view != nullptr) {
+          ok = false;
+          why += "a partitioned variable was given a view; ";
+        }
+        const float* got = whole_view ? static_cast<const float*>(whole_view) : whole.data();
+        // (Under async another worker's push may land between the two pulls: values not compared.)
+        if (sync && (std::memcmp(got, copy.data(), 280) != 0 || std::memcmp(split.data(), copy.data(), 280) != 0)) {
+          ok = false;
+          why += std::string(mode) + " step " + std::to_string(t) + ": in-place or pulled values differ from a copy; ";
+        }
+        if (whole_view && whole[0] != -7.0f) {
+          ok = false;
+          why += "the destination of an in-place pull was written; ";
+        }
+      }
+      if (sync) {
+        const std::vector<float> want = reference(options.optimizer, init, shape, job.workers, steps);
+        if (std::memcmp(copy.data(), want.data(), 280) != 0) {
+          ok = false;
+          why += "sync values differ from the single-process reference; ";
+        }
+      }
+      ps.client->done();
+    }
+    EXPECT_TRUE(ok) << why;
+    STRATA_EXPECT_ALL(comm.get(), ok);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, PullInPlace, ::testing::ValuesIn(strata::comm::compiled_transports()),
+                         [](const auto& info) { return info.param; });
 
 // --ps-threads: a sync round's shard large enough to be split over the PS's apply team (2 x 2^15
 // elements and more: the mean of the workers' gradients and the update, fused, apply_mean_team)

@@ -134,6 +134,19 @@ class Transport {
     return false;
   }
 
+  // Where this rank can load `bytes` of `peer`'s region at `offset` directly (a peer on this node
+  // whose memory is mapped here), else nullptr. A load through it is a get without the copy: it
+  // sees what a get issued at that moment would see, ordered only as a get is (the caller orders
+  // it against the peer's writes with acks and atomics, as it would a get). Valid for the region's
+  // lifetime. Not collective; no communication.
+  virtual const void* local_view(Region& region, int peer, std::uint64_t offset, std::size_t bytes) {
+    (void)region;
+    (void)peer;
+    (void)offset;
+    (void)bytes;
+    return nullptr;
+  }
+
   // Blocking atomics on 8-byte integers; remote completion included.
   virtual std::int64_t fetch_add(Region& region, int peer, std::uint64_t offset, std::int64_t value) = 0;
   virtual std::int64_t atomic_read(Region& region, int peer, std::uint64_t offset) = 0;

@@ -39,10 +39,17 @@ struct Inputs {
   std::int64_t first_example = 0;
 };
 
-// A whole dense variable, row-major, as pulled from the parameter servers.
+// A whole dense variable, row-major, as pulled from the parameter servers: in `value`, or, when
+// `in_place` is set, read in place from a PS on this node (ReplicaContext::read_many's in-place
+// form: `in_place` points at num_elements(shape) floats valid until the worker's next push of the
+// variable, and `value` is ignored). Readers go through data() and size().
 struct DenseParam {
   std::vector<float> value;
   ps::Shape shape;
+  const float* in_place = nullptr;
+
+  const float* data() const { return in_place ? in_place : value.data(); }
+  std::size_t size() const { return in_place ? static_cast<std::size_t>(ps::num_elements(shape)) : value.size(); }
 };
 
 // Some rows of a [vocab, width] table: values holds rows.size() * width floats, row i of values

@@ -300,10 +300,18 @@ class PsClient final : public PsEndpoint {
   void pull(std::string_view variable, void* dst, std::size_t bytes);
   // Dense pulls of several variables with one completion wait for all of them (between nodes,
   // one network round trip for the lot instead of one per variable).
+  //   In place (`in_place` non-null): under sync consistency, a variable held in one shard by a
+  //   PS on this node is not copied: *in_place points at the PS's own values (Transport::local_view)
+  //   and dst is left alone; otherwise *in_place is nullptr and dst is filled. Those values are
+  //   this worker's settled round and do not change until this worker pushes the variable again
+  //   (the PS applies a sync round only once every worker pushed it), so the caller reads them
+  //   only until its next push of that variable. Never in place under async or staleness:N, where
+  //   the PS applies while workers compute.
   struct PullTarget {
     std::string_view variable;
     void* dst = nullptr;
     std::size_t bytes = 0;
+    const void** in_place = nullptr;
   };
   void pull_many(const std::vector<PullTarget>& targets);
   // Dense push of a gradient of the variable's full shape and dtype.

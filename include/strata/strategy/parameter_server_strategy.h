@@ -249,6 +249,12 @@ class ReplicaContext {
   // Collective: read() of several variables at once, out[i] getting vars[i]; the pulls share one
   // completion wait (between nodes one round trip for all of them instead of one per variable).
   void read_many(const std::vector<Variable>& vars, const std::vector<std::vector<float>*>& out);
+  // read_many, reading in place where it can (ps::PsClient::PullTarget's `in_place`: sync
+  // consistency, one replica per worker, a variable in one shard on a PS of this node):
+  // in_place[i] is then the PS's own values of vars[i] and out[i] is left alone, else nullptr
+  // and out[i] is filled. In-place values are valid until this worker pushes that variable again.
+  void read_many(const std::vector<Variable>& vars, const std::vector<std::vector<float>*>& out,
+                 std::vector<const float*>& in_place);
   // Rows of a (sparse) variable; each replica asks for its own rows. Not collective; thread-safe
   // (the replicas' requests to the PS are serialised).
   void read_rows(const Variable& var, const std::vector<std::int64_t>& rows, std::vector<float>& out);

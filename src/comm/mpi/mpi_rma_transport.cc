@@ -204,6 +204,13 @@ void MpiRmaTransport::get(Region& region, int peer, std::uint64_t offset, void* 
   }
 }
 
+const void* MpiRmaTransport::local_view(Region& region, int peer, std::uint64_t offset, std::size_t bytes) {
+  auto& r = as_mpi(region);
+  if (!r.shared()) return nullptr;
+  r.check_range(peer, offset, bytes, "local_view");
+  return r.peer_base(peer) + offset;
+}
+
 void MpiRmaTransport::put(Region& region, int peer, std::uint64_t offset, const void* src, std::size_t bytes) {
   auto& r = as_mpi(region);
   r.check_range(peer, offset, bytes, "put");

@@ -460,6 +460,12 @@ void TcpTransport::get(Region& region, int peer, std::uint64_t offset, void* dst
   peers_[peer].writes_unacked = false;  // its reply follows every earlier write's effect
 }
 
+const void* TcpTransport::local_view(Region& region, int peer, std::uint64_t offset, std::size_t bytes) {
+  auto& r = as_tcp(region);
+  r.check_range(peer, offset, bytes, "local_view");
+  return same_node(peer) ? local_->local_view(r.inner(), node_rank_[peer], offset, bytes) : nullptr;
+}
+
 void TcpTransport::put(Region& region, int peer, std::uint64_t offset, const void* src, std::size_t bytes) {
   auto& r = as_tcp(region);
   r.check_range(peer, offset, bytes, "put");
