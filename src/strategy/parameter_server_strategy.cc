@@ -434,6 +434,15 @@ void ParameterServerStrategy::materialize() {
   gather_restore_report();
   if (report_) last_save_global_step_ = report_->global_step;
   last_save_time_ = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  // Sync: the clocks start at 0 in every job and each worker advances the global step once per
+  // step, so round c ends at G0 + W * c. The chief may post the first save now (before its first
+  // push), which is the only way it can land at round 2.
+  sync_start_step_ = last_save_global_step_;
+  last_save_round_ = 0;
+  if (is_chief() && !checkpoint_.directory.empty() && options_.ps.consistency.mode == ps::Consistency::kSync) {
+    std::lock_guard<std::mutex> lock(ps_mutex_);
+    schedule_sync_save(0);
+  }
 }
 
 ps::PsEndpoint& ParameterServerStrategy::ps_endpoint() {
