@@ -49,13 +49,13 @@ check_saves() {
 }
 
 # ---------------------------------------------------------------------------------------------
-# N = 5 (not a multiple of W = 2): rounds 3, 6, 9, ... (the first reaching 5, 11, 17, ...); the
-# last boundary, round 20, is the final save. N = 4: every second round, the last one at round 20,
-# so the final save finds step 40 saved already. N = 7: every fourth round, ending on round 20.
-for spec in "5|6 12 18 24 30 36 40" "4|4 8 12 16 20 24 28 32 36 40" "7|8 16 24 32 40"; do
-  n=${spec%%|*}
-  want=${spec#*|}
-  for attempt in 1 2; do
+# N = 5 (not a multiple of W = 2): rounds 3, 6, 9, ... (the first reaching 5, 11, 17, ...), and
+# the end, round 20 (global step 40). N = 4: every second round, the last one at round 20, so the
+# final save finds step 40 saved already. N = 7: every fourth round, ending on round 20 (run once:
+# the two others are the ones run twice).
+for spec in "5|2|6 12 18 24 30 36 40" "4|2|4 8 12 16 20 24 28 32 36 40" "7|1|8 16 24 32 40"; do
+  IFS='|' read -r n runs want <<< "$spec"
+  for attempt in $(seq 1 "$runs"); do
     case_begin "sync, 2 workers, --save-every-steps $n (run $attempt): saves at global steps $want"
     D="$TEST_TMP/n$n-$attempt"
     mpi 3 "$STRATA_BIN" "${TRAIN[@]}" --checkpoint-dir "$D" --save-every-steps "$n"
@@ -71,8 +71,7 @@ done
 # the uninterrupted run saved) and the final 40; with N = 4 at 22, 26, ..., 38 (its first save at
 # its round 2, posted before its first step) and the final 40.
 for spec in "5|24 30 36 40" "4|22 26 30 34 38 40"; do
-  n=${spec%%|*}
-  want=${spec#*|}
+  IFS='|' read -r n want <<< "$spec"
   case_begin "sync, resumed at global step 18, --save-every-steps $n: saves at $want"
   R="$TEST_TMP/resume-n$n"
   mpi 3 "$STRATA_BIN" "${TRAIN[@]}" --restore "$TEST_TMP/n5-1/ckpt-18.h5" --checkpoint-dir "$R" --save-every-steps "$n"
