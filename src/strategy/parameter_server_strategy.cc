@@ -483,7 +483,10 @@ void ParameterServerStrategy::finish_training(const ps::WorkerPosition& position
   if (training_finished_) return;
   training_finished_ = true;
   if (!checkpoint_.directory.empty() && !stopped_) {
-    // The chief's periodic schedule (end_step's) while slower workers still train.
+    // The chief's periodic schedule (end_step's) while slower workers still train: async and
+    // staleness:N only (finish_checkpoints never calls it under sync, where every worker ends
+    // with the chief), so the global step it reads is the one the save will hold, give or take
+    // the steps in flight, as in end_step's async branch.
     auto due = [this, &p]() -> int {
       const bool preempt = checkpoint_.handle_signals && (preemption_signal() != 0 || p.preemption_reports() > 0);
       bool save = preempt;
