@@ -410,11 +410,14 @@ void PsClient::request_save(bool stop) {
   if (m.worker != 0) throw Error("request_save: only the chief (worker 0) requests saves");
   if (!m.options.checkpoint.enabled) throw Error("request_save: checkpointing is not enabled");
   if (save_pending()) return;
-  // Sync: the target c+1 is where every worker's round c+1 ends (none can be past it). Async and
-  // staleness:N: 0, so every worker joins at its own next boundary and none waits for another to
-  // reach the chief's clock (a slow worker costs the others at most its step in progress).
+  // Sync: the target c+2, where every worker's round c+2 ends. Not c+1: the chief posts after
+  // its push of round c, and another worker may have finished round c+1 (it needs only round c)
+  // and looked for a request at its boundary before this post; round c+2 needs the chief's push
+  // of round c+1, which comes after it. Async and staleness:N: 0, so every worker joins at its
+  // own next boundary and none waits for another to reach the chief's clock (a slow worker costs
+  // the others at most its step in progress).
   const bool sync = m.options.consistency.mode == Consistency::kSync;
-  m.post_save(sync ? m.clock + 1 : 0, stop ? control::kSaveStop : 0);
+  m.post_save(sync ? m.clock + 2 : 0, stop ? control::kSaveStop : 0);
 }
 
 bool PsClient::save_pending() const { return core().save_posted > core().saves_joined; }
@@ -448,8 +451,9 @@ PsClient::Boundary PsClient::finish_checkpoints(const WorkerPosition& position, 
   m.transport->fetch_add(*m.region, m.ps0(), control::kTrainingDone, 1);
   Boundary last;
   if (m.worker == 0) {
-    // A request posted at the last boundary targets a clock nobody reaches: every worker is at its
-    // end, so all of them join it here regardless of the target; then the final save.
+    // A request posted at one of the last boundaries (sync: the last two) targets a clock nobody
+    // reaches: every worker is at its end, so all of them join it here regardless of the target;
+    // then the final save.
     if (save_pending()) last = m.join_save(m.save_posted, position, false);
     if (last.stop) return last;
     // Async and staleness:N: slower workers may train for long after the chief; the periodic saves

@@ -488,25 +488,56 @@ ps::WorkerPosition ParameterServerStrategy::restored_position() const {
   return p;
 }
 
+void ParameterServerStrategy::schedule_sync_save(std::int64_t round) {
+  auto& p = ps_client();
+  if (p.save_pending()) return;
+  const bool preempt = checkpoint_.handle_signals && (preemption_signal() != 0 || p.preemption_reports() > 0);
+  bool due = preempt;
+  if (!due && checkpoint_.save_every_steps > 0) {
+    // The first round r whose global step G0 + W * r reaches the last save's, G0 + W * last
+    // round, plus N. A request posted now lands at round + 2 (PsClient::request_save under sync),
+    // so it is posted at the boundary two rounds before r, or at once when r is nearer.
+    const std::int64_t n = checkpoint_.save_every_steps, w = std::max(1, num_workers());
+    const std::int64_t due_round = last_save_round_ + n / w + (n % w != 0 ? 1 : 0);
+    due = due_round <= round + 2;
+  }
+  if (!due && checkpoint_.save_every_secs > 0) due = now_s() - last_save_time_ >= checkpoint_.save_every_secs;
+  if (due) p.request_save(preempt);
+}
+
 StepOutcome ParameterServerStrategy::end_step(const ps::WorkerPosition& position) {
   std::lock_guard<std::mutex> lock(ps_mutex_);
   auto& p = ps_client();
-  p.end_step();
+  const std::int64_t clock = p.end_step();
   StepOutcome out;
   if (checkpoint_.directory.empty()) return out;
-  if (is_chief() && !p.save_pending()) {
-    const bool preempt = checkpoint_.handle_signals && (preemption_signal() != 0 || p.preemption_reports() > 0);
-    bool due = preempt;
-    if (!due && checkpoint_.save_every_steps > 0)
-      due = p.global_step() - last_save_global_step_ >= checkpoint_.save_every_steps;
-    if (!due && checkpoint_.save_every_secs > 0) due = now_s() - last_save_time_ >= checkpoint_.save_every_secs;
-    if (due) p.request_save(preempt);
-  }
-  auto b = p.at_step_boundary(position);
-  if (b.saved) {
-    // A failed save also restarts the interval: retrying at every step would stall training.
-    last_save_global_step_ = p.global_step();
-    last_save_time_ = now_s();
+  ps::PsClient::Boundary b;
+  if (options_.ps.consistency.mode == ps::Consistency::kSync) {
+    // Lockstep: every worker's clock is this round's at the boundary, so the saved global step is
+    // G0 + W * round whatever the other workers' increments in flight (the global step word is
+    // not read: it races with them). Join first, so that the next save can be posted right here.
+    b = p.at_step_boundary(position);
+    if (b.saved) {
+      // A failed save also restarts the interval: retrying at every step would stall training.
+      last_save_round_ = clock;
+      last_save_global_step_ = sync_start_step_ + num_workers() * clock;
+      last_save_time_ = now_s();
+    }
+    if (is_chief() && !b.stop) schedule_sync_save(clock);
+  } else {
+    if (is_chief() && !p.save_pending()) {
+      const bool preempt = checkpoint_.handle_signals && (preemption_signal() != 0 || p.preemption_reports() > 0);
+      bool due = preempt;
+      if (!due && checkpoint_.save_every_steps > 0)
+        due = p.global_step() - last_save_global_step_ >= checkpoint_.save_every_steps;
+      if (!due && checkpoint_.save_every_secs > 0) due = now_s() - last_save_time_ >= checkpoint_.save_every_secs;
+      if (due) p.request_save(preempt);
+    }
+    b = p.at_step_boundary(position);
+    if (b.saved) {  // a failed save too, as under sync
+      last_save_global_step_ = p.global_step();
+      last_save_time_ = now_s();
+    }
   }
   out.saved = b.saved;
   out.stop = b.stop;

@@ -452,6 +452,15 @@ void ParameterServerStrategy::materialize() {
   gather_restore_report();
   if (report_) last_save_global_step_ = report_->global_step;
   last_save_time_ = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  // Sync: the clocks start at 0 in every job and each worker advances the global step once per
+  // step, so round c ends at G0 + W * c. The chief may post the first save now (before its first
+  // push), which is the only way it can land at round 2.
+  sync_start_step_ = last_save_global_step_;
+  last_save_round_ = 0;
+  if (is_chief() && !checkpoint_.directory.empty() && options_.ps.consistency.mode == ps::Consistency::kSync) {
+    std::lock_guard<std::mutex> lock(ps_mutex_);
+    schedule_sync_save(0);
+  }
 }
 
 ps::PsEndpoint& ParameterServerStrategy::ps_endpoint() {
@@ -492,7 +501,10 @@ void ParameterServerStrategy::finish_training(const ps::WorkerPosition& position
   if (training_finished_) return;
   training_finished_ = true;
   if (!checkpoint_.directory.empty() && !stopped_) {
-    // The chief's periodic schedule (end_step's) while slower workers still train.
+    // The chief's periodic schedule (end_step's) while slower workers still train: async and
+    // staleness:N only (finish_checkpoints never calls it under sync, where every worker ends
+    // with the chief), so the global step it reads is the one the save will hold, give or take
+    // the steps in flight, as in end_step's async branch.
     auto due = [this, &p]() -> int {
       const bool preempt = checkpoint_.handle_signals && (preemption_signal() != 0 || p.preemption_reports() > 0);
       bool save = preempt;

@@ -223,9 +223,10 @@ void save_and_restore(const TestComm& comm, int save_ps, const std::string& tran
   MPI_Comm world = comm.get();
   const std::string dir = make_dir(world, "chain" + std::to_string(save_ps) + "_" + transport);
   const std::vector<std::int64_t> p = pool();
-  // Job A: 2 PS + 2 workers, sync Adagrad, 8 steps. The chief requests saves after steps 0, 2
-  // and 4 (sync: taken at the next boundary): a full base, a delta, a save whose dense part fails
-  // (its tables file must go again), then the final save, a delta linked past the failed one.
+  // Job A: 2 PS + 2 workers, sync Adagrad, 8 steps. The chief requests saves at the boundaries of
+  // steps 0, 2 and 4 (sync: taken two rounds later, at steps 2, 4 and 6): a full base, a delta, a
+  // save whose dense part fails (its tables file must go again), then the final save, a delta
+  // linked past the failed one.
   std::vector<std::int64_t> saved_steps;  // global steps of the committed saves (chief)
   std::int64_t failed_step = -1;
   checkpoint::DynamicTableState live = empty_state();
@@ -266,12 +267,13 @@ void save_and_restore(const TestComm& comm, int save_ps, const std::string& tran
           c.increment_global_step();
           c.end_step();
           pos.step = t + 1;
-          if (me == 0 && save_after.count(t)) c.request_save(false);
           const auto b = c.at_step_boundary(pos);
           if (me == 0 && b.saved) {
             if (b.failed) failed_step = c.global_step();
             else saved_steps.push_back(c.global_step());
           }
+          // After joining: the save that lands here is no longer pending, so the next one posts.
+          if (me == 0 && save_after.count(t)) c.request_save(false);
         }
         const auto b = c.finish_checkpoints(pos, {});
         if (me == 0 && b.saved && !b.failed && !b.skipped) saved_steps.push_back(c.global_step());

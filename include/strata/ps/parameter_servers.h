@@ -373,9 +373,13 @@ class PsClient final : public PsEndpoint {
   // the save was requested is in: the worker joins after it), and the global step counts exactly
   // those steps. The chief decides when (request_save); every worker takes part in every save, in
   // order.
-  //   Agreement: the chief posts request n with a target clock. Sync: c+1 (c = the chief's clock):
-  //   no worker can be past it (its next round needs the chief's push), so each joins exactly at
-  //   c+1, and the wait for the others is part of sync's lockstep. Async and staleness:N: 0, so
+  //   Agreement: the chief posts request n with a target clock. Sync: c+2 (c = the chief's clock,
+  //   posted after its push of round c): no worker can have reached c+2 before the post (round
+  //   c+2 starts by reading what round c+1 applied, which needs the chief's next push), so each
+  //   joins exactly at c+2, and the wait for the others is part of sync's lockstep. (c+1 would
+  //   race: a worker needs only round c to finish round c+1, and may pass that boundary before the
+  //   post.) This assumes a sync worker reads the parameters, or waits for its update, in every
+  //   step, as the training loop does. Async and staleness:N: 0, so
   //   each worker joins at its own next boundary, whatever its clock: workers' saved steps differ,
   //   and a save pauses every worker for at most the longest step in progress plus the write, never
   //   until a slow worker reaches a fast one's step. Under staleness:N a worker whose end_step is
@@ -390,8 +394,9 @@ class PsClient final : public PsEndpoint {
     bool failed = false;   // that save failed (SaveStatus::kFailed)
     bool skipped = false;  // that save had nothing to write (SaveStatus::kSkipped)
   };
-  // Chief only: ask for a save at the next boundary (no-op if one is already pending). `stop`:
-  // the workers stop after it and serve() returns true on the PS ranks.
+  // Chief only: ask for a save (no-op if one is already pending): at each worker's next boundary,
+  // under sync two rounds ahead (the boundary of round clock + 2, see Agreement). `stop`: the
+  // workers stop after it and serve() returns true on the PS ranks.
   void request_save(bool stop);
   bool save_pending() const;
   // After end_step() (mandatory when checkpointing: under staleness:N it may finish end_step's

@@ -96,7 +96,12 @@ class DynamicVariable {
 struct CheckpointOptions {
   std::string directory;              // "" = no checkpoints
   // Saves: every N global steps and/or T seconds (the chief decides), and always a final one in
-  // finish() after the last step.
+  // finish() after the last step. Under sync consistency a save lands on a round boundary: the
+  // save at round c (this job's c-th step of every worker) holds exactly G0 + W * c global steps
+  // (G0: the step the job started or restored at, W: the workers), and the steps schedule is
+  // deterministic: a save is due at the first round whose global step reaches the previous save's
+  // (or G0) plus N, but no sooner than two rounds after it. Async and staleness:N: the chief
+  // checks the global step it reads at each of its boundaries.
   std::int64_t save_every_steps = 0;  // 0: off
   double save_every_secs = 0;         // and/or every T seconds (0: off)
   int max_to_keep = 5;                // 0: keep every checkpoint
@@ -452,6 +457,13 @@ class ParameterServerStrategy {
   bool training_finished_ = false;
   std::int64_t last_save_global_step_ = 0;
   double last_save_time_ = 0;
+  // Sync consistency, chief: the global step at this job's start (G0) and the round of the last
+  // save (0: none yet), from which the steps schedule is computed without reading the global
+  // step (which the other workers advance concurrently).
+  std::int64_t sync_start_step_ = 0;
+  std::int64_t last_save_round_ = 0;
+  // Chief, sync: posts the next save (it lands two rounds after `round`) when it is due.
+  void schedule_sync_save(std::int64_t round);
 
   const Runtime& runtime_;
   StrategyOptions options_;
