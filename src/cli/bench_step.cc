@@ -141,6 +141,7 @@ int run_step_bench(const StepBenchConfig& cfg) {
     throw ConfigError("--model: '" + cfg.model + "' is not one of mlp, softmax, wide_deep");
   }
   // The process default (STRATA_GEMM, ConfigError when bad) is what training would use.
+  model::set_multiplying_threads(1);  // the step runs on one thread, as a worker with one replica
   const GemmBackend process_default = model::detail::current_gemm_backend();
   const model::ModelConfig resolved = model::resolve_model_config(mc);
   const std::unique_ptr<nn::GraphModel> net = nn::make_builtin_model(resolved);

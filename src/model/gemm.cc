@@ -46,6 +46,12 @@ thread_local GemmRecorder* tl_recorder = nullptr;
 
 bool cpu_has_avx2() { return __builtin_cpu_supports("avx2"); }
 
+// set_multiplying_threads's value (0: never said, treated as several).
+std::atomic<int>& multiplying_threads() {
+  static std::atomic<int> threads{0};
+  return threads;
+}
+
 // STRATA_GEMM, read once per process.
 GemmBackend process_default() {
   static const GemmBackend resolved = [] {
@@ -384,11 +390,25 @@ GemmBackend current_gemm_backend() {
 }
 
 GemmBackend auto_gemm_backend() {
-  static const GemmBackend resolved =
-      blis_built() && blis_unusable_reason().empty() && blis_arch_is_fast(blis_arch(), cpu_has_avx2(), eigen_uses_avx512())
-          ? GemmBackend::kBlis
-          : GemmBackend::kEigen;
+  static const GemmBackend resolved = [] {
+    if (blis_built() && blis_unusable_reason().empty() && blis_arch_is_fast(blis_arch(), cpu_has_avx2(), eigen_uses_avx512()))
+      return GemmBackend::kBlis;
+#if STRATA_HAVE_OPENBLAS
+    if (multiplying_threads().load(std::memory_order_acquire) == 1 && __builtin_cpu_supports("avx512f") &&
+        openblas_core_is_avx512(openblas_get_corename()))
+      return GemmBackend::kOpenBlas;
+#endif
+    return GemmBackend::kEigen;
+  }();
   return resolved;
+}
+
+bool openblas_core_is_avx512(const std::string& core) {
+  std::string c = core;
+  for (char& ch : c) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (const char* family : {"skylakex", "cooperlake", "sapphirerapids"})
+    if (c == family) return true;
+  return false;
 }
 
 bool gemm_backend_built(GemmBackend backend) {
@@ -473,3 +493,11 @@ GemmRecorder::GemmRecorder() {
 GemmRecorder::~GemmRecorder() { tl_recorder = nullptr; }
 
 }  // namespace strata::model::detail
+
+namespace strata::model {
+
+void set_multiplying_threads(int threads) {
+  detail::multiplying_threads().store(threads, std::memory_order_release);
+}
+
+}  // namespace strata::model

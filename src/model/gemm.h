@@ -60,8 +60,16 @@ void sgemm(Transpose ta, Transpose tb, int m, int n, int k, float alpha, const f
 // still turn it off on first use).
 GemmBackend current_gemm_backend();
 
-// What STRATA_GEMM=auto resolves to in this process: kBlis or kEigen (see above).
+// What STRATA_GEMM=auto resolves to in this process, once: kBlis where BLIS's kernels suit the CPU
+// (blis_arch_is_fast); else kOpenBlas where OpenBLAS chose AVX-512 kernels on a CPU that has
+// AVX-512 (openblas_core_is_avx512) and the process multiplies on one thread
+// (set_multiplying_threads(1) before the first product); else kEigen. A choice by identity, never
+// by timing, so every run on one machine and environment gets the same bits.
 GemmBackend auto_gemm_backend();
+// True for OpenBLAS's AVX-512 SGEMM kernel families (skylakex, cooperlake, sapphirerapids; any
+// case): on this repository's machines they outrun Eigen's AVX-512 code by 1.3-1.7x
+// (docs/PERFORMANCE.md), where OpenBLAS's AVX2 families do not.
+bool openblas_core_is_avx512(const std::string& core);
 
 // True when this build links the backend's library (always for eigen and reference).
 bool gemm_backend_built(GemmBackend backend);

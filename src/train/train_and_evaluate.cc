@@ -614,6 +614,8 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
   // mlp and softmax, a DNNClassifier over numeric columns without dropout) have a GPU
   // implementation.
   PerReplica<std::unique_ptr<replica::GpuMlpReplica>> gpu_models;
+  // CPU replicas multiply on `replicas` threads at once (STRATA_GEMM=auto's choice depends on it).
+  if (!strategy.uses_gpus()) model::set_multiplying_threads(replicas);
   if (strategy.uses_gpus()) {
     DenseStackShape stack;
     if (!net->dense_stack_shape(&stack))

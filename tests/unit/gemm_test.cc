@@ -385,9 +385,15 @@ TEST(GemmBackendChoice, GenericOpenBlasKernelsAreNotChosenOnAvx2Processors) {
   EXPECT_TRUE(openblas_core_is_fast("Prescott", false));
 }
 
-// auto is BLIS where the kernel family it chose suits the CPU (blis_arch_is_fast), else Eigen;
-// never OpenBLAS (opt-in, one multiplying thread per process).
+// auto is BLIS where the kernel family it chose suits the CPU (blis_arch_is_fast); else OpenBLAS
+// where it chose AVX-512 kernels on an AVX-512 CPU and the process multiplies on one thread (the
+// serial OpenBLAS takes products in turns); else Eigen. This test binary never declares one
+// multiplying thread, so here auto is never OpenBLAS.
 TEST(GemmBackendChoice, AutoIsBlisWithFastKernelsElseEigen) {
+  for (const char* avx512 : {"SkylakeX", "cooperlake", "SAPPHIRERAPIDS"})
+    EXPECT_TRUE(strata::model::detail::openblas_core_is_avx512(avx512)) << avx512;
+  for (const char* other : {"Haswell", "Zen", "Prescott", "Sandybridge", ""})
+    EXPECT_FALSE(strata::model::detail::openblas_core_is_avx512(other)) << other;
   using namespace strata::model::detail;
   for (const bool avx512 : {false, true}) {
     for (const char* fast : {"skx", "knl", "zen", "zen2", "zen3", "ZEN4"})

@@ -39,6 +39,12 @@ struct Inputs {
   std::int64_t first_example = 0;
 };
 
+// How many threads of this process will run the models' products at once (a worker's CPU
+// replicas). STRATA_GEMM=auto picks the serial OpenBLAS only for one, since that build takes its
+// products in turns on a process-wide mutex. Call before the process's first product: once auto
+// has resolved, later calls change nothing. Thread-safe.
+void set_multiplying_threads(int threads);
+
 // A whole dense variable, row-major, as pulled from the parameter servers: in `value`, or, when
 // `in_place` is set, read in place from a PS on this node (ReplicaContext::read_many's in-place
 // form: `in_place` points at num_elements(shape) floats valid until the worker's next push of the
