@@ -120,7 +120,7 @@ const std::vector<EnvVarDoc>& env_table() {
       {"STRATA_GEMM", "enum", "auto", "the models' matrix products: auto (BLIS when built in, its kernels suit the CPU and its run-time checks pass, else Eigen), blis, openblas (one multiplying thread per process only), eigen or reference (double, slow)"},
       {"STRATA_BENCH_MIN_BW", "GB/s", "0", "strata bench exits 1 when a size's algbw falls below this (CI gating)"},
       {"STRATA_TEST_DELAY_RANK", "RANK:SECONDS", "", "test hook: that rank sleeps before the bootstrap exchange"},
-      {"STRATA_PULL_IN_PLACE", "bool", "1", "strata train, sync consistency: a worker reads a variable that a PS on its node holds in one shard in place, without copying it each step (0: copy every pull)"},
+      {"STRATA_PULL_IN_PLACE", "bool", "0", "strata train, sync consistency: 1 reads a variable that a PS on the worker's node holds in one shard in place instead of copying it each step (measured no faster than the copy on the 2-core VMs, so off)"},
       {"STRATA_SHM_FLUSH", "bool", "1", "one node, shared windows: after copying 64 KiB or more out of a peer's segment (a pull), write those lines out of this core's caches (x86 CLFLUSHOPT), so the owner's next writes to them (the PS's apply) find no other copy"},
       {"STRATA_UCX_DIRECT", "bool", "1", "ucx transport: plain loads/stores through ucp_rkey_ptr mappings for co-located ranks"},
       {"STRATA_ON_SAVE_ERROR", "enum", "stop", "strata train: after a failed checkpoint save, stop (exit 1) or continue (--on-save-error)"},

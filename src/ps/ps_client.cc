@@ -323,6 +323,11 @@ void PsClient::pull_many(const std::vector<PullTarget>& targets) {
   m.flush_all_peers();
 }
 
+void PsClient::release_in_place(const void* values, std::size_t bytes) {
+  ClientCore& m = core();
+  m.transport->release_view(*m.region, values, bytes);
+}
+
 void PsClient::push(std::string_view variable, const void* grad, std::size_t bytes) {
   ClientCore& m = core();
   const VariableSpec& spec = m.spec_of(variable, "push");

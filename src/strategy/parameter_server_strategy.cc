@@ -96,6 +96,11 @@ void ReplicaContext::read_many(const std::vector<Variable>& vars, const std::vec
   for (std::size_t i = 0; i < vars.size(); ++i) in_place[i] = static_cast<const float*>(views[i]);
 }
 
+void ReplicaContext::release_in_place(const float* values, std::size_t count) {
+  std::lock_guard<std::mutex> lock(strategy_.ps_mutex_);
+  strategy_.ps_client().release_in_place(values, count * sizeof(float));
+}
+
 void ReplicaContext::read(const Variable& var, std::vector<float>& out) {
   auto& group = *strategy_.replicas_;
   const std::size_t n = static_cast<std::size_t>(var.num_elements());

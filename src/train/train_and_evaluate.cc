@@ -699,8 +699,9 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
   // Test hook (documented in the env table): RANK:SECONDS slows that world rank by SECONDS after
   // each of its steps, a worker alive but slow.
   const double step_delay = test_hook_delay(env, "STRATA_TEST_STEP_DELAY_RANK", rt->rank());
-  // Sync pulls read in place where they can (ReplicaContext::read_many); 0 copies every pull.
-  const bool pull_in_place = env.get_bool("STRATA_PULL_IN_PLACE", true);
+  // STRATA_PULL_IN_PLACE=1: sync pulls read in place where they can (ReplicaContext::read_many's
+  // in-place form). Off by default: it measured no faster than the copy (docs/PERFORMANCE.md).
+  const bool pull_in_place = env.get_bool("STRATA_PULL_IN_PLACE", false);
   for (int epoch = static_cast<int>(resume.epoch); epoch < epochs && !ctx.stop_requested(); ++epoch) {
     const std::int64_t skip = epoch == resume.epoch ? resume.offset : 0;
     ctx.epoch = epoch;
@@ -772,8 +773,9 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
           TraceWriter::Span span(trace, "pull", r);
           // The dense variables in one batch (one completion wait for all of them), then the
           // rows each replica needs.
-          // Under sync, variables a PS on this node holds in one shard are read in place (no
-          // copy): they stay as they are until this worker's push below.
+          // With STRATA_PULL_IN_PLACE=1 under sync, variables a PS on this node holds in one
+          // shard are read in place (no copy): they stay as they are until this worker's push
+          // below, where they are released first.
           std::vector<Variable> dense;
           std::vector<std::vector<float>*> dense_out;
           std::vector<model::DenseParam*> dense_params;
@@ -819,6 +821,8 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
         auto c = Clock::now();
         {
           TraceWriter::Span span(trace, "all-reduce+push", r);
+          for (const auto& [name, p] : params.dense)
+            if (p.in_place) rctx.release_in_place(p.in_place, p.size());
           for (const auto& var : vars) {
             if (!var.trainable()) continue;
             if (is_sparse(var.name())) {

@@ -65,7 +65,8 @@ expect_rc 0
   fail "staleness with one worker: $(summary_get 'j["update_staleness"]')"
 
 case_begin "--ps-threads: the same bits as one thread (sync, so the run is deterministic)"
-# --hidden 512: the 784x512 kernel (401,408 elements) is split over the PS's 3 apply threads.
+# --hidden 512 (784-512-10): the 784x512 kernel (401,408 elements) is split over the PS's 3 apply
+# threads; the 512x10 one and the biases are below a sync round's split size (2 x 2^15 elements).
 for t in 1 3; do
   mpi 2 "$STRATA_BIN" train --model mlp --hidden 512 --steps 15 --consistency sync --ps-threads $t \
     --log-every 0 --log-every-secs 0 --profile
@@ -74,19 +75,21 @@ for t in 1 3; do
   [ -s "$TEST_TMP/ps_threads_$t" ] || fail "no losses with --ps-threads $t"
   if [ $t = 1 ]; then grep -q "split over" "$OUT" && fail "one thread split an update"; fi
 done
-# The kernel's 15 applications were split over its 3 parts (401,408 elements / 2^17).
+# The kernel's 15 applications were split over its 3 parts.
 expect_stdout_has "; 15 split over up to 3 threads"
 cmp -s "$TEST_TMP/ps_threads_1" "$TEST_TMP/ps_threads_3" ||
   fail "losses differ: $(cat "$TEST_TMP/ps_threads_1") vs $(cat "$TEST_TMP/ps_threads_3")"
 run "$STRATA_BIN" train --ps-threads 0
 expect_rc 2; expect_stderr_has "--ps-threads"
 
-case_begin "sync: the same bits on every run and for 1 or 2 PS ranks"
+case_begin "sync: the same bits on every run, for 1 or 2 PS ranks, and read in place"
 # What STRATA_ARCH=native must not break (docs/PERFORMANCE.md): with AVX-512, a reduction that
-# followed a buffer's alignment once made sync runs differ with the heap layout.
-for ps in 1 1 2; do
-  mpi $((ps + 2)) "$STRATA_BIN" train --model mlp --steps 40 --consistency sync --num-ps $ps \
-    --log-every 0 --log-every-secs 0
+# followed a buffer's alignment once made sync runs differ with the heap layout. The third 1-PS
+# run reads the variables in place (STRATA_PULL_IN_PLACE=1: the PS's own memory, other addresses).
+for run_ps in 1:0 1:0 1:1 2:0; do
+  ps=${run_ps%:*}
+  mpi $((ps + 2)) -x STRATA_PULL_IN_PLACE=${run_ps#*:} "$STRATA_BIN" train --model mlp --steps 40 \
+    --consistency sync --num-ps $ps --log-every 0 --log-every-secs 0
   expect_rc 0
   summary_get 'repr(j["test_loss"]), repr(j["final_loss"])' >>"$TEST_TMP/sync_bits_$ps"
 done

@@ -147,6 +147,15 @@ class Transport {
     return nullptr;
   }
 
+  // Done reading a local_view range for now: a transport that keeps a co-located owner's writes
+  // cheap (mpi's shared windows with STRATA_SHM_FLUSH, as after a large get) writes those lines out
+  // of this core's caches, so the owner's next writes find no other copy. The view stays valid.
+  virtual void release_view(Region& region, const void* view, std::size_t bytes) {
+    (void)region;
+    (void)view;
+    (void)bytes;
+  }
+
   // Blocking atomics on 8-byte integers; remote completion included.
   virtual std::int64_t fetch_add(Region& region, int peer, std::uint64_t offset, std::int64_t value) = 0;
   virtual std::int64_t atomic_read(Region& region, int peer, std::uint64_t offset) = 0;

@@ -314,6 +314,9 @@ class PsClient final : public PsEndpoint {
     const void** in_place = nullptr;
   };
   void pull_many(const std::vector<PullTarget>& targets);
+  // Done reading an in-place pull's values for this step (before pushing the variable): lets the
+  // transport write the lines out of this core's caches (Transport::release_view). Not collective.
+  void release_in_place(const void* values, std::size_t bytes);
   // Dense push of a gradient of the variable's full shape and dtype.
   void push(std::string_view variable, const void* grad, std::size_t bytes);
   // Rows along axis 0: pull rows (in the order given, duplicates allowed) into dst, packed.

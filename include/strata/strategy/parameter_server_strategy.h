@@ -260,6 +260,9 @@ class ReplicaContext {
   // and out[i] is filled. In-place values are valid until this worker pushes that variable again.
   void read_many(const std::vector<Variable>& vars, const std::vector<std::vector<float>*>& out,
                  std::vector<const float*>& in_place);
+  // Done reading in-place values (from the form above) for this step, before pushing them:
+  // ps::PsClient::release_in_place. Not collective.
+  void release_in_place(const float* values, std::size_t count);
   // Rows of a (sparse) variable; each replica asks for its own rows. Not collective; thread-safe
   // (the replicas' requests to the PS are serialised).
   void read_rows(const Variable& var, const std::vector<std::int64_t>& rows, std::vector<float>& out);

@@ -211,6 +211,11 @@ const void* MpiRmaTransport::local_view(Region& region, int peer, std::uint64_t 
   return r.peer_base(peer) + offset;
 }
 
+void MpiRmaTransport::release_view(Region& region, const void* view, std::size_t bytes) {
+  if (as_mpi(region).shared() && flush_after_get_ && bytes >= kFlushAfterGetBytes)
+    flush_lines(static_cast<const char*>(view), bytes);
+}
+
 void MpiRmaTransport::put(Region& region, int peer, std::uint64_t offset, const void* src, std::size_t bytes) {
   auto& r = as_mpi(region);
   r.check_range(peer, offset, bytes, "put");

@@ -466,6 +466,11 @@ const void* TcpTransport::local_view(Region& region, int peer, std::uint64_t off
   return same_node(peer) ? local_->local_view(r.inner(), node_rank_[peer], offset, bytes) : nullptr;
 }
 
+void TcpTransport::release_view(Region& region, const void* view, std::size_t bytes) {
+  // Views exist only for co-located peers, served by the node-local transport.
+  local_->release_view(as_tcp(region).inner(), view, bytes);
+}
+
 void TcpTransport::put(Region& region, int peer, std::uint64_t offset, const void* src, std::size_t bytes) {
   auto& r = as_tcp(region);
   r.check_range(peer, offset, bytes, "put");
