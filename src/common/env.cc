@@ -117,7 +117,7 @@ const std::vector<EnvVarDoc>& env_table() {
       {"STRATA_PS_THREADS", "int", "1", "strata train: threads each PS rank applies a stateful optimizer with (--ps-threads)"},
       {"STRATA_PS_MAX_ARENA_BYTES", "bytes", "0", "strata train: refuse a PS arena larger than this (0: no cap)"},
       {"STRATA_MPI_SHARED", "bool", "1", "mpi transport: shared-memory windows and direct loads when all ranks share a node"},
-      {"STRATA_GEMM", "enum", "auto", "the models' matrix products: auto (BLIS when built in, its kernels suit the CPU and its run-time checks pass, else Eigen), blis, openblas (one multiplying thread per process only), eigen or reference (double, slow)"},
+      {"STRATA_GEMM", "enum", "auto", "the models' matrix products: auto (BLIS when built in and its kernels suit the CPU; else OpenBLAS when it chose AVX-512 kernels on an AVX-512 CPU and the process multiplies on one thread; else Eigen; a library is left the moment a run-time check fails), blis, openblas (one multiplying thread per process only), eigen or reference (double, slow)"},
       {"STRATA_BENCH_MIN_BW", "GB/s", "0", "strata bench exits 1 when a size's algbw falls below this (CI gating)"},
       {"STRATA_TEST_DELAY_RANK", "RANK:SECONDS", "", "test hook: that rank sleeps before the bootstrap exchange"},
       {"STRATA_PULL_IN_PLACE", "bool", "0", "strata train, sync consistency: 1 reads a variable that a PS on the worker's node holds in one shard in place instead of copying it each step (measured no faster than the copy on the 2-core VMs, so off)"},
