@@ -111,6 +111,28 @@ void split_range(std::size_t n, int parts, int p, std::size_t* begin, std::size_
   *end = boundary(p + 1);
 }
 
+// Runs range(begin, end, caller) over [0, n): on the calling thread alone, or split into
+// min(team size, n / min_per_part) parts (part 0 on the caller); returns the parts used.
+template <typename Range>
+int run_split(ApplyTeam* team, std::size_t n, std::size_t min_per_part, const Range& range,
+              const std::function<void()>& between_chunks) {
+  const int parts =
+      team ? static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(team->size()), n / min_per_part)) : 1;
+  if (parts <= 1) {
+    range(0, n, true);
+    return 1;
+  }
+  team->run(
+      parts,
+      [&](int p) {
+        std::size_t begin = 0, end = 0;
+        split_range(n, parts, p, &begin, &end);
+        range(begin, end, p == 0);
+      },
+      between_chunks);
+  return parts;
+}
+
 template <typename T>
 int apply_dense_team(ApplyTeam* team, const OptimizerConfig& config, std::int64_t step, T* var,
                       T* const* slots, int num_slots, const T* grad, std::size_t n,
@@ -130,22 +152,7 @@ int apply_dense_team(ApplyTeam* team, const OptimizerConfig& config, std::int64_
       if (caller && between_chunks && b + len < end) between_chunks();
     }
   };
-  const int parts = team ? static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(team->size()),
-                                                                     n / kMinElementsPerPart))
-                         : 1;
-  if (parts <= 1) {
-    range(0, n, true);
-    return 1;
-  }
-  team->run(
-      parts,
-      [&](int p) {
-        std::size_t begin = 0, end = 0;
-        split_range(n, parts, p, &begin, &end);
-        range(begin, end, p == 0);
-      },
-      between_chunks);
-  return parts;
+  return run_split(team, n, kMinElementsPerPart, range, between_chunks);
 }
 
 template <typename T>
@@ -178,22 +185,7 @@ int apply_mean_team(ApplyTeam* team, const OptimizerConfig& config, std::int64_t
       }
     }
   };
-  const int parts = team ? static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(team->size()),
-                                                                     n / kMinElementsPerPartSync))
-                         : 1;
-  if (parts <= 1) {
-    range(0, n, true);
-    return 1;
-  }
-  team->run(
-      parts,
-      [&](int p) {
-        std::size_t begin = 0, end = 0;
-        split_range(n, parts, p, &begin, &end);
-        range(begin, end, p == 0);
-      },
-      between_chunks);
-  return parts;
+  return run_split(team, n, kMinElementsPerPartSync, range, between_chunks);
 }
 
 template int apply_mean_team<float>(ApplyTeam*, const OptimizerConfig&, std::int64_t, float*, float* const*, int,
