@@ -46,6 +46,7 @@
 #if STRATA_HAVE_NCCL
 #include <cuda_runtime_api.h>
 
+#include "replica/nccl/cublas_api.h"
 #include "replica/nccl/gpu_mlp.h"
 #include "replica/nccl/nccl_replica_group.h"
 #endif
@@ -597,6 +598,45 @@ void upload_params(gpu::GpuMlp& mlp, const model::Params& params) {
     const auto& p = params.dense.at(v.name);
     mlp.upload_param(v.name, p.value.data(), p.value.size());
   }
+}
+
+// cuBLAS is opened on first use, never at process start (replica/nccl/cublas_api.h): its
+// initialisers cost every process ~0.5 s of CPU. Runs without a GPU (dlopen needs none). Forked,
+// so that "not mapped yet" holds whatever this binary's other tests did first.
+bool cublas_mapped() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line))
+    if (line.find("libcublas") != std::string::npos) return true;
+  return false;
+}
+
+TEST(CublasApi, OpenedOnFirstUseWithEveryEntryPoint) {
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    int code = 0;
+    if (cublas_mapped() || ::strata::detail::cublas_if_loaded() != nullptr) code = 10;  // linked: loaded at start
+    try {
+      const ::strata::detail::CublasApi& api = ::strata::detail::cublas();
+      if (api.create == nullptr || api.destroy == nullptr || api.set_stream == nullptr ||
+          api.set_math_mode == nullptr || api.sgemm == nullptr || api.status_name == nullptr ||
+          api.status_string == nullptr)
+        code = code != 0 ? code : 11;
+      const char* name = api.status_name(CUBLAS_STATUS_NOT_INITIALIZED);
+      if (name == nullptr || std::string(name) != "CUBLAS_STATUS_NOT_INITIALIZED") code = code != 0 ? code : 12;
+      if (!cublas_mapped() || ::strata::detail::cublas_if_loaded() != &api) code = code != 0 ? code : 13;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      code = code != 0 ? code : 14;
+    }
+    _exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "10: libcublas mapped before first use, 11: an entry point missing, "
+                                       "12: wrong status name, 13: not mapped after loading, 14: load failed";
 }
 
 // The flat layout, host-side only: runs without a GPU. strata train checks the same against the

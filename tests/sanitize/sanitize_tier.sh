@@ -35,6 +35,9 @@ start=$SECONDS
 
 configure=(-S "$src" -B "$build" -DSTRATA_SANITIZE=address,undefined
            -DCMAKE_BUILD_TYPE="${STRATA_SANITIZE_BUILD_TYPE:-RelWithDebInfo}"
+           # -O1 (what the sanitizers' documentation suggests) and line tables: reports keep
+           # file:line, and the tree builds in about half the time of -O2 -g.
+           -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
            -DSTRATA_BUILD_TESTS=ON -DSTRATA_BUILD_EXAMPLES=OFF -DSTRATA_WITH_CUDA=OFF -DSTRATA_WITH_NCCL=OFF)
 [[ -n ${STRATA_SANITIZE_C_COMPILER:-} ]] && configure+=(-DCMAKE_C_COMPILER="$STRATA_SANITIZE_C_COMPILER")
 [[ -n ${STRATA_SANITIZE_CXX_COMPILER:-} ]] && configure+=(-DCMAKE_CXX_COMPILER="$STRATA_SANITIZE_CXX_COMPILER")

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <utility>
 
+#include "cublas_api.h"
 #include "nccl_compat.h"
 #include "strata/common/logging.h"
 
@@ -38,8 +39,10 @@ void fail_cuda(cudaError_t rc, const char* expr, SourceLocation loc) {
 }
 
 void fail_cublas(cublasStatus_t rc, const char* expr, SourceLocation loc) {
-  const char* name = cublasGetStatusName(rc);
-  const char* text = cublasGetStatusString(rc);
+  // A cuBLAS status exists only once the library is open (cublas_api.h).
+  const CublasApi* api = cublas_if_loaded();
+  const char* name = api != nullptr ? api->status_name(rc) : nullptr;
+  const char* text = api != nullptr ? api->status_string(rc) : nullptr;
   throw CudaError(std::string(expr) + " failed: " + (name != nullptr ? name : "cublasStatus") + ": " +
                   (text != nullptr ? text : std::to_string(static_cast<int>(rc))) + " " + where(loc));
 }

@@ -7,11 +7,15 @@
 #include <climits>
 #include <cstring>
 
+#include "cublas_api.h"
 #include "cuda_check.h"
 #include "kernels.h"
 #include "strata/common/error.h"
 
 namespace strata::replica::gpu {
+
+using ::strata::detail::cublas;
+
 namespace {
 
 constexpr float kOne = 1.0f;
@@ -20,7 +24,7 @@ constexpr float kZero = 0.0f;
 // Row-major C[rows, cols] = A[rows, inner] * B[inner, cols]: column-major C^T = B^T A^T, where the
 // row-major buffers of B and A are already B^T (ld cols) and A^T (ld inner) in column-major terms.
 void gemm_ab(cublasHandle_t h, int rows, int inner, int cols, const float* a, const float* b, float* c) {
-  STRATA_CHECK_CUBLAS(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, cols, rows, inner, &kOne, b, cols, a, inner, &kZero, c, cols));
+  STRATA_CHECK_CUBLAS(cublas().sgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, cols, rows, inner, &kOne, b, cols, a, inner, &kZero, c, cols));
 }
 
 // Row-major C[inner_rows, cols] = A[k, inner_rows]^T * B[k, cols] (dW = X^T dY): column-major
@@ -28,13 +32,13 @@ void gemm_ab(cublasHandle_t h, int rows, int inner, int cols, const float* a, co
 // transposed back by CUBLAS_OP_T.
 void gemm_atb(cublasHandle_t h, int k, int inner_rows, int cols, const float* a, const float* b, float* c) {
   STRATA_CHECK_CUBLAS(
-      cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, cols, inner_rows, k, &kOne, b, cols, a, inner_rows, &kZero, c, cols));
+      cublas().sgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, cols, inner_rows, k, &kOne, b, cols, a, inner_rows, &kZero, c, cols));
 }
 
 // Row-major C[rows, cols] = A[rows, k] * B[cols, k]^T (dX = dY W^T): column-major C^T = B A^T,
 // where B's buffer is B^T (ld k), transposed back by CUBLAS_OP_T, and A's buffer is A^T (ld k).
 void gemm_abt(cublasHandle_t h, int rows, int k, int cols, const float* a, const float* b, float* c) {
-  STRATA_CHECK_CUBLAS(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, cols, rows, k, &kOne, b, k, a, k, &kZero, c, cols));
+  STRATA_CHECK_CUBLAS(cublas().sgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, cols, rows, k, &kOne, b, k, a, k, &kZero, c, cols));
 }
 
 }  // namespace
@@ -98,16 +102,16 @@ GpuMlp::GpuMlp(int device, MlpShape shape, cudaStream_t stream, Staging staging)
   }
   STRATA_CHECK_CUDA(cudaMemsetAsync(params_.get(), 0, num_parameters_ * sizeof(float), stream_));
   STRATA_CHECK_CUDA(cudaMemsetAsync(grads_.get(), 0, num_parameters_ * sizeof(float), stream_));
-  STRATA_CHECK_CUBLAS(cublasCreate(&cublas_));
+  STRATA_CHECK_CUBLAS(cublas().create(&cublas_));
   try {
-    STRATA_CHECK_CUBLAS(cublasSetStream(cublas_, stream_));
+    STRATA_CHECK_CUBLAS(cublas().set_stream(cublas_, stream_));
     // FP32 GEMMs in FP32 (CUBLAS_DEFAULT_MATH never uses TF32 for cublasSgemm; the tensor-op
     // shortcut would need CUBLAS_TF32_TENSOR_OP_MATH), so the results stay within float rounding
     // of the CPU model's.
-    STRATA_CHECK_CUBLAS(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+    STRATA_CHECK_CUBLAS(cublas().set_math_mode(cublas_, CUBLAS_DEFAULT_MATH));
     STRATA_CHECK_CUDA(cudaStreamSynchronize(stream_));
   } catch (...) {
-    (void)cublasDestroy(cublas_);
+    (void)cublas().destroy(cublas_);
     cublas_ = nullptr;
     throw;
   }
@@ -120,7 +124,7 @@ GpuMlp::~GpuMlp() {
   int previous = -1;
   const bool switched =
       cudaGetDevice(&previous) == cudaSuccess && previous != device_ && cudaSetDevice(device_) == cudaSuccess;
-  if (cublas_ != nullptr) (void)cublasDestroy(cublas_);  // never throws; a failure leaks the handle at worst
+  if (cublas_ != nullptr) (void)cublas().destroy(cublas_);  // never throws; a failure leaks the handle at worst
   x_.reset();
   labels_.reset();
   hidden_.clear();
