@@ -7,7 +7,7 @@ find_package(CLI11 2 REQUIRED CONFIG)                  # libcli11-dev
 find_package(Threads REQUIRED)
 
 # Parallel HDF5 (libhdf5-openmpi-dev). Only the C component: Debian ships no parallel C++ wrapper
-# script, so find_package(HDF5 COMPONENTS CXX) fails for this flavour (STACK.md section 6).
+# script, so find_package(HDF5 COMPONENTS CXX) fails for this flavour.
 set(HDF5_PREFER_PARALLEL TRUE)
 find_package(HDF5 REQUIRED COMPONENTS C)
 if(NOT HDF5_IS_PARALLEL)

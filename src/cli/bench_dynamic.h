@@ -1,6 +1,7 @@
 // `strata bench --op dynamic` (bench_dynamic.cc): the PS side of a dynamic embedding table
-// (src/ps/dynamic_table.h) on one core, the figures of DESIGN.md section 10 (>= 2 M lookups/s and
-// >= 1 M inserts/s per PS core for 16-float rows) and the table's memory per row, in one process;
+// (src/ps/dynamic_table.h) on one core, the figures of its targets (>= 2 M lookups/s and
+// >= 1 M inserts/s per PS core for 16-float rows; docs/DYNAMIC.md, "Figures") and the table's
+// memory per row, in one process;
 // under mpirun (two ranks or more: --num-ps PS ranks, the others workers) the data plane instead:
 // lookups and updates by id from workers to a PS (PsClient::lookup_dynamic / update_dynamic), and,
 // when worker 0 and PS 0 are on different nodes, `link` and `vs_link` against raw TCP.

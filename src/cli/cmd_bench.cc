@@ -77,7 +77,8 @@ float pattern(int ps, std::uint64_t i) { return static_cast<float>(i % 4093) * 0
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // A barrier during which this rank keeps the transport's progress engine turning: a PS must stay
-// inside MPI for accumulates to complete across nodes (STACK.md section 3). Bounded by `timeout_s`.
+// inside MPI for accumulates to complete across nodes (Open MPI progresses them only on the target's
+// MPI calls there). Bounded by `timeout_s`.
 // Polls for 50 us, then sleeps between polls (PollThenSleep): a PS spinning here would take the
 // core the kernel needs to move the data plane's packets between nodes.
 void progressing_barrier(MPI_Comm comm, comm::Transport& transport, double timeout_s, const char* what) {

@@ -3,9 +3,9 @@
 // CheckpointReader is independent (sec2 driver, no MPI calls), so these commands run as plain
 // processes: no mpirun, and MPI is never initialised.
 //
-// Exit statuses (DESIGN.md section 7), classified here rather than by exception type, because the
-// reader raises ConfigError for a file that is "not a strata checkpoint" too, which is a finding
-// about the file's content, not a usage error:
+// Exit statuses (those of every strata command), classified here rather than by exception type,
+// because the reader raises ConfigError for a file that is "not a strata checkpoint" too, which is
+// a finding about the file's content, not a usage error:
 //   0  success; `verify`: every file verified; `diff`: identical
 //   1  runtime failure or negative finding: a file that is missing from its directory, truncated,
 //      not HDF5, not a strata checkpoint, corrupt or malformed (checkpoints are untrusted input,

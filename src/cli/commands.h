@@ -10,7 +10,7 @@
 
 namespace strata::cli {
 
-// Process exit statuses (DESIGN.md section 7).
+// Process exit statuses (part of the command-line contract; docs/RELIABILITY.md, "What the launchers do").
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;  // runtime failure
 constexpr int kExitUsage = 2;    // usage or configuration error

@@ -1,5 +1,5 @@
 // strata: the command-line tool. Usage and configuration errors print one line on stderr and exit
-// with status 2; runtime failures exit 1 with a rank-tagged message (DESIGN.md section 7).
+// with status 2; runtime failures exit 1 with a rank-tagged message (scripts and launchers rely on both).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>

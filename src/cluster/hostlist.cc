@@ -1,7 +1,8 @@
 // Slurm hostlist and tasks-per-node expansion.
 //
 // expand_hostlist() must print what `scontrol show hostnames` (Slurm 22.05) prints, name for name
-// and in the same order, and reject what scontrol rejects (DESIGN.md section 7). Slurm's parser
+// and in the same order, and reject what scontrol rejects (docs/ARCHITECTURE.md, "Where strata
+// deliberately differs from TensorFlow's resolvers"). Slurm's parser
 // (src/common/hostlist.c) has behaviours no clean grammar would invent, so this file models the
 // steps Slurm takes rather than a grammar. Every rule below was checked against scontrol 22.05.8
 // (tests/unit/hostlist_vs_scontrol.sh does so on every run):

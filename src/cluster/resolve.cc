@@ -1,5 +1,6 @@
 // Cluster resolvers. Each follows the TensorFlow resolver of the same name, with the deviations
-// DESIGN.md section 7 asks for; every deviation is marked "TF:" below.
+// docs/ARCHITECTURE.md lists ("Where strata deliberately differs from TensorFlow's resolvers");
+// every deviation is marked "TF:" below.
 #include "strata/cluster/resolve.h"
 
 #include <dirent.h>

@@ -1,4 +1,4 @@
-// The one file that knows which transports are compiled in (STYLE.md section 3): adding a backend
+// The one file that knows which transports are compiled in: adding a backend
 // is one line here, no static self-registration (a static library would drop it at link time).
 // It also holds `--transport auto`'s choice (see strata/comm/registry.h).
 #include <chrono>
@@ -31,7 +31,7 @@ struct OneSidedProbe {
 };
 
 // Collective. Why a sleeping target: over TCP, Open MPI (osc ucx, pt2pt) and UCX complete
-// atomics only when the target enters the library (STACK.md section 3), so such a "window" would
+// atomics only when the target enters the library (measured here), so such a "window" would
 // stall every push behind the PS's compute; true RDMA completes it in microseconds.
 OneSidedProbe probe_mpi_one_sided(MPI_Comm parent) {
   OneSidedProbe out;

@@ -2,7 +2,7 @@
 //
 // Workers write a PS's inboxes (row count, row indices, gradient), doorbells, streamed-push chunk
 // counters and the save-protocol words through the transports (RMA, shared memory, tcp puts), and
-// the PS reads them back from its own memory. The PS trusts none of them (DESIGN.md section 12):
+// the PS reads them back from its own memory. The PS trusts none of them (docs/SECURITY.md):
 // every count, row index, offset and size among them is checked here before the PS uses it or
 // allocates for it, and sizes are computed without wrapping. A violation throws strata::Error
 // naming the rank that wrote the word (task and rank) and what was wrong; it ends the job through

@@ -1,5 +1,5 @@
 // The built-in hooks: what `strata train` prints and writes, each in one place. The lines are the
-// command-line contract (DESIGN.md section 7) and tests parse them: change them only by extending.
+// command-line contract (scripts and tests parse them): change them only by extending.
 #include <cmath>
 #include "strata/train/hooks.h"
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `strata cluster` JSON output for each resolver (DESIGN.md section 7), no --verify.
+# `strata cluster` JSON output for each resolver (strata/cluster/resolve.h), no --verify.
 source "$(dirname "$0")/lib.sh"
 
 case_begin "TF_CONFIG resolver"

@@ -2,7 +2,8 @@
 # Configuration an attacker or a typo can hand strata (issue 18, item 5): JSON nested a million
 # deep, numbers past double's range and durations past the clock's. Each is one line on stderr
 # naming its source and exit status 2, or, for a huge duration, a job that runs as if the wait were
-# unbounded; never a crash and never a job that ends at once (DESIGN.md sections 7 and 12).
+# unbounded; never a crash and never a job that ends at once (docs/SECURITY.md, "What is checked,
+# whoever sent it"; docs/RELIABILITY.md, "Bounds on every wait").
 source "$(dirname "$0")/lib.sh"
 
 GOOD_CLUSTER='{"ps":["p:1"],"worker":["w0:1","w1:1"]}'

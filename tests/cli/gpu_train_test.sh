@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# strata train --devices auto|cpu|gpu (DESIGN.md section 4): where a worker's replicas run.
+# strata train --devices auto|cpu|gpu (README.md, "Using it"): where a worker's replicas run.
 #   - `--devices gpu` on a worker that sees no GPU: one clear line for the job, exit status 2 on
 #     every rank, no hang, nothing on stdout;
 #   - `--devices auto` (the default) and `--devices cpu` (also the default when --cpu-replicas is

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The PS never trusts the words workers write into its arena (issue 18, DESIGN.md section 12),
+# The PS never trusts the words workers write into its arena (issue 18, docs/SECURITY.md),
 # end to end: under mpirun, worker 0 writes a malformed message straight into the PS region
 # (tests/tools/ps_inbox_probe.cc) and rings the doorbell. The job must end through the fail-stop
 # path: exit status 1, one "strata:" line naming the PS rank it came from and the writer (task and

@@ -246,7 +246,7 @@ export TMPDIR=$DIR/tmp
 EOF
 
 # ---- Slurm (--slurm) --------------------------------------------------------------------------
-# Same recipe as tests/slurm/slurm_up.sh (STACK.md sections 7 and 8), with the state in DIR/slurm
+# Same recipe as tests/slurm/slurm_up.sh (tests/cluster/README.md, "Slurm"), with the state in DIR/slurm
 # laid out as slurm_up.sh does, so that tests/slurm/slurm_down.sh DIR/slurm stops it:
 # daemons in the foreground under setsid (so $! is the daemon), PIDs in DIR/slurm/pids, the
 # marker STRATA_SLURM_DIR=DIR/slurm in every daemon's and client's environment.
@@ -303,7 +303,7 @@ SlurmctldDebug=info
 SlurmdDebug=info
 # The same path on every node, but node-local: node_init bind-mounts each node's own
 # directory over DIR/tmp. pmix step directories are named by job id only, so a shared TmpFS
-# breaks multi-node steps ("Cannot create directory ... File exists", STACK.md section 7).
+# breaks multi-node steps ("Cannot create directory ... File exists").
 TmpFS=$DIR/tmp
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none

@@ -48,7 +48,7 @@ note() { echo "NOTE: $*"; }
 # whole. (srun --export=ALL,A=x,y would split a value at its commas: OMPI_MCA_btl=self,vader,tcp
 # would arrive as "self", and ranks on different nodes could not talk: a job that trains across
 # nodes shows it arrived whole.) Open MPI's TCP paths stay on the cluster subnet, and ranks yield
-# while they wait (STACK.md section 8).
+# while they wait (spinning ranks starve the softirq that moves packets: tests/cluster/README.md).
 export_network_env() {
   export OMPI_MCA_btl=self,vader,tcp
   export OMPI_MCA_btl_tcp_if_include=$STRATA_CLUSTER_SUBNET

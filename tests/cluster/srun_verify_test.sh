@@ -26,7 +26,8 @@
 # the misplaced ranks, never "# ok:".
 #
 # Network settings reach the tasks through --export (as users of a real cluster would pass
-# them): Open MPI's TCP paths only on the cluster subnet, and yielding ranks (STACK.md 8).
+# them): Open MPI's TCP paths only on the cluster subnet, and yielding ranks
+# (tests/cluster/README.md, "mpirun").
 # Environment: STRATA_STEP_TIMEOUT (default 60 s) bounds each srun.
 set -uo pipefail   # no -e: every assertion runs and reports, the summary decides
 

@@ -21,7 +21,7 @@
 # N ranks"); if a build no longer prints it they are reported as skipped, not failed.
 #
 # --transport mpi is not tested here: between nodes Debian's Open MPI has no one-sided
-# component (MPI_ERR_WIN from MPI_Win_allocate, STACK.md section 8).
+# component (MPI_ERR_WIN from MPI_Win_allocate; README.md, "Across nodes").
 # Environment: STRATA_STEP_TIMEOUT (default 60 s) bounds each mpirun.
 set -uo pipefail   # no -e: every assertion runs and reports, the summary decides
 

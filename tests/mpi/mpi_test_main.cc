@@ -1,4 +1,4 @@
-// gtest main for tests run under mpirun (STYLE.md section 6, tier 3):
+// gtest main for tests run under mpirun (the mpi tier of tests/CMakeLists.txt):
 //  - MPI_Init_thread through strata's MpiSession (checks MPI_THREAD_MULTIPLE);
 //  - only rank 0 keeps gtest's default printer, other ranks print nothing unless they fail, so
 //    the log is one report, not N interleaved ones;

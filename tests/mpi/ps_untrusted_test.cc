@@ -1,4 +1,4 @@
-// The PS never trusts the words workers write into its arena (DESIGN.md section 12, issue 18):
+// The PS never trusts the words workers write into its arena (docs/SECURITY.md, issue 18):
 // in a real job (1 PS + workers, over every compiled transport), worker 0 writes a malformed
 // message straight into the PS region through the transport (a row count above the inbox's
 // capacity, row indices outside the shard or negative, a doorbell or chunk counter run ahead, a

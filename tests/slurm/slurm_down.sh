@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # slurm_down.sh DIR -- stop the private Slurm that slurm_up.sh started in DIR.
 #
-# Order: cancel jobs (their slurmstepd outlive slurmd, STACK.md section 7), then SIGTERM
+# Order: cancel jobs (their slurmstepd outlive slurmd), then SIGTERM
 # slurmd, slurmctld and munged by the PIDs slurm_up.sh recorded in DIR/pids, SIGKILL
 # whatever is still there after a few seconds, and finally sweep step daemons and job
 # tasks of this cluster that survived (found by the STRATA_SLURM_DIR=DIR marker in their
@@ -84,7 +84,7 @@ wait_gone() {
 }
 
 if (( ${#pids[@]} )); then
-  # slurmctld once took about 5 s to honour SIGTERM (STACK.md 7; here usually < 0.5 s).
+  # slurmctld once took about 5 s to honour SIGTERM (here usually < 0.5 s).
   # Its state is thrown away with DIR anyway, so SIGKILL after a short grace costs
   # nothing and bounds the teardown.
   if survivors=$(wait_gone "$TERM_WAIT" "${pids[@]}"); then :; else

@@ -8,7 +8,7 @@
 # On failure: ONE "slurm_up: <reason>" line on stderr, everything started is stopped
 # again (slurm_down.sh), exit status 1.
 #
-# Recipe and measured gotchas: /work/shared/STACK.md section 7. Why the choices below:
+# Why the choices below (Debian 12's Slurm 22.05, started without systemd):
 # - The daemons run in the foreground (-D / -F) under setsid in the background, so $! IS
 #   the daemon: we know every PID we started at once, with no window in which a forked
 #   daemon exists but its pid file does not. slurm_down.sh kills by these PIDs only.
@@ -58,7 +58,7 @@ TIMEOUT_S=${STRATA_SLURM_UP_TIMEOUT:-30}
 mkdir -p "$DIR/munge" "$DIR/state" "$DIR/spool/$HOST" "$DIR/log" "$DIR/run" "$DIR/pids" "$DIR/tmp"
 # munged refuses a socket path that others cannot traverse, checking every directory up
 # to /, DIR included (mktemp -d makes it 700), and a key readable by anyone but its
-# owner (STACK.md section 7).
+# owner.
 chmod 755 "$DIR" "$DIR/munge"
 chmod 1777 "$DIR/tmp"
 
@@ -138,7 +138,7 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 SwitchType=switch/none
-# Debian's Open MPI only forms a world over PMIx (pmi2 and none fail, STACK.md 7).
+# Debian's Open MPI only forms a world over PMIx (pmi2 and none fail).
 MpiDefault=pmix
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU

@@ -4,7 +4,8 @@
 # Run inside run_with_slurm.sh (it provides SLURM_CONF for a private cluster):
 #   tests/slurm/run_with_slurm.sh tests/slurm/srun_verify_test.sh build/bin/strata
 #
-# Cases (contract: DESIGN.md section 7, `strata cluster`):
+# Cases (contract: `strata cluster --verify`, README.md "Using it" and docs/ARCHITECTURE.md
+# "Bootstrap protocol"):
 #   1. srun --mpi=pmix -n 4 --overcommit --kill-on-bad-exit=1 strata cluster --verify
 #      --jobs ps=1,worker=3: exit 0; the chief's table has exactly 4 rows, rank 0 = ps:0,
 #      ranks 1..3 = worker:0..2, on this cluster's node; the header names resolver slurm;

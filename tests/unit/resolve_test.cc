@@ -3,7 +3,7 @@
 // Every resolver is a pure function of an Env snapshot, ResolveOptions and ProcessInfo, so these
 // tests build the environment from a map (no setenv, no MPI). Expected clusters and tasks are what
 // TensorFlow 2.x's TFConfigClusterResolver and SlurmClusterResolver produce for the same input,
-// except for strata's documented deviations (DESIGN.md section 7), marked "TF:" where they matter:
+// except for strata's documented deviations (docs/ARCHITECTURE.md), marked "TF:" where they matter:
 // Slurm's node order is kept, --jobs order is the order written, a GPU count of 0 works, a
 // tasks-per-node list that does not match the node list is an error, and tasks are placed where
 // Slurm runs them (distribution, task map) instead of in block order.

@@ -110,7 +110,7 @@ class SaveError : public Error {
 // every rank) when writing, reading back or committing the file fails; the previous committed
 // checkpoint and checkpoint.json are then untouched and no .tmp file is left behind. (A failure
 // inside one of HDF5's own collective metadata operations on some ranks only cannot be agreed
-// and still ends the job through the error model, STYLE.md section 4.)
+// and still ends the job through the error model, strata/common/error.h: fail-stop.)
 std::string save(MPI_Comm comm, const std::string& dir, std::int64_t global_step,
                  const SaveRequest& request, const Attributes& attributes,
                  const SaveOptions& options = {});

@@ -24,7 +24,7 @@
 //             out on
 // A verdict prints one line on stderr ("strata: liveness: rank 2 (worker:1 on cn3) stopped: no
 // heartbeat for 10.3 s; last step 200, phase train") and ends the job (MPI_Abort): fail-stop,
-// DESIGN.md section 9. A rank killed outright is reported by the launcher (mpirun/srun) at once.
+// docs/RELIABILITY.md. A rank killed outright is reported by the launcher (mpirun/srun) at once.
 //
 // Thread-safety: set_step / set_phase are lock-free and may be called from any thread.
 #pragma once

@@ -1,6 +1,6 @@
 // Cluster resolution: which job and task this process is, and what the whole cluster looks like.
 //
-// Sources, the first that applies wins (DESIGN.md section 1):
+// Sources, the first that applies wins (as README.md, "Checkpoints", lists them for users):
 //   1. explicit: --cluster FILE|JSON or STRATA_CLUSTER
 //   2. TF_CONFIG (TensorFlow's TFConfigClusterResolver semantics)
 //   3. the Slurm step environment (TensorFlow's SlurmClusterResolver semantics, except that
@@ -72,7 +72,7 @@ struct ResolvedCluster {
 
   // TensorFlow's master(): "<rpc_layer>://<address of the task>", else session_master, else "".
   std::string master() const;
-  // The `strata cluster` JSON object (DESIGN.md section 7).
+  // The `strata cluster` JSON object (command-line contract: scripts parse it; keys are only added).
   std::string to_json() const;
 };
 

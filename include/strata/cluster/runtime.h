@@ -1,5 +1,5 @@
-// Runtime bootstrap: MPI initialisation, the cross-checks of DESIGN.md section 1 and the
-// communicators every later layer uses.
+// Runtime bootstrap: MPI initialisation, the cross-checks (docs/ARCHITECTURE.md, "Bootstrap
+// protocol") and the communicators every later layer uses.
 //
 // Protocol of Runtime::bootstrap (collective over the given world communicator):
 //   a. every rank resolves its cluster and task (resolve.h); a resolution error is not thrown yet,

@@ -1,4 +1,4 @@
-// Preemption signals (DESIGN.md section 6): SIGTERM and SIGUSR1 ask a job to stop at the next step
+// Preemption signals (README.md, "Checkpoints"): SIGTERM and SIGUSR1 ask a job to stop at the next step
 // boundary after saving a checkpoint, instead of dying mid-step. The handler only records the
 // signal (async-signal-safe: one lock-free atomic store); the training loop and the PS service
 // loop poll preemption_signal() and agree on it through the parameter servers.

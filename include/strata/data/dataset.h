@@ -1,5 +1,5 @@
-// Input layer (DESIGN.md section 5): in-memory datasets, readers, TF-style auto-sharding across
-// workers, and a prefetching batch iterator.
+// Input layer (strata_data in docs/ARCHITECTURE.md, "Layers"): in-memory datasets, readers,
+// TF-style auto-sharding across workers, and a prefetching batch iterator.
 //
 // The layer is pure C++ and knows nothing of MPI: the runtime passes the worker index and count in.
 // A worker's input for one epoch is

@@ -1,6 +1,6 @@
 // The data a model's step works on (Inputs, Params, Grads: host buffers, Keras' layouts), the
-// configuration of the built-in models of `strata train` (softmax, mlp, wide_deep: DESIGN.md
-// section 7) and model-independent helpers (seed derivation, local SGD). The models themselves are
+// configuration of the built-in models of `strata train` (`--model softmax|mlp|wide_deep`)
+// and model-independent helpers (seed derivation, local SGD). The models themselves are
 // layer graphs: nn::make_builtin_model (strata/nn/builtin.h) builds the built-in ones from a
 // ModelConfig, nn::GraphModel runs them; a model never talks to a parameter server (the training
 // loop pulls Params, calls its step and pushes the Grads).

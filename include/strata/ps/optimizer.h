@@ -1,7 +1,8 @@
-// Optimizer math applied by parameter-server ranks to the shards they own (DESIGN.md section 3,
-// "Optimizers"): SGD, Momentum, Adagrad, Adam, RMSprop and FTRL with the update rules of TF 2.x Keras
-// (tf.keras.optimizers, the optimizer_v2 family and the training_ops kernels it calls), the same
-// slot names and slot initial values, so checkpoints map onto TF's `/slots/<var>/<slot>` layout.
+// Optimizer math applied by parameter-server ranks to the shards they own (by the PS service loop,
+// from the workers' inboxes): SGD, Momentum, Adagrad, Adam, RMSprop and FTRL with the update rules
+// of TF 2.x Keras (tf.keras.optimizers, the optimizer_v2 family and the training_ops kernels it
+// calls), the same slot names and slot initial values, so checkpoints map onto TF's
+// `/slots/<var>/<slot>` layout.
 //
 // Floating-point contract (why a distributed run can be compared bit for bit with a single-process
 // reference that applies the same aggregated gradients through these functions):

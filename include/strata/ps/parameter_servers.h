@@ -70,7 +70,8 @@ struct ConsistencyConfig {
 
 // ---- checkpoint hooks -------------------------------------------------------------------------
 // The PS layer knows no file format: the strategy layer's checkpoint glue fills these hooks, and the
-// PS layer calls them at the right moments (DESIGN.md section 6).
+// PS layer calls them at the right moments (docs/ARCHITECTURE.md, "The path of one training step",
+// step 5; the file: checkpoint/FORMAT.md).
 
 // One shard held by this PS, as it is restored into or saved from its arena.
 struct ShardBuffers {

@@ -1,5 +1,6 @@
-// GPU replicas of a worker (DESIGN.md section 4): how many GPUs this process sees, which of them a
-// worker uses, the NCCL replica group across them and the dense model step each replica runs.
+// GPU replicas of a worker (one per GPU it uses; `strata train --devices`): how many GPUs this
+// process sees, which of them a worker uses, the NCCL replica group across them and the dense model
+// step each replica runs.
 //
 // No CUDA or NCCL header is included, and every function exists in every build: without CUDA/NCCL
 // visible_gpu_count() is 0, gpu_unavailable_reason() says why, and make_nccl_replica_group and

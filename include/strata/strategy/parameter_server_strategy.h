@@ -89,7 +89,7 @@ class DynamicVariable {
   ps::DynamicVariableSpec spec_;
 };
 
-// Checkpoints (DESIGN.md section 6; TF's CheckpointManager and Checkpoint.restore). The PS ranks
+// Checkpoints (format: checkpoint/FORMAT.md; TF's CheckpointManager and Checkpoint.restore). The PS ranks
 // write `<directory>/ckpt-<global_step>.h5` collectively with parallel HDF5 while the job is
 // quiesced at a step boundary (ps::PsClient::at_step_boundary), so a checkpoint is one
 // consistent state: every push of every worker up to its recorded position applied, nothing after.
@@ -154,7 +154,7 @@ struct StrategyOptions {
   std::vector<int> gpus;
 };
 
-// Which devices a worker's replicas run on (DESIGN.md section 4; `strata train --devices`).
+// Which devices a worker's replicas run on (`strata train --devices`).
 enum class DevicePolicy {
   kAuto,  // GPU replicas when the worker sees a GPU, else CPU replicas
   kCpu,   // CPU replicas (threads), StrategyOptions::cpu_replicas of them

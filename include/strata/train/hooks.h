@@ -231,7 +231,7 @@ class ProfilerHook : public SessionRunHook {
 };
 
 // The chief evaluates the final model on the eval set and prints the job's JSON summary line
-// (DESIGN.md section 7): its last line.
+// (docs/MODELS.md, "The summary's metrics"): its last line.
 class SummaryHook : public SessionRunHook {
  public:
   void end(RunContext& ctx) override;

@@ -3,7 +3,7 @@
 //   RunConfig  (tf.estimator.RunConfig)  where and how the job runs: model_dir and the checkpoint
 //              schedule, logging, the strategy's options (optimizer, consistency, transport,
 //              placement, replicas), timeouts. The cluster itself comes from TF_CONFIG, Slurm or
-//              plain MPI at bootstrap (DESIGN.md section 1); RunConfig only carries the hints those
+//              plain MPI at bootstrap (strata/cluster/resolve.h); RunConfig only carries the hints those
 //              resolvers take (jobs, num_ps).
 //   TrainSpec  (tf.estimator.TrainSpec)  the training input and when to stop, plus user hooks.
 //   EvalSpec   (tf.estimator.EvalSpec)   the evaluation input, and how the evaluator task paces
@@ -37,7 +37,8 @@ namespace strata::train {
 
 class SessionRunHook;
 
-// Process exit statuses (DESIGN.md section 7; the same as kExitPreempted in common/signals.h).
+// Process exit statuses (docs/RELIABILITY.md, "What the launchers do"; the same as kExitPreempted in
+// common/signals.h).
 inline constexpr int kStatusOk = 0;
 inline constexpr int kStatusFailure = 1;  // a runtime failure (a failed save under stop)
 inline constexpr int kStatusUsage = 2;    // a configuration error, agreed by every rank

@@ -7,7 +7,7 @@
 //   return result.status;
 //
 // Every rank of the job calls it with the same arguments; what a rank does follows its task
-// (TF_CONFIG, Slurm, or plain MPI, DESIGN.md section 1):
+// (TF_CONFIG, Slurm, or plain MPI; strata/cluster/resolve.h):
 //   ps         serves the variables until the workers are done (and takes part in checkpoints);
 //   chief/worker  trains: its shard of TrainSpec::input_fn, its replicas splitting each batch,
 //              checkpoints at RunConfig's schedule, hooks (hooks.h) around every step; the chief

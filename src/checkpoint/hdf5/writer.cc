@@ -33,8 +33,8 @@
 //     broadcast, so every rank returns after the commit (or throws the same error).
 // After a SaveError in steps 3-6 rank 0 removes the .tmp (and a renamed file checkpoint.json does
 // not list); nothing committed is touched before step 6. HDF5 failures inside the collective
-// metadata operations of step 4 on some ranks only cannot be agreed: the error model (STYLE.md
-// section 4) turns them into MPI_Abort of the job.
+// metadata operations of step 4 on some ranks only cannot be agreed: the error model
+// (strata/common/error.h; fail-stop, docs/RELIABILITY.md) turns them into MPI_Abort of the job.
 #include <fcntl.h>
 #include <mpi.h>
 #include <sys/stat.h>

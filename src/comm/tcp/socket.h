@@ -3,7 +3,8 @@
 //
 // Why blocking sockets: on an oversubscribed node the kernel's softirq that moves packets needs
 // the cores, so a thread waiting for the network must sleep in the kernel instead of polling
-// (a polling waiter delays the very packets it waits for; figures in STACK.md section 8). Every receive and send is bounded by a deadline (SO_RCVTIMEO / SO_SNDTIMEO of at
+// (a polling waiter delays the very packets it waits for; figures in tests/cluster/README.md,
+// "mpirun"). Every receive and send is bounded by a deadline (SO_RCVTIMEO / SO_SNDTIMEO of at
 // most one second, re-armed until the deadline), so no wait is unbounded.
 //
 // Thread-safety: a Socket is used by one thread at a time; the functions here keep no state.

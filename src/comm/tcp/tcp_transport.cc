@@ -1025,7 +1025,7 @@ void TcpTransport::serve() {
   } catch (const std::exception& e) {
     // A served request failed on our side or an authenticated peer sent what strata never sends:
     // a bug or memory corruption; the job cannot go on consistently, so it ends here with the
-    // reason (fail-stop, DESIGN.md section 9).
+    // reason (fail-stop, docs/RELIABILITY.md).
     std::cerr << "strata: [rank " << rank_ << "] tcp transport server: " << e.what() << std::endl;
     MPI_Abort(comm_, 1);
   }

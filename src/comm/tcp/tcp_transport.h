@@ -9,8 +9,8 @@
 // Between nodes: every rank runs one server thread that owns a listening socket and answers
 // requests for its own regions: get, put, accumulate, rows, fetch-and-add, flush. The thread sleeps
 // in poll() when idle, so it costs no core (on an oversubscribed node a spinning waiter keeps the
-// kernel's softirq, which moves the packets, off the cores; STACK.md section 8), and it answers
-// while the owner computes, so no operation waits for the owner's progress. A pull is one request
+// kernel's softirq, which moves the packets, off the cores; tests/cluster/README.md, "mpirun"), and
+// it answers while the owner computes, so no operation waits for the owner's progress. A pull is one request
 // and one reply, the bytes sent straight from the region; a push is one message (header and
 // gradient in one sendmsg), applied on arrival, and a flush is one round trip.
 //

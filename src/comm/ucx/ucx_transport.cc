@@ -17,7 +17,7 @@
 // Why not (a): an active message completes only when the owner calls into UCX. The PS service loop
 // does, but the owner of a region is often inside a plain MPI_Barrier or computing (tests, the end
 // of a PS run, any caller of the Transport interface), and UCP_MEM_MAP_ALLOCATE memory lets every
-// other operation here complete without the owner (STACK.md section 4): a lock keeps accumulate
+// other operation here complete without the owner (ucx_transport.h says why): a lock keeps accumulate
 // one-sided too, like MPI_Accumulate on an osc-sm window. The cost is a lock round trip per
 // stripe (sub-microsecond over shared memory) and, without direct access, two copies.
 // int64 accumulates use UCP_ATOMIC_OP_ADD per element instead, so they are atomic with fetch_add

@@ -2,7 +2,7 @@
 // an endpoint to every rank of the communicator, regions from ucp_mem_map(UCP_MEM_MAP_ALLOCATE)).
 // Private to the comm layer; only src/comm/transport_registry.cc creates it.
 //
-// Why UCP_MEM_MAP_ALLOCATE: measured here (STACK.md section 4), memory UCX allocates itself sits in
+// Why UCP_MEM_MAP_ALLOCATE: measured here, memory UCX allocates itself sits in
 // a shared-memory segment that co-located peers map, so get / put / atomics complete without the
 // target calling into UCX (fully one-sided), while user memory registered with ucp_mem_map made
 // every operation wait for the target's progress. Across nodes (TCP, or IB without the target's

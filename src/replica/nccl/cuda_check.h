@@ -1,6 +1,7 @@
-// Check macros for CUDA, cuBLAS and NCCL calls (STYLE.md section 4) and two small CUDA helpers
-// (ScopedDevice, PinnedBuffer), private to the GPU replica target. Each macro is one line that
-// calls a [[noreturn]] cold function, so the hot path is a compare and a branch. The thrown strata::CudaError / strata::NcclError carries the library's own
+// Check macros for CUDA, cuBLAS and NCCL calls (the error model of strata/common/error.h) and two
+// small CUDA helpers (ScopedDevice, PinnedBuffer), private to the GPU replica target. Each macro is
+// one line that calls a [[noreturn]] cold function, so the hot path is a compare and a branch. The
+// thrown strata::CudaError / strata::NcclError carries the library's own
 // error name and string, the failing expression and the source location, e.g.
 //   ncclAllReduce(data, data, n, ...) failed: ncclUnhandledCudaError: unhandled cuda error (run
 //   with NCCL_DEBUG=INFO for details); last NCCL error: Cuda failure 'out of memory'

@@ -1,4 +1,4 @@
-// The one place for NCCL version checks (STYLE.md section 3): every feature strata uses that is
+// The one place for NCCL version checks: every feature strata uses that is
 // newer than the minimum gets a STRATA_NCCL_HAS_* macro here, and the code tests that macro instead
 // of comparing NCCL_VERSION_CODE itself (nccl-tests scatters such comparisons through its files).
 //
