@@ -12,7 +12,7 @@
 # CUDA sources (nvcc takes no -fsanitize) are left alone; the sanitize tier builds without CUDA.
 #
 # The `sanitize` test (tests/sanitize/sanitize_tier.sh) configures a second tree with this option and
-# runs the unit and mpi tiers there; tests/sanitize/README.md says how to run one by hand.
+# runs the unit and mpi tiers there; tests/sanitize/sanitize_tier.sh says how to run it by hand.
 set(STRATA_SANITIZE "" CACHE STRING
     "Sanitizers for every target, comma-separated, e.g. address,undefined (empty: none)")
 

@@ -10,8 +10,14 @@
 #   STRATA_SANITIZE_CTEST_ARGS (extra ctest arguments, e.g. "-R transport" while investigating).
 #
 # What is built: only the unit and mpi test binaries and what they link (target
-# strata_tier_unit_mpi), without CUDA/NCCL (nvcc takes no -fsanitize, and no GPU runs here) and
-# without examples.
+# strata_tier_unit_mpi), without CUDA/NCCL (nvcc takes no -fsanitize, and no GPU runs here), without
+# examples and without the strata tool (the two unit tests that run the tool, hostlist_vs_scontrol
+# and dynamic_ckpt_tool, run in the plain tree only). In this tree the unit binary is one test that
+# runs every unit test in one process (a sanitized process costs ~0.4 s to start and leak-check).
+#
+# By hand, from a configured plain tree:
+#   bash tests/sanitize/sanitize_tier.sh . build/sanitize
+#   STRATA_SANITIZE_CTEST_ARGS="-R transport" bash tests/sanitize/sanitize_tier.sh . build/sanitize
 #
 # Reports: ASan (and LeakSanitizer) write to BUILD_DIR/sanitizer-reports/asan.<pid> (log_path)
 # rather than to stderr, so a report from a process whose failure a test expected, or from a rank
