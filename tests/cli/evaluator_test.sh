@@ -116,23 +116,29 @@ D="$TEST_TMP/run5"
 marks="$TEST_TMP/marks5"
 mkdir -p "$marks"
 STRATA_TEST_PHASE_DIR="$marks" timeout 120 "$MPIEXEC" "${MPIEXEC_FLAGS[@]}" -np 4 "$STRATA_BIN" train \
-  --jobs ps=1,worker=2,evaluator=1 --model softmax --steps 1500 --checkpoint-dir "$D" --save-every-steps 200 \
+  --jobs ps=1,worker=2,evaluator=1 --model softmax --steps 3000 --checkpoint-dir "$D" --save-every-steps 400 \
   "${QUIET[@]}" >"$OUT" 2>"$ERR" &
 job=$!
 # nice_of PID TID: field 19 of the thread's stat (after the "(comm)" field, which may hold spaces).
 nice_of() { sed 's/.*) //' "/proc/$1/task/$2/stat" 2>/dev/null | awk '{print $17}'; }
 bin=$(readlink -f "$STRATA_BIN")
-main_nice="" other_nices=""
+main_nice="" other_nices="" pid=""
+# The evaluator's process is found once, as soon as it exists (a scan of /proc takes a while on a
+# loaded machine), and sampled every 0.1 s once it has marked its evaluate phase: the job lasts a
+# few seconds only.
 for _ in $(seq 300); do
-  if [ -e "$marks/3.evaluate" ]; then
+  if [ -z "$pid" ]; then
     for p in /proc/[0-9]*; do
       [ "$(readlink -f "$p/exe" 2>/dev/null)" = "$bin" ] || continue
       grep -qxz 'OMPI_COMM_WORLD_RANK=3' "$p/environ" 2>/dev/null || continue
       grep -qxz "STRATA_TEST_PHASE_DIR=$marks" "$p/environ" 2>/dev/null || continue
       pid=${p#/proc/}
-      main_nice=$(nice_of "$pid" "$pid")
-      other_nices=$(for t in /proc/"$pid"/task/*; do [ "${t##*/}" = "$pid" ] || nice_of "$pid" "${t##*/}"; done | sort -u | tr '\n' ' ')
+      break
     done
+  fi
+  if [ -n "$pid" ] && [ -e "$marks/3.evaluate" ]; then
+    main_nice=$(nice_of "$pid" "$pid")
+    other_nices=$(for t in /proc/"$pid"/task/*; do [ "${t##*/}" = "$pid" ] || nice_of "$pid" "${t##*/}"; done | sort -u | tr '\n' ' ')
   fi
   [ "$main_nice" = 10 ] && break
   kill -0 "$job" 2>/dev/null || break
