@@ -3,8 +3,8 @@
 // NCCL and dlopen()s cuBLAS when the first GPU model is built: CPU-only runs, the tools and the
 // tests start without it.
 //
-// Thread-safe (the library is opened once, under a function-local static). The table is never
-// unloaded. Private to the GPU replica target.
+// Thread-safe: the library is opened once, under a mutex; later calls read one atomic pointer
+// (an acquire load per call, nothing more on the GEMM path). The table is never unloaded. Private to the GPU replica target.
 #pragma once
 
 #include "strata/config.h"
