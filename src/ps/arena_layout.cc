@@ -18,7 +18,7 @@ bool takes_gradients(const ShardMap& map, const Shard& shard) {
   return spec->trainable && spec->dtype != DType::kI64;
 }
 
-std::uint64_t ArenaLayout::control_bytes() const { return align_up(stats() + control::kStatsBytes); }
+std::uint64_t ArenaLayout::control_bytes() const { return align_up(worker_wake(workers_)); }
 
 ArenaLayout ArenaLayout::build(const ShardMap& map, int num_workers, int num_ps, OptimizerKind optimizer, PushPath path,
                                const std::vector<DynamicVariableSpec>& dynamic) {

@@ -22,7 +22,11 @@
 //                            joined, then that save's id (PS 0)
 //     [stats + 0..39]        this PS's own ServeStats: updates, elements, busy ns, split updates,
 //                            most threads (5 x i64), published before each ack
-//     (positions = 128 + 8 W, stats = positions + 32 W; 8-byte aligned, not 64)
+//     [wakes + 0]            this PS's wake word (u32, wake_word.h): set while its service
+//                            loop sleeps; a co-located worker rings it after a doorbell
+//     [wakes + 4 + 4 w]      worker w's wake word for this PS (u32): set while worker w sleeps
+//                            on an ack of this PS, which rings it after storing acks
+//     (positions = 128 + 8 W, stats = positions + 32 W, wakes = stats + 40; 8-byte aligned, not 64)
 //
 //   then, per shard placed on this PS, in shard-map order:
 //     values                 shard bytes
@@ -166,6 +170,8 @@ class ArenaLayout {
   std::uint64_t positions() const { return clock(workers_); }
   std::uint64_t position(int w) const { return positions() + control::kPositionBytes * static_cast<std::uint64_t>(w); }
   std::uint64_t stats() const { return position(workers_); }
+  std::uint64_t ps_wake() const { return stats() + control::kStatsBytes; }
+  std::uint64_t worker_wake(int w) const { return ps_wake() + 4 + 4ull * static_cast<std::uint64_t>(w); }
   // Bytes of the control block before the first shard (64-byte aligned).
   std::uint64_t control_bytes() const;
 

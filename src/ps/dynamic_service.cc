@@ -221,7 +221,7 @@ void ServerCore::apply_dynamic_round(std::size_t d) {
     st.waiting[wi] = 0;
     ++st.requests;
     st.seen[wi] += 1;
-    store_i64(base() + l.ack(w), st.seen[wi]);
+    store_ack(l.ack(w), w, st.seen[wi]);
   }
 }
 
@@ -289,7 +289,7 @@ void ServerCore::serve_request(std::size_t d, int w, const char* req, std::size_
   }
   ++st.requests;
   st.seen[wi] = number;
-  store_i64(base() + l.ack(w), number);
+  store_ack(l.ack(w), w, number);
 }
 
 bool ServerCore::serve_dynamic(std::size_t d) {
@@ -321,6 +321,7 @@ void ServerCore::consume_dynamic(std::size_t d, int w, std::uint64_t offset, con
   if (!dynamic_failure.empty()) return;  // the job is ending: the service loop throws it
   try {
     consume_dynamic_locked(d, w, offset, data, bytes);
+    ring_acks();
   } catch (const Error& e) {
     // Thrown from the service loop (serve_once), as a malformed request found there would be,
     // rather than from the transport's thread, which would abort the job without serve() saying why.
@@ -360,7 +361,7 @@ void ClientCore::wait_dynamic(std::size_t d, int p, const char* op) {
   wait_for([&] { return (acked = transport->atomic_read(*region, peer, ack)) >= sent; },
            std::string(op) + ": request " + std::to_string(sent) + " for dynamic variable '" + dynamic[d].name +
                "' to ps:" + std::to_string(p) + " (rank " + std::to_string(peer) + ") was not answered",
-           {peer});
+           {peer}, worker_wake[static_cast<std::size_t>(p)]);
 }
 
 void ClientCore::send_dynamic(std::size_t d, int p, DynamicRequestKind kind, const std::int64_t* ids, std::size_t n,
@@ -384,6 +385,7 @@ void ClientCore::send_dynamic(std::size_t d, int p, DynamicRequestKind kind, con
     transport->flush(*region, peer);
     transport->fetch_add(*region, peer, l.doorbell(worker), 1);
   }
+  ring_ps(p);
   ++dyn_sent[d][pi];
 }
 

@@ -74,11 +74,30 @@ std::string ConsistencyConfig::to_string() const {
 
 void PsCore::release() noexcept {
   try {
+    ps_wake.clear();
+    worker_wake.clear();
     region.reset();
     transport.reset();
   } catch (const std::exception& e) {
     STRATA_LOG(ERROR) << "freeing the parameter-server region failed: " << e.what();
     std::terminate();
+  }
+}
+
+void PsCore::map_wake_words(int ps_index, int worker) {
+  ps_wake.assign(ps_rank.size(), nullptr);
+  if (ps_index >= 0) {
+    ps_wake[static_cast<std::size_t>(ps_index)] = transport->shared_word(*region, transport->rank(), layout.ps_wake());
+    worker_wake.assign(static_cast<std::size_t>(num_workers), nullptr);
+    for (int w = 0; w < num_workers; ++w)
+      worker_wake[static_cast<std::size_t>(w)] = transport->shared_word(*region, transport->rank(), layout.worker_wake(w));
+    return;
+  }
+  worker_wake.assign(ps_rank.size(), nullptr);
+  if (worker < 0) return;  // a bystander neither pushes nor waits for acks
+  for (std::size_t p = 0; p < ps_rank.size(); ++p) {
+    ps_wake[p] = transport->shared_word(*region, ps_rank[p], layout.ps_wake());
+    worker_wake[p] = transport->shared_word(*region, ps_rank[p], layout.worker_wake(worker));
   }
 }
 
@@ -306,6 +325,7 @@ ParameterServers ParameterServers::materialize(const Runtime& runtime, const PsO
   impl->transport = comm::create_transport(options.transport, comm);
   impl->region = impl->transport->allocate_region(is_ps ? impl->layout.arena_bytes(server->ps_index) : 0);
   const std::size_t shards = impl->map.shards().size();
+  impl->map_wake_words(server ? server->ps_index : -1, client ? client->worker : -1);
   if (client) {
     client->pushes.assign(shards, 0);
     client->acked.assign(shards, 0);
@@ -376,6 +396,15 @@ ParameterServersTestPeer::ControlWords ParameterServersTestPeer::control_words(P
   words.save_request = control::kSaveRequest;
   words.clock_of_worker0 = m.layout.clock(0);
   return words;
+}
+
+ParameterServersTestPeer::WakeCounts ParameterServersTestPeer::wake_counts(PsEndpoint& endpoint) {
+  const PsCore& m = *endpoint.core_;
+  WakeCounts counts;
+  counts.mapped = std::any_of(m.ps_wake.begin(), m.ps_wake.end(), [](const std::uint32_t* w) { return w != nullptr; });
+  counts.sleeps = m.wake_sleeps;
+  counts.rung = m.wake_rung;
+  return counts;
 }
 
 DynamicTableSnapshot ParameterServersTestPeer::export_dynamic(PsServer& server, std::string_view name) {

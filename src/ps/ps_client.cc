@@ -70,7 +70,7 @@ void ClientCore::wait_ack(std::size_t s, const char* why) {
   wait_for([&] { return (acked[s] = transport->atomic_read(*region, peer, ack)) >= sent; },
            std::string(why) + ": push " + std::to_string(sent) + " of '" + shard(s).name + "' to ps:" +
                std::to_string(shard(s).ps) + " (rank " + std::to_string(peer) + ") was not applied",
-           {peer});
+           {peer}, worker_wake[static_cast<std::size_t>(shard(s).ps)]);
 }
 
 
@@ -119,6 +119,7 @@ void ClientCore::send_inbox(std::size_t s, bool dense, const std::vector<std::in
     transport->flush(*region, peer);
     transport->fetch_add(*region, peer, layout.shard(s).doorbells + 8ull * worker, 1);
   }
+  ring_ps(shard(s).ps);
   ++pushes[s];
   // Under sync the round is waited for by this worker's next read (settle_sync), not here: the
   // step's other pushes go out first, so the PS finds the whole step's rounds in one pass.
@@ -154,6 +155,7 @@ void ClientCore::send_streamed(std::size_t s, const void* payload) {
                           layout.shard(s).chunks + 8ull * worker, nullptr, 0);
     transport->flush(*region, peer);
   }
+  ring_ps(shard(s).ps);
   ++pushes[s];
 }
 
@@ -468,6 +470,7 @@ void PsClient::done() {
   // Async pushes must be remotely complete before the PS may stop serving.
   m.flush_all_peers();
   for (int ps : m.ps_rank) m.transport->fetch_add(*m.region, ps, control::kDone, 1);
+  for (int p = 0; p < m.num_ps(); ++p) m.ring_ps(p);
 }
 
 }  // namespace strata::ps

@@ -184,7 +184,7 @@ void ServerCore::apply_stream_chunk(std::size_t ls, std::size_t s, int w, std::s
   busy_s += std::chrono::duration<double>(Clock::now() - t0).count() - progress_s;
   if (last) ++applied;
   publish_stats();
-  if (last) store_i64(base() + layout.shard(s).acks + 8ull * static_cast<std::uint64_t>(w), ++consumed[ls][w]);
+  if (last) store_ack(layout.shard(s).ack(w), w, ++consumed[ls][w]);
 }
 
 
@@ -226,7 +226,7 @@ bool ServerCore::serve_shard_async(std::size_t ls, std::size_t s) {
       else
         apply<T>(s, nullptr, rows, payload);
       bells_seen[ls][w] = bell;
-      store_i64(base() + layout.shard(s).acks + 8ull * w, ++consumed[ls][w]);
+      store_ack(layout.shard(s).ack(w), w, ++consumed[ls][w]);
       worked = true;
     }
     if (layout.shard(s).chunks == 0) continue;
@@ -302,7 +302,7 @@ bool ServerCore::serve_shard_sync(std::size_t ls, std::size_t s) {
   }
   for (int w = 0; w < num_workers; ++w) {
     consumed[ls][w] = round + 1;
-    store_i64(base() + layout.shard(s).acks + 8ull * w, round + 1);
+    store_ack(layout.shard(s).ack(w), w, round + 1);
   }
   return true;
 }
@@ -311,6 +311,7 @@ bool ServerCore::serve_shard_sync(std::size_t ls, std::size_t s) {
 // PS: the service state, and a consumer for every streamed push the transport can hand over.
 // Called once, after the shards are initialised and before the barrier that lets workers push.
 void ServerCore::prepare_service() {
+  ack_stored.assign(static_cast<std::size_t>(num_workers), 0);
   for (std::size_t s = 0; s < map.shards().size(); ++s)
     if (shard(s).ps == ps_index && uses_inbox && trainable_shard(s)) local_shards.push_back(s);
   consumed.assign(local_shards.size(), std::vector<std::int64_t>(num_workers, 0));
@@ -356,6 +357,7 @@ void ServerCore::consume_chunk(std::size_t ls, std::size_t s, int w, std::uint64
   ++handed_seen[ls][w];
   apply_stream_chunk<T>(ls, s, w, static_cast<std::size_t>(begin), bytes / sizeof(T), static_cast<const T*>(data),
                         due == 0, due == per_push - 1, false);
+  ring_acks();
 }
 
 
@@ -375,13 +377,21 @@ bool ServerCore::serve_once() {
   for (std::size_t d = 0; d < dynamic_state.size(); ++d) worked |= serve_dynamic(d);
   if (!dynamic_failure.empty()) [[unlikely]]
     throw Error(dynamic_failure);
-  if (worked) transport->sync_local(*region);
+  if (worked) {
+    transport->sync_local(*region);
+    ring_acks();
+  }
   return worked;
 }
 
 bool ServerCore::serve() {
   Backoff backoff;
+  // Once the spin is over, the loop announces itself on its wake word before each pass and sleeps
+  // on it when the pass found nothing, so a co-located worker's doorbell ends the sleep (its
+  // timeout stays the backoff's: pushes from other nodes, saves and signals do not ring).
+  std::uint32_t* const word = ps_wake[static_cast<std::size_t>(ps_index)];
   while (true) {
+    if (word != nullptr && backoff.sleeps_next()) wake::announce(word);
     // Read the done counter before draining: every push a worker made precedes its done().
     transport->sync_local(*region);
     const bool all_done = load_i64(base() + control::kDone) >= num_workers;
@@ -392,11 +402,17 @@ bool ServerCore::serve() {
     }
     if (all_done && !worked) break;
     transport->progress();
-    if (worked)
+    if (worked) {
       backoff.reset();
-    else
+      if (word != nullptr) wake::withdraw(word);
+    } else if (word != nullptr && backoff.sleeps_next()) {
+      ++wake_sleeps;
+      wake_rung += backoff.pause_on(word) ? 1 : 0;
+    } else {
       backoff.pause();
+    }
   }
+  if (word != nullptr) wake::withdraw(word);
   return stopped;
 }
 

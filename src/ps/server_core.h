@@ -32,6 +32,22 @@ struct ServerCore final : PsCore {
   std::vector<std::vector<std::int64_t>> stream_step;  // step of its streamed push
   std::vector<std::vector<std::int64_t>> handed_seen;  // chunks the transport handed over
   std::vector<std::int64_t> rounds;     // per shard: applications in this job (sync rounds) (apply_mu)
+  // Per worker: an ack was stored since the last ring_acks() (apply_mu). A pass rings each worker
+  // once at its end, so a sync worker waiting for a round of several shards wakes once.
+  std::vector<char> ack_stored;
+  // Stores worker w's ack word at `offset` of this arena and notes the worker for ring_acks().
+  void store_ack(std::uint64_t offset, int w, std::int64_t value) {
+    store_i64(base() + offset, value);
+    ack_stored[static_cast<std::size_t>(w)] = 1;
+  }
+  // Rings the wake word of every worker noted by store_ack since the last call (apply_mu).
+  void ring_acks() {
+    for (std::size_t w = 0; w < ack_stored.size(); ++w) {
+      if (!ack_stored[w]) continue;
+      ack_stored[w] = 0;
+      if (std::uint32_t* word = worker_wake[w]) wake::ring(word);
+    }
+  }
   std::vector<std::int64_t> step_base;  // per shard: optimizer steps restored from a checkpoint
   // Per shard: the optimizer that updates it, its variable's own (VariableSpec::optimizer) or the
   // job's. Filled by initialise_local_shards before anything reads it; read-only afterwards.

@@ -38,6 +38,14 @@ struct ParameterServersTestPeer {
     std::uint64_t clock_of_worker0 = 0;  // worker w's clock at clock_of_worker0 + 8 w
   };
   static ControlWords control_words(PsEndpoint& endpoint);
+  // This rank's wake words (wake_word.h): whether its own is mapped (a PS's word, or a worker's word
+  // on PS 0), the sleeps it took on them and how many a ring ended before their timeout.
+  struct WakeCounts {
+    bool mapped = false;
+    std::int64_t sleeps = 0;
+    std::int64_t rung = 0;
+  };
+  static WakeCounts wake_counts(PsEndpoint& endpoint);
   // This PS's table of dynamic variable `name`, exported (its rows, slots, stamps, counters).
   static DynamicTableSnapshot export_dynamic(PsServer& server, std::string_view name);
   // Raw one-sided operations on the PS region (remote completion included).

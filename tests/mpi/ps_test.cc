@@ -9,10 +9,12 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <tuple>
 
 #include "mpi/mpi_test.h"
+#include "ps/test_peer.h"
 #include "strata/cluster/runtime.h"
 #include "strata/comm/transport.h"
 #include "strata/common/error.h"
@@ -473,6 +475,53 @@ TEST_P(PsTransport, GlobalStepCountsEveryIncrement) {
   ps.endpoint().barrier();
   const bool ok = ps.is_ps() || ps.client->global_step() == static_cast<std::int64_t>(job.workers) * K;
   ps.endpoint().barrier();
+  STRATA_EXPECT_ALL(comm.get(), ok);
+}
+
+// Wake words (src/ps/wake_word.h): where the PS's arena is in memory this node shares (mpi's
+// shared windows, tcp's co-located peers), a sync worker that waits for a round sleeps on its word
+// and the PS's ring ends the sleep, and the PS, idle, sleeps on its own word until a push rings it.
+// Worker 0 pushes 5 ms late every step, so the other workers wait for every round and the PS for
+// every push of worker 0. Where no word is mapped (tcp's network path, ucx) nobody sleeps on one.
+TEST_P(PsTransport, CoLocatedWaitsEndWhenTheWriterRings) {
+  TestComm comm;
+  SKIP_WITHOUT_WORKERS(comm);
+  Job job = start(comm);
+  PsOptions options;
+  options.optimizer = OptimizerConfig::parse("adam:lr=0.01");
+  options.transport = GetParam();
+  options.consistency = ConsistencyConfig::parse("sync");
+  // Two shards: with 2 PS each serves one, so each waits for worker 0's pushes.
+  auto ps = ParameterServers::materialize(*job.runtime, options, {var("w", {64, 2}, Partitioner::fixed_shards(2))});
+  const int steps = 12;
+  const bool shared_memory = GetParam() == "mpi" || (GetParam() == "tcp" && std::getenv("STRATA_TCP_FORCE_REMOTE") == nullptr);
+  bool ok = true;
+  std::string why;
+  if (ps.is_ps()) {
+    ps.server->serve();
+  } else {
+    std::vector<float> g(128, 0.5f), got(128);
+    for (int t = 0; t < steps; ++t) {
+      if (ps.client->worker_index() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      ps.client->push("w", g.data(), g.size() * 4);
+      ps.client->pull("w", got.data(), got.size() * 4);
+    }
+    ps.client->done();
+  }
+  const auto counts = ParameterServersTestPeer::wake_counts(ps.is_ps() ? static_cast<PsEndpoint&>(*ps.server)
+                                                                       : static_cast<PsEndpoint&>(*ps.client));
+  const bool waits = ps.is_ps() || ps.client->worker_index() != 0;  // who waits on every step
+  if (counts.mapped != shared_memory) {
+    ok = false;
+    why = "wake word mapped: " + std::to_string(counts.mapped);
+  } else if (!shared_memory && counts.sleeps != 0) {
+    ok = false;
+    why = std::to_string(counts.sleeps) + " sleeps on an unmapped word";
+  } else if (shared_memory && waits && counts.rung < steps / 2) {
+    ok = false;
+    why = "only " + std::to_string(counts.rung) + " of " + std::to_string(counts.sleeps) + " sleeps ended by a ring";
+  }
+  EXPECT_TRUE(ok) << "rank " << comm.rank() << ": " << why;
   STRATA_EXPECT_ALL(comm.get(), ok);
 }
 

@@ -156,6 +156,18 @@ class Transport {
     (void)bytes;
   }
 
+  // A 4-byte word of `peer`'s region at `offset` (4-byte aligned) that this rank may load, store
+  // and futex-wait on directly, or nullptr: `peer` is this rank or a co-located peer whose segment
+  // is mapped here in memory shared between the processes. For sleep/wake handshakes between
+  // co-located ranks only (the ps layer's wake words); data moves through get/put. Valid for the
+  // region's lifetime. Not collective; no communication.
+  virtual std::uint32_t* shared_word(Region& region, int peer, std::uint64_t offset) {
+    (void)region;
+    (void)peer;
+    (void)offset;
+    return nullptr;
+  }
+
   // Blocking atomics on 8-byte integers; remote completion included.
   virtual std::int64_t fetch_add(Region& region, int peer, std::uint64_t offset, std::int64_t value) = 0;
   virtual std::int64_t atomic_read(Region& region, int peer, std::uint64_t offset) = 0;

@@ -211,6 +211,14 @@ const void* MpiRmaTransport::local_view(Region& region, int peer, std::uint64_t 
   return r.peer_base(peer) + offset;
 }
 
+std::uint32_t* MpiRmaTransport::shared_word(Region& region, int peer, std::uint64_t offset) {
+  auto& r = as_mpi(region);
+  if (!r.shared()) return nullptr;
+  r.check_range(peer, offset, sizeof(std::uint32_t), "shared_word");
+  if (offset % alignof(std::uint32_t) != 0) throw Error("shared_word: offset " + std::to_string(offset) + " is not 4-byte aligned");
+  return reinterpret_cast<std::uint32_t*>(r.peer_base(peer) + offset);
+}
+
 void MpiRmaTransport::release_view(Region& region, const void* view, std::size_t bytes) {
   if (as_mpi(region).shared() && flush_after_get_ && bytes >= kFlushAfterGetBytes)
     flush_lines(static_cast<const char*>(view), bytes);

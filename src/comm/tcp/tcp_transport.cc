@@ -466,6 +466,13 @@ const void* TcpTransport::local_view(Region& region, int peer, std::uint64_t off
   return same_node(peer) ? local_->local_view(r.inner(), node_rank_[peer], offset, bytes) : nullptr;
 }
 
+std::uint32_t* TcpTransport::shared_word(Region& region, int peer, std::uint64_t offset) {
+  auto& r = as_tcp(region);
+  r.check_range(peer, offset, sizeof(std::uint32_t), "shared_word");
+  // A rank alone on its node (or every rank its own node, STRATA_TCP_FORCE_REMOTE) has nobody to share a word with.
+  return same_node(peer) && local_->size() > 1 ? local_->shared_word(r.inner(), node_rank_[peer], offset) : nullptr;
+}
+
 void TcpTransport::release_view(Region& region, const void* view, std::size_t bytes) {
   // Views exist only for co-located peers, served by the node-local transport.
   local_->release_view(as_tcp(region).inner(), view, bytes);

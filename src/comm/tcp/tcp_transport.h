@@ -77,6 +77,7 @@ class TcpTransport final : public Transport {
   void get(Region& region, int peer, std::uint64_t offset, void* dst, std::size_t bytes) override;
   const void* local_view(Region& region, int peer, std::uint64_t offset, std::size_t bytes) override;
   void release_view(Region& region, const void* view, std::size_t bytes) override;
+  std::uint32_t* shared_word(Region& region, int peer, std::uint64_t offset) override;
   void put(Region& region, int peer, std::uint64_t offset, const void* src, std::size_t bytes) override;
   void accumulate(Region& region, int peer, std::uint64_t offset, const void* src, std::size_t count,
                   ElemType type) override;
