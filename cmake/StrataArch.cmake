@@ -19,6 +19,14 @@
 # is where the speed is, and a product's summation order is fixed for a given build (the same
 # binary on every rank gives the same bits; include/strata/ps/optimizer.h has the full contract).
 #
+# STRATA_TUNE (instruction scheduling only; it never changes a result bit)
+#   auto      (default) the compiler's choice, except where -march=native names a CPU model that
+#             lacks the build machine's AVX-512 (GCC 12 takes a Zen 4 for a Zen 3, znver3): that
+#             model's scheduling is then for another CPU, and -mtune=generic is used instead. On
+#             an AMD EPYC (Zen 4) VM Eigen's products of the MLP's step ran 1.31x faster with
+#             generic scheduling, with the same bits (docs/PERFORMANCE.md).
+#   <other>   passed as -mtune=<other> (e.g. generic, native, znver4).
+#
 # The flags are a build-tree usage requirement of every strata layer ($<BUILD_INTERFACE:...>), so
 # anything in this tree that links a layer compiles the same way, and the installed package hands
 # nothing to its users: a consumer chooses its own -march. The choice is recorded in config.h
@@ -29,6 +37,8 @@ include(CheckCXXSourceCompiles)
 set(STRATA_ARCH "native" CACHE STRING
     "Instruction set of strata's code: native (-march=native, default), portable (the compiler's generic target), or a -march value")
 set_property(CACHE STRATA_ARCH PROPERTY STRINGS native portable x86-64-v2 x86-64-v3 x86-64-v4)
+set(STRATA_TUNE "auto" CACHE STRING
+    "Instruction scheduling of strata's code: auto (the compiler's, or generic where -march=native names a CPU model without this machine's AVX-512) or a -mtune value")
 
 add_library(strata_codegen INTERFACE)
 target_compile_options(strata_codegen INTERFACE $<$<COMPILE_LANGUAGE:C,CXX>:-ffp-contract=off>)
@@ -65,4 +75,27 @@ else()
     target_compile_options(strata_codegen INTERFACE
       $<$<COMPILE_LANGUAGE:CXX>:-Wno-uninitialized -Wno-maybe-uninitialized>)
   endif()
+endif()
+
+# Scheduling (STRATA_TUNE, above).
+set(strata_mtune "")
+if(NOT STRATA_TUNE STREQUAL "auto")
+  set(strata_mtune "-mtune=${STRATA_TUNE}")
+  set(CMAKE_REQUIRED_QUIET ON)
+  check_cxx_compiler_flag("${strata_mtune}" STRATA_MTUNE_OK_${STRATA_TUNE})
+  unset(CMAKE_REQUIRED_QUIET)
+  if(NOT STRATA_MTUNE_OK_${STRATA_TUNE})
+    message(FATAL_ERROR "STRATA_TUNE=${STRATA_TUNE}: ${CMAKE_CXX_COMPILER_ID} does not accept ${strata_mtune}")
+  endif()
+elseif(STRATA_ARCH STREQUAL "native" AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND STRATA_ARCH_HAS_AVX512_native)
+  execute_process(COMMAND ${CMAKE_CXX_COMPILER} -march=native -Q --help=target
+                  OUTPUT_VARIABLE strata_native_target ERROR_QUIET RESULT_VARIABLE strata_native_rc)
+  if(strata_native_rc EQUAL 0 AND strata_native_target MATCHES "-mtune=[ \t]*(znver[123])[ \t\r\n]")
+    set(strata_mtune "-mtune=generic")
+    message(STATUS "strata: -march=native is ${CMAKE_MATCH_1}, a model without this CPU's AVX-512: "
+                   "scheduling with -mtune=generic (STRATA_TUNE overrides)")
+  endif()
+endif()
+if(strata_mtune)
+  target_compile_options(strata_codegen INTERFACE $<$<COMPILE_LANGUAGE:C,CXX>:${strata_mtune}>)
 endif()
