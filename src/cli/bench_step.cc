@@ -13,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "model/gemm.h"
+#include "nn/kernels.h"
 #include "strata/common/error.h"
 #include "strata/model/model.h"
 #include "strata/nn/builtin.h"
@@ -60,6 +61,10 @@ struct Replay {
   std::vector<GemmCall> calls;
   std::vector<Buffers> buffers;
   explicit Replay(std::vector<GemmCall> recorded) : calls(std::move(recorded)) {
+    // The layer graph's products are C = op(A) op(B) or C += op(A) op(B): alpha 1, beta 0 or 1.
+    for (const GemmCall& g : calls)
+      STRATA_CHECK(g.alpha == 1.0f && (g.beta == 0.0f || g.beta == 1.0f), "bench --op step: a recorded product with alpha ",
+                   g.alpha, " and beta ", g.beta, " that the layer graph's gemm() cannot replay");
     std::mt19937 gen(7);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     auto filled = [&](int rows, int ld) {
@@ -75,12 +80,15 @@ struct Replay {
       buffers.push_back(std::move(bufs));
     }
   }
+  // Through the layer graph's gemm(), the step's own path: the checked library for BLIS and
+  // OpenBLAS, and for Eigen the graph's allocation-free kernel (model::detail::sgemm's Eigen
+  // expression allocates its packing buffers on every call, which the step never does).
   void run_once() {
     for (std::size_t i = 0; i < calls.size(); ++i) {
       const GemmCall& g = calls[i];
       Buffers& bufs = buffers[i];
-      model::detail::sgemm(g.ta, g.tb, g.m, g.n, g.k, g.alpha, bufs.a.data(), g.lda, bufs.b.data(), g.ldb, g.beta,
-                           bufs.c.data(), g.ldc);
+      nn::detail::gemm(g.ta == Transpose::kYes, g.tb == Transpose::kYes, g.m, g.n, g.k, bufs.a.data(), g.lda,
+                       bufs.b.data(), g.ldb, g.beta != 0.0f, bufs.c.data(), g.ldc);
     }
   }
 };
