@@ -56,8 +56,8 @@ class ApplyTeam {
   std::exception_ptr error_;
 };
 
-// Elements below which a split is not worth the helpers' wake-up (tens of microseconds against
-// about 0.1 ms of Adam on 32 K floats).
+// Elements below which a split is not worth the helpers' wake-up, which costs about as much as
+// the optimizer's work on a part this size (docs/PERFORMANCE.md, "The PS optimizer rate").
 inline constexpr std::size_t kMinElementsPerPart = std::size_t{1} << 17;
 // The same for a sync round's update (apply_mean_team): the workers wait for it with nothing to
 // do, so their cores are idle and a smaller part still pays for its wake-up.

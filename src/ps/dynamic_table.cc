@@ -295,8 +295,8 @@ struct DynamicTable::Impl {
     return r;
   }
   // Cuts the next page from the last slab, mapping a new slab when it is used up. Huge pages, two
-  // ways (MappedMemory's costs: a 2 MiB fault zeroes 2 MiB in about 0.5 ms, 512 small faults take
-  // about 1.5 ms here and a collapse another 1.2 ms):
+  // ways (a huge fault is cheaper than the small faults plus a collapse of the same 2 MiB; the
+  // measured costs are in docs/DYNAMIC.md, "the table on huge pages"):
   //   * at first touch, when the whole slab fits the memory budget of the rows held now
   //     (kHugeBudget x their values and slots, after what the table holds already): the slab then
   //     counts whole from the start;
