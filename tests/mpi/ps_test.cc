@@ -12,6 +12,9 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <vector>
+
+#include <mpi.h>
 
 #include "mpi/mpi_test.h"
 #include "ps/test_peer.h"
@@ -478,11 +481,13 @@ TEST_P(PsTransport, GlobalStepCountsEveryIncrement) {
   STRATA_EXPECT_ALL(comm.get(), ok);
 }
 
-// Wake words (src/ps/wake_word.h): where the PS's arena is in memory this node shares (mpi's
-// shared windows, tcp's co-located peers), a sync worker that waits for a round sleeps on its word
-// and the PS's ring ends the sleep, and the PS, idle, sleeps on its own word until a push rings it.
-// Worker 0 pushes 5 ms late every step, so the other workers wait for every round and the PS for
-// every push of worker 0. Where no word is mapped (tcp's network path, ucx) nobody sleeps on one.
+// Wake words (src/ps/wake_word.h): where a PS's arena is in memory this node shares (mpi's shared
+// windows when the whole job is on one node, tcp's co-located peers), a sync worker that waits
+// for a round sleeps on its word and the PS's ring ends the sleep, and the PS, idle, sleeps on its
+// own word until a co-located worker's push rings it. Worker 0 pushes 5 ms late every step, so
+// the other workers wait for every round and the PS for every push of worker 0. Where no word is
+// mapped (tcp's network path, ucx, peers on other nodes) nobody sleeps on one. What each rank
+// expects follows from the job's layout over nodes (the cluster tier runs this across nodes).
 TEST_P(PsTransport, CoLocatedWaitsEndWhenTheWriterRings) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
@@ -494,9 +499,38 @@ TEST_P(PsTransport, CoLocatedWaitsEndWhenTheWriterRings) {
   // Two shards: with 2 PS each serves one, so each waits for worker 0's pushes.
   auto ps = ParameterServers::materialize(*job.runtime, options, {var("w", {64, 2}, Partitioner::fixed_shards(2))});
   const int steps = 12;
-  const bool shared_memory = GetParam() == "mpi" || (GetParam() == "tcp" && std::getenv("STRATA_TCP_FORCE_REMOTE") == nullptr);
-  bool ok = true;
-  std::string why;
+  // Every rank's node (the world rank of its node's first rank) and role (-1: PS, else its worker index).
+  MPI_Comm node_comm;
+  ASSERT_EQ(MPI_Comm_split_type(comm.get(), MPI_COMM_TYPE_SHARED, comm.rank(), MPI_INFO_NULL, &node_comm), MPI_SUCCESS);
+  int leader = comm.rank();
+  MPI_Bcast(&leader, 1, MPI_INT, 0, node_comm);
+  int node_size = 0;
+  MPI_Comm_size(node_comm, &node_size);
+  MPI_Comm_free(&node_comm);
+  const int n = comm.size();
+  std::vector<int> node_of(static_cast<std::size_t>(n)), role_of(static_cast<std::size_t>(n));
+  const int role = ps.is_ps() ? -1 : ps.client->worker_index();
+  MPI_Allgather(&leader, 1, MPI_INT, node_of.data(), 1, MPI_INT, comm.get());
+  MPI_Allgather(&role, 1, MPI_INT, role_of.data(), 1, MPI_INT, comm.get());
+  const bool one_node = node_size == n;
+  const bool words = GetParam() == "mpi" ? one_node : GetParam() == "tcp" && std::getenv("STRATA_TCP_FORCE_REMOTE") == nullptr;
+  const int me = comm.rank();
+  bool any_ps_here = false, every_ps_here = true;
+  int worker0 = -1;
+  for (int r = 0; r < n; ++r) {
+    const bool here = node_of[static_cast<std::size_t>(r)] == node_of[static_cast<std::size_t>(me)];
+    if (role_of[static_cast<std::size_t>(r)] == -1) {
+      any_ps_here |= here;
+      every_ps_here &= here;
+    }
+    if (role_of[static_cast<std::size_t>(r)] == 0) worker0 = r;
+  }
+  const bool worker0_here = node_of[static_cast<std::size_t>(worker0)] == node_of[static_cast<std::size_t>(me)];
+  // A PS maps its own word when some peer shares its node; a worker its words on the PS ranks of its node.
+  const bool expect_mapped = words && (ps.is_ps() ? node_size > 1 : any_ps_here);
+  // Rung every step: a PS by worker 0 on its node, a worker other than 0 by every PS on its node.
+  const bool expect_rings = words && (ps.is_ps() ? worker0_here : role != 0 && every_ps_here);
+
   if (ps.is_ps()) {
     ps.server->serve();
   } else {
@@ -510,18 +544,19 @@ TEST_P(PsTransport, CoLocatedWaitsEndWhenTheWriterRings) {
   }
   const auto counts = ParameterServersTestPeer::wake_counts(ps.is_ps() ? static_cast<PsEndpoint&>(*ps.server)
                                                                        : static_cast<PsEndpoint&>(*ps.client));
-  const bool waits = ps.is_ps() || ps.client->worker_index() != 0;  // who waits on every step
-  if (counts.mapped != shared_memory) {
+  bool ok = true;
+  std::string why;
+  if (counts.mapped != expect_mapped) {
     ok = false;
-    why = "wake word mapped: " + std::to_string(counts.mapped);
-  } else if (!shared_memory && counts.sleeps != 0) {
+    why = "wake word mapped: " + std::to_string(counts.mapped) + ", expected " + std::to_string(expect_mapped);
+  } else if (!counts.mapped && counts.sleeps != 0) {
     ok = false;
     why = std::to_string(counts.sleeps) + " sleeps on an unmapped word";
-  } else if (shared_memory && waits && counts.rung < steps / 2) {
+  } else if (expect_rings && counts.rung < steps / 2) {
     ok = false;
     why = "only " + std::to_string(counts.rung) + " of " + std::to_string(counts.sleeps) + " sleeps ended by a ring";
   }
-  EXPECT_TRUE(ok) << "rank " << comm.rank() << ": " << why;
+  EXPECT_TRUE(ok) << "rank " << me << ": " << why;
   STRATA_EXPECT_ALL(comm.get(), ok);
 }
 
