@@ -3,9 +3,9 @@
 //
 // Why: a rank that waits for a peer (a worker for its sync round, the PS for the next push) polls
 // briefly and then sleeps in short timed steps (Backoff). A timed sleep wakes when its timer says,
-// not when the peer wrote: on a loaded or virtualised node a 2 us sleep returns tens of
-// microseconds late and every timed wake-up costs CPU (docs/PERFORMANCE.md has the figures), so a
-// waiter either notices late or wakes many times for nothing. With a wake word the sleeper sleeps
+// not when the peer wrote: on a loaded or virtualised node a short sleep returns late and every
+// timed wake-up costs CPU (docs/PERFORMANCE.md, "wake words"), so a waiter either notices late
+// or wakes many times for nothing. With a wake word the sleeper sleeps
 // until the peer rings, once.
 //
 // Protocol (the word is the sleeper's "I may be asleep" flag, 0 or 1):

@@ -56,6 +56,15 @@ VariableSpec var(const std::string& name, Shape shape, Partitioner part = Partit
   return s;
 }
 
+// Options of a sync job with `optimizer` over `transport` (the default transport when empty).
+PsOptions sync_options(const std::string& optimizer, const std::string& transport = "") {
+  PsOptions options;
+  options.optimizer = OptimizerConfig::parse(optimizer);
+  if (!transport.empty()) options.transport = transport;
+  options.consistency = ConsistencyConfig::parse("sync");
+  return options;
+}
+
 // Exact-in-float gradient of worker w at step t, element i.
 float grad_of(int w, int t, std::size_t i) {
   return static_cast<float>((static_cast<int>(i % 5) - 2)) * 0.25f * static_cast<float>(w + 1) +
@@ -138,10 +147,7 @@ TEST_P(SyncOptimizer, MatchesSingleProcessReferenceBitForBit) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   Job job = start(comm);
-  PsOptions options;
-  options.optimizer = OptimizerConfig::parse(std::get<0>(GetParam()));
-  options.transport = std::get<1>(GetParam());
-  options.consistency = ConsistencyConfig::parse("sync");
+  const PsOptions options = sync_options(std::get<0>(GetParam()), std::get<1>(GetParam()));
   const Shape shape = {10, 7};
   const Initializer init = Initializer::uniform(-1.0, 1.0, 42);
   // Partitioned over 2 shards: each shard's optimizer step count must follow the rounds.
@@ -492,10 +498,7 @@ TEST_P(PsTransport, CoLocatedWaitsEndWhenTheWriterRings) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   Job job = start(comm);
-  PsOptions options;
-  options.optimizer = OptimizerConfig::parse("adam:lr=0.01");
-  options.transport = GetParam();
-  options.consistency = ConsistencyConfig::parse("sync");
+  const PsOptions options = sync_options("adam:lr=0.01", GetParam());
   // Two shards: with 2 PS each serves one, so each waits for worker 0's pushes.
   auto ps = ParameterServers::materialize(*job.runtime, options, {var("w", {64, 2}, Partitioner::fixed_shards(2))});
   const int steps = 12;
@@ -690,10 +693,7 @@ TEST_P(MixedOptimizers, EachVariableMatchesItsOwnReferenceBitForBit) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   Job job = start(comm);
-  PsOptions options;
-  options.optimizer = OptimizerConfig::parse("adam:lr=0.01");
-  options.transport = GetParam();
-  options.consistency = ConsistencyConfig::parse("sync");
+  const PsOptions options = sync_options("adam:lr=0.01", GetParam());
   const Initializer init = Initializer::uniform(-1.0, 1.0, 42);
   VariableSpec a = var("job_adam", {10, 7}, Partitioner::fixed_shards(2), init);
   VariableSpec f = var("own_ftrl", {6, 5}, Partitioner::fixed_shards(2), init);
