@@ -25,6 +25,7 @@
 #include "cli/bench_checkpoint.h"
 #include "cli/bench_json.h"
 #include "cli/bench_link.h"
+#include "ps/apply_team.h"
 #include "ps/dynamic_table.h"
 #include "strata/cluster/resolve.h"
 #include "strata/cluster/runtime.h"
@@ -79,12 +80,13 @@ struct RefRow {
   std::vector<std::vector<float>> slots;
 };
 
-// Wall and thread CPU time of one call, added to a phase when `timed`.
+// Wall and CPU time of one call, added to a phase when `timed`. The CPU time is the process's: the
+// table's calls run on this thread and, split (--ps-threads), on its team's, and nothing else runs.
 class Timer {
  public:
-  Timer() : wall_(Clock::now()), cpu_(thread_cpu()) {}
+  Timer() : wall_(Clock::now()), cpu_(process_cpu()) {}
   void add_to(Phase& p, std::int64_t ops, bool timed = true) const {
-    const double wall = std::chrono::duration<double>(Clock::now() - wall_).count(), cpu = thread_cpu() - cpu_;
+    const double wall = std::chrono::duration<double>(Clock::now() - wall_).count(), cpu = process_cpu() - cpu_;
     if (!timed) return;
     p.seconds += wall;
     p.cpu_seconds += cpu;
@@ -92,9 +94,9 @@ class Timer {
   }
 
  private:
-  static double thread_cpu() {
+  static double process_cpu() {
     timespec ts{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
   }
   Clock::time_point wall_;
@@ -124,6 +126,11 @@ int run_dynamic_bench(const DynamicBenchConfig& cfg) {
                       std::to_string(avail >> 20) + " MiB are available");
 
   ps::DynamicTable table(tc);
+  std::unique_ptr<ps::ApplyTeam> team;
+  if (cfg.ps_threads > 1) {
+    team = std::make_unique<ps::ApplyTeam>(cfg.ps_threads);
+    table.use_team(team.get());
+  }
   const ZipfDraws zipf(cfg.rows, cfg.zipf_s);
   std::vector<float> out(batch * dim), want(dim);
   ps::Initializer init = tc.init;
@@ -235,13 +242,15 @@ int run_dynamic_bench(const DynamicBenchConfig& cfg) {
 
   const ps::DynamicTableStats st = table.stats();
   std::ostringstream os;
-  os << "# strata bench: op dynamic (PS-side dynamic embedding table, one thread), " << cfg.dim << "-float rows, optimizer "
+  os << "# strata bench: op dynamic (PS-side dynamic embedding table, "
+     << (cfg.ps_threads > 1 ? std::to_string(cfg.ps_threads) + " threads (--ps-threads)" : std::string("one thread"))
+     << "), " << cfg.dim << "-float rows, optimizer "
      << cfg.optimizer << ", " << cfg.rows << " ids (Zipf s=" << cfg.zipf_s << ", 40-bit ids), batches of " << cfg.batch
      << ", warmup " << cfg.warmup << ", iters " << cfg.iters << "\n";
   os << "# insert: each id looked up once (rows created from the initializer); lookup: Zipf batches of present ids; "
         "update: Zipf batches of gradients (duplicates summed), step = batch number\n";
-  os << "# Mops_s: million ids per second of the table's calls alone (wall clock); Mops_cpu: per second of this "
-        "thread's CPU time in them; bytes_per_row: the table's memory / rows; vs_values: bytes_per_row / the "
+  os << "# Mops_s: million ids per second of the table's calls alone (wall clock); Mops_cpu: per second of the "
+        "process's CPU time in them (every thread of the table); bytes_per_row: the table's memory / rows; vs_values: bytes_per_row / the "
      << row_bytes << " bytes of a row's values and slots\n";
   os << std::setw(10) << "operation" << std::setw(12) << "ops" << std::setw(10) << "time_s" << std::setw(11) << "Mops_s"
      << std::setw(8) << "#wrong" << std::setw(15) << "bytes_per_row" << std::setw(11) << "vs_values" << std::setw(10)
@@ -272,6 +281,7 @@ int run_dynamic_bench(const DynamicBenchConfig& cfg) {
                          {"dim", cfg.dim},
                          {"batch", cfg.batch},
                          {"optimizer", cfg.optimizer},
+                         {"ps_threads", cfg.ps_threads},
                          {"zipf_s", cfg.zipf_s}});
   }
   os << "# table: " << st.rows << " rows, " << st.admitted << " admitted, " << st.updates << " row updates, "
@@ -354,6 +364,7 @@ int run_dynamic_plane_bench(const DynamicBenchConfig& cfg, int* argc, char*** ar
   ps::PsOptions options;
   options.transport = cfg.transport;
   options.timeout_s = cfg.timeout_s;
+  options.apply_threads = cfg.ps_threads;
   ps::DynamicVariableSpec spec;
   spec.name = "bench/emb";
   spec.dim = cfg.dim;
@@ -373,7 +384,7 @@ int run_dynamic_plane_bench(const DynamicBenchConfig& cfg, int* argc, char*** ar
   const auto dim = static_cast<std::size_t>(cfg.dim);
   const auto batch = static_cast<std::size_t>(cfg.batch);
   PlanePhase insert{"insert"}, lookup{"lookup"}, update{"update"};
-  std::int64_t expected_updates = 0, ps_updates = 0, rejected = 0;
+  std::int64_t expected_updates = 0, ps_updates = 0, rejected = 0, ps_split = 0;
   if (ps::PsServer* server = servers->server.get()) {
     server->serve();
     const ps::DynamicShardStats st = server->dynamic_stats(spec.name);
@@ -383,6 +394,7 @@ int run_dynamic_plane_bench(const DynamicBenchConfig& cfg, int* argc, char*** ar
     lookup.ps_requests = st.lookup_requests;
     update.ps_table_s = st.update_s;
     update.ps_requests = st.update_requests;
+    ps_split = st.split_batches;
   } else if (ps::PsClient* client = servers->client.get()) {
     const int me = client->worker_index();
     const ZipfDraws zipf(cfg.rows, cfg.zipf_s);
@@ -465,6 +477,7 @@ int run_dynamic_plane_bench(const DynamicBenchConfig& cfg, int* argc, char*** ar
   STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &expected_updates, 1, MPI_INT64_T, MPI_SUM, comm));
   STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &ps_updates, 1, MPI_INT64_T, MPI_SUM, comm));
   STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &rejected, 1, MPI_INT64_T, MPI_SUM, comm));
+  STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &ps_split, 1, MPI_INT64_T, MPI_SUM, comm));
   update.wrong += std::llabs(ps_updates - expected_updates) + rejected;
   const std::uint64_t row_bytes = batch * dim * sizeof(float);  // the rows one call carries
   if (remote) {
@@ -524,7 +537,9 @@ int run_dynamic_plane_bench(const DynamicBenchConfig& cfg, int* argc, char*** ar
                            {"batch", cfg.batch},
                            {"num_ps", num_ps},
                            {"workers", workers},
-                           {"optimizer", cfg.optimizer}};
+                           {"optimizer", cfg.optimizer},
+                           {"ps_threads", cfg.ps_threads},
+                           {"ps_split_batches", ps_split}};
       // The link is measured only between two hosts; elsewhere there is no figure to give.
       if (remote) {
         row["link_GBps"] = link;
@@ -541,7 +556,8 @@ int run_dynamic_plane_bench(const DynamicBenchConfig& cfg, int* argc, char*** ar
        << " us PS table per request; update " << update.client_cpu_s * 1e6 / static_cast<double>(std::max<std::int64_t>(1, update.calls))
        << " us worker CPU per call, "
        << (update.ps_requests > 0 ? update.ps_table_s * 1e6 / static_cast<double>(update.ps_requests) : 0.0)
-       << " us PS table per request (warmup included)\n";
+       << " us PS table per request (warmup included); " << ps_split
+       << " batches split over the PS's threads\n";
     os << "# " << (wrong == 0 ? "all results correct" : std::to_string(wrong) + " wrong row(s) or update(s)") << "\n";
     std::cout << os.str() << std::flush;
     if (wrong != 0) status = kExitFailure;
@@ -555,10 +571,10 @@ int run_dynamic_bench_command(const BenchFlags& f, int* argc, char*** argv) {
   DynamicBenchConfig cfg;
   const Env env = Env::from_process();
   const bool launched = cluster::launcher_size_hint(env) >= 2;
-  if (!f.max_bytes.empty() || !f.factor.empty() || !f.dir.empty() || f.keep || !f.ps_threads.empty() ||
-      !f.model.empty() || !f.batch.empty())
-    throw ConfigError("--op dynamic: only --rows, --row-elems, -b (ids per batch), -w, -n, --optimizer and --json "
-                      "apply (and under mpirun --num-ps, --transport and --timeout)");
+  if (!f.max_bytes.empty() || !f.factor.empty() || !f.dir.empty() || f.keep || !f.model.empty() || !f.batch.empty())
+    throw ConfigError("--op dynamic: only --rows, --row-elems, -b (ids per batch), -w, -n, --optimizer, --ps-threads and "
+                      "--json apply (and under mpirun --num-ps, --transport and --timeout)");
+  if (!f.ps_threads.empty()) cfg.ps_threads = parse_int(f.ps_threads, "--ps-threads", 1, 1024);
   if (!launched && (!f.num_ps.empty() || !f.transport.empty() || !f.timeout.empty()))
     throw ConfigError("--op dynamic in one process: --num-ps, --transport and --timeout apply under mpirun only");
   if (!f.rows.empty()) {

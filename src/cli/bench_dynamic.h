@@ -22,6 +22,7 @@ struct DynamicBenchConfig {
   int iters = 256;                             // timed batches of the lookup and update phases
   double zipf_s = 1.05;                        // the Zipf law's exponent
   std::string optimizer = "adagrad";
+  int ps_threads = 1;  // the table's threads (one process) or the PS's apply threads (mpirun)
   std::string json_path;
   // Under mpirun only:
   int num_ps = 1;

@@ -464,7 +464,7 @@ CLI::App* add_bench_command(CLI::App& app, BenchFlags& f) {
   cmd->add_flag("--keep", f.keep, "checkpoint: keep the last checkpoint written");
   cmd->add_option("--timeout", f.timeout, "seconds each wait for another rank may take (default STRATA_TIMEOUT_S or 120)");
   cmd->add_option("--optimizer", f.optimizer, "apply, update: sgd|momentum|adagrad|adam|rmsprop|ftrl[:key=value,...] (default adam)");
-  cmd->add_option("--ps-threads", f.ps_threads, "apply: threads compared with one (default 2); update: the PS's apply threads (default 1)");
+  cmd->add_option("--ps-threads", f.ps_threads, "apply: threads compared with one (default 2); update: the PS's apply threads (default 1); dynamic: the table's threads (default 1)");
   cmd->add_option("--model", f.model, "step: mlp|softmax|wide_deep (default mlp)");
   cmd->add_option("--batch", f.batch, "step: examples per step (default 128)");
   cmd->footer(kDurationsFooter);
@@ -542,7 +542,7 @@ int run_bench_command(const BenchFlags& f, int* argc, char*** argv) {
   if (f.op == "checkpoint") return run_checkpoint_bench_command(f, argc, argv);
   if (f.op == "apply") return run_apply_bench_command(f);
   if ((!f.optimizer.empty() || !f.ps_threads.empty()) && f.op != "update")
-    throw ConfigError("--optimizer and --ps-threads apply to --op apply and --op update only");
+    throw ConfigError("--optimizer and --ps-threads apply to --op apply, update and dynamic only");
   if (!f.dir.empty() || f.keep) throw ConfigError("--dir and --keep apply to --op checkpoint only");
   BenchConfig cfg;
   cfg.op_name = f.op.empty() ? "pull" : f.op;

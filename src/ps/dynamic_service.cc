@@ -151,6 +151,7 @@ void ServerCore::prepare_dynamic() {
     // eviction independent of it (dynamic_table.h, "Rounds"), ended below once a round is applied.
     config.round_boundaries = options.consistency.mode == Consistency::kSync;
     st.table = std::make_unique<DynamicTable>(config);
+    st.table->use_team(team.get());  // --ps-threads: large lookups and updates split over the team
     const auto workers = static_cast<std::size_t>(num_workers);
     st.seen.assign(workers, 0);
     st.bells.assign(workers, 0);
@@ -815,6 +816,7 @@ DynamicShardStats PsServer::dynamic_stats(std::string_view name) const {
   s.lookup_requests = st.lookup_requests;
   s.update_s = st.update_s;
   s.update_requests = st.update_requests;
+  s.split_batches = st.table->split_batches();
   s.restored_step = st.restored_step;
   s.saved_step = m.dyn_saved_step;
   return s;

@@ -29,6 +29,7 @@
 #include <queue>
 #include <string>
 
+#include "ps/apply_team.h"
 #include "ps/mapped_memory.h"
 #include "strata/common/error.h"
 
@@ -94,6 +95,8 @@ inline std::uint64_t mix64(std::uint64_t z) {
 constexpr std::size_t kIndexAhead = 32;   // a power of two (the hash ring's size)
 constexpr std::size_t kRecordAhead = 16;  // < kIndexAhead
 constexpr std::size_t kMaxPrefetchLines = 4;  // of a record; the hardware prefetcher takes longer rows
+// Ids below which a part of a split batch does not pay for waking a team thread.
+constexpr std::size_t kMinIdsPerPart = 512;
 
 [[noreturn]] void bad_config(const char* field, std::int64_t value, const char* expected) {
   throw ConfigError(std::string("dynamic table: ") + field + " = " + std::to_string(value) + " is out of range (expected " +
@@ -214,7 +217,16 @@ struct DynamicTable::Impl {
   std::vector<std::uint32_t> sum_at;  // per unique row: its sum's offset in `sums`, or kNoRow
   std::vector<float> sums;
   std::uint8_t touch_sink = 0;   // prefetch_record's loads land here (never read)
-  std::vector<float> gathered;  // update_rows: values, slots and gradients of a batch's rows
+  // update_rows: values, slots and gradients of a batch's rows, one buffer per part of a split
+  // batch (part 0 also serves the unsplit one).
+  std::vector<std::vector<float>> gathered = std::vector<std::vector<float>>(1);
+  // A split batch (team below): per part, the ids found missing (lookup) and where its rows start
+  // in row_ptrs (apply); a part's probes land their loads in its own sink.
+  ApplyTeam* team = nullptr;
+  std::int64_t split_batches = 0;
+  std::vector<std::vector<std::uint32_t>> part_misses;
+  std::vector<std::size_t> part_rows;
+  std::vector<std::uint8_t> part_sinks;
   Shape row_shape;
   Initializer row_init;
 
@@ -363,7 +375,7 @@ struct DynamicTable::Impl {
   // Prefetches the first `bytes` (at most kMaxPrefetchLines lines) of the record of the first slot
   // whose tag matches `h` on its probe path (the id is not compared: no record is read). Reads the
   // index only, so it never changes what find() returns.
-  void prefetch_record(std::uint64_t h, std::size_t bytes, bool for_write) {
+  void prefetch_record(std::uint64_t h, std::size_t bytes, bool for_write, std::uint8_t& sink) const {
     const auto tag = static_cast<std::uint16_t>(h & 0xff);
     std::size_t pos = home(h);
     for (int d = 1;; ++d) {
@@ -383,7 +395,7 @@ struct DynamicTable::Impl {
         // on huge pages: docs/DYNAMIC.md, "Between nodes".)
         std::size_t k = 0;
         if (for_write) {
-          touch_sink = static_cast<std::uint8_t>(touch_sink + *reinterpret_cast<const volatile std::uint8_t*>(rec));
+          sink = static_cast<std::uint8_t>(sink + *reinterpret_cast<const volatile std::uint8_t*>(rec));
           k = 1;
         }
         for (; k < lines; ++k) {
@@ -600,7 +612,8 @@ struct DynamicTable::Impl {
     return r;
   }
 
-  // One optimizer update of each row of row_ptrs with its gradient at grad_ptrs (distinct rows).
+  // One optimizer update of each row of row_ptrs[begin, end) with its gradient at grad_ptrs (distinct
+  // rows), gathering into `buffer`; parts of a split batch run it on disjoint ranges at once.
   // The rows' values, slots and gradients are gathered, a block of rows at a time, into one
   // contiguous array each, updated by one apply_dense per block, and written back. The result is
   // bit-identical to updating row by row with apply_rows: the optimizer contract
@@ -610,30 +623,66 @@ struct DynamicTable::Impl {
   // gathered arrays are vectorised end to end. Blocks of about 4 KiB per array (apply_dense's own
   // chunk) keep the gathered copies in L1 between the gather, the update and the write-back,
   // where one gather of a whole batch streams it through L2 three times.
-  void update_rows(const OptimizerConfig& optimizer, std::int64_t step) {
-    const std::size_t m = row_ptrs.size();
-    if (m == 0) return;
+  void update_rows(const OptimizerConfig& optimizer, std::int64_t step, std::size_t begin, std::size_t end,
+                   std::vector<float>& buffer) const {
+    if (begin >= end) return;
+    const std::size_t m = end - begin;
     const std::size_t arrays = 1 + static_cast<std::size_t>(num_slot_arrays);
     const std::size_t block = std::max<std::size_t>(1, 1024 / dim);
     const std::size_t cap = std::min(block, m) * dim;
-    gathered.resize((arrays + 1) * cap);  // values, slots..., gradients
-    float* g = gathered.data() + arrays * cap;
+    if (buffer.size() < (arrays + 1) * cap) buffer.resize((arrays + 1) * cap);  // values, slots..., gradients
+    float* g = buffer.data() + arrays * cap;
     float* slot_arrays[2] = {nullptr, nullptr};
-    for (std::size_t a = 1; a < arrays; ++a) slot_arrays[a - 1] = gathered.data() + a * cap;
-    for (std::size_t first = 0; first < m; first += block) {
-      const std::size_t rows = std::min(block, m - first);
+    for (std::size_t a = 1; a < arrays; ++a) slot_arrays[a - 1] = buffer.data() + a * cap;
+    for (std::size_t first = begin; first < end; first += block) {
+      const std::size_t rows = std::min(block, end - first);
       for (std::size_t u = 0; u < rows; ++u) {
         float* row = row_ptrs[first + u];
         bump_count(row);  // once per row and batch: row_ptrs holds each row once
         for (std::size_t a = 0; a < arrays; ++a)
-          std::memcpy(gathered.data() + a * cap + u * dim, row + a * dim, dim * sizeof(float));
+          std::memcpy(buffer.data() + a * cap + u * dim, row + a * dim, dim * sizeof(float));
         std::memcpy(g + u * dim, grad_ptrs[first + u], dim * sizeof(float));
       }
-      apply_dense(optimizer, step, gathered.data(), slot_arrays, g, rows * dim);
+      apply_dense(optimizer, step, buffer.data(), slot_arrays, g, rows * dim);
       for (std::size_t u = 0; u < rows; ++u)
         for (std::size_t a = 0; a < arrays; ++a)
-          std::memcpy(row_ptrs[first + u] + a * dim, gathered.data() + a * cap + u * dim, dim * sizeof(float));
+          std::memcpy(row_ptrs[first + u] + a * dim, buffer.data() + a * cap + u * dim, dim * sizeof(float));
     }
+  }
+
+  // ---- split batches ----
+  // Parts a batch of n ids is split into: 1 without a team or below kMinIdsPerPart ids a part.
+  int parts_for(std::size_t n) const {
+    if (team == nullptr || team->size() < 2 || n > (std::size_t{1} << 31)) return 1;
+    return static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(team->size()), n / kMinIdsPerPart));
+  }
+  // [begin, end) of part p of n ids in `parts` contiguous parts, in order.
+  static void part_range(std::size_t n, int parts, int p, std::size_t* begin, std::size_t* end) {
+    *begin = n * static_cast<std::size_t>(p) / static_cast<std::size_t>(parts);
+    *end = n * static_cast<std::size_t>(p + 1) / static_cast<std::size_t>(parts);
+  }
+  void size_parts(int parts) {
+    if (part_misses.size() < static_cast<std::size_t>(parts)) part_misses.resize(static_cast<std::size_t>(parts));
+    if (gathered.size() < static_cast<std::size_t>(parts)) gathered.resize(static_cast<std::size_t>(parts));
+    part_rows.assign(static_cast<std::size_t>(parts) + 1, 0);
+    part_sinks.assign(static_cast<std::size_t>(parts), 0);
+  }
+  // The stamp and the changed bit of a row found by a part of a split update. Two parts may find
+  // the same row (an id listed in both) and store the same stamp; the bit's word is shared with
+  // 63 other records that another part may mark. Both are atomic, so parts never race.
+  void restamp_shared(std::uint32_t r) {
+    auto* at = reinterpret_cast<std::uint32_t*>(record(r) + kStampAt);  // 4-aligned: records are 8-aligned
+    __atomic_store_n(at, static_cast<std::uint32_t>(clock), __ATOMIC_RELAXED);
+    std::uint64_t* word = &changed_bits[r >> 6];
+    const std::uint64_t bit = std::uint64_t{1} << (r & 63);
+    if ((__atomic_load_n(word, __ATOMIC_RELAXED) & bit) == 0) __atomic_fetch_or(word, bit, __ATOMIC_RELAXED);
+  }
+
+  std::size_t gathered_bytes() const {
+    std::size_t b = 0;
+    for (const auto& g : gathered) b += g.capacity() * sizeof(float);
+    for (const auto& m : part_misses) b += m.capacity() * sizeof(std::uint32_t);
+    return b;
   }
 
   std::int64_t bytes() const {
@@ -644,7 +693,7 @@ struct DynamicTable::Impl {
                     batch_hash.capacity() * sizeof(std::uint64_t) + dedup.capacity() * sizeof(std::uint64_t) +
                     row_ptrs.capacity() * sizeof(float*) + grad_ptrs.capacity() * sizeof(float*) +
                     sum_at.capacity() * sizeof(std::uint32_t) + sums.capacity() * sizeof(float) +
-                    gathered.capacity() * sizeof(float) +
+                    gathered_bytes() +
                     (changed_bits.capacity() + created_bits.capacity()) * sizeof(std::uint64_t) +
                     evicted.capacity() * sizeof(std::int64_t);
     return static_cast<std::int64_t>(b);
@@ -681,6 +730,16 @@ void DynamicTable::lookup(const std::int64_t* ids, std::size_t n, float* out, Lo
   if (n == 0) return;
   STRATA_CHECK(ids != nullptr && out != nullptr, "dynamic table lookup: null ids or out with n = ", n);
   batch_floats("dynamic table lookup", n, t.dim);
+  const int parts = t.parts_for(n);
+  if (parts > 1 && lookup_split(ids, n, out, mode, parts))
+    ++t.split_batches;
+  else
+    lookup_serial(ids, n, out, mode);
+  t.counters.lookups += static_cast<std::int64_t>(n);
+}
+
+void DynamicTable::lookup_serial(const std::int64_t* ids, std::size_t n, float* out, LookupMode mode) {
+  Impl& t = *impl_;
   const std::size_t row_bytes = t.dim * sizeof(float);
   const std::size_t touched = kRecordHeader + row_bytes;  // id, stamp, values
   // Hashes of ids [i, i + kIndexAhead), by id index modulo kIndexAhead (see kIndexAhead).
@@ -689,7 +748,7 @@ void DynamicTable::lookup(const std::int64_t* ids, std::size_t n, float* out, Lo
     ring[i] = t.hash(ids[i]);
     t.prefetch_home(ring[i]);
   }
-  for (std::size_t i = 0; i < std::min(n, kRecordAhead); ++i) t.prefetch_record(ring[i], touched, false);
+  for (std::size_t i = 0; i < std::min(n, kRecordAhead); ++i) t.prefetch_record(ring[i], touched, false, t.touch_sink);
   for (std::size_t i = 0; i < n; ++i) {
     const std::int64_t id = ids[i];
     const std::uint64_t h = ring[i % kIndexAhead];
@@ -698,7 +757,7 @@ void DynamicTable::lookup(const std::int64_t* ids, std::size_t n, float* out, Lo
       ring[i % kIndexAhead] = ahead;
       t.prefetch_home(ahead);
     }
-    if (i + kRecordAhead < n) t.prefetch_record(ring[(i + kRecordAhead) % kIndexAhead], touched, false);
+    if (i + kRecordAhead < n) t.prefetch_record(ring[(i + kRecordAhead) % kIndexAhead], touched, false, t.touch_sink);
     float* dst = out + i * t.dim;
     std::uint32_t r = t.find(id, h);
     if (r == kNoRow && mode == LookupMode::kTrain) {
@@ -712,7 +771,78 @@ void DynamicTable::lookup(const std::int64_t* ids, std::size_t n, float* out, Lo
     else
       std::memcpy(dst, t.values(r), row_bytes);
   }
-  t.counters.lookups += static_cast<std::int64_t>(n);
+}
+
+// A lookup split over the team: every part finds its ids and copies the rows found (reading only:
+// the index and the records do not change while the parts run), noting the ids without a row;
+// then this thread handles those, in id order, exactly as lookup_serial would (admission counts,
+// creations, rejections; a later duplicate of a created id finds its row). That equals the serial
+// lookup as long as no creation can evict a row, since a row a part copied stays as it was; when
+// one could (at capacity, without rounds), false is returned having changed nothing but `out`,
+// and the caller looks the batch up serially.
+bool DynamicTable::lookup_split(const std::int64_t* ids, std::size_t n, float* out, LookupMode mode, int parts) {
+  Impl& t = *impl_;
+  const std::size_t row_bytes = t.dim * sizeof(float);
+  const std::size_t touched = kRecordHeader + row_bytes;
+  const bool train = mode == LookupMode::kTrain;
+  t.size_parts(parts);
+  t.team->run(parts, [&](int p) {
+    std::size_t begin, end;
+    Impl::part_range(n, parts, p, &begin, &end);
+    std::vector<std::uint32_t>& misses = t.part_misses[static_cast<std::size_t>(p)];
+    misses.clear();
+    std::uint8_t& sink = t.part_sinks[static_cast<std::size_t>(p)];
+    const std::size_t count = end - begin;
+    const std::int64_t* part_ids = ids + begin;
+    std::uint64_t ring[kIndexAhead];
+    for (std::size_t i = 0; i < std::min(count, kIndexAhead); ++i) {
+      ring[i] = t.hash(part_ids[i]);
+      t.prefetch_home(ring[i]);
+    }
+    for (std::size_t i = 0; i < std::min(count, kRecordAhead); ++i) t.prefetch_record(ring[i], touched, false, sink);
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::uint64_t h = ring[i % kIndexAhead];
+      if (i + kIndexAhead < count) {
+        const std::uint64_t ahead = t.hash(part_ids[i + kIndexAhead]);
+        ring[i % kIndexAhead] = ahead;
+        t.prefetch_home(ahead);
+      }
+      if (i + kRecordAhead < count) t.prefetch_record(ring[(i + kRecordAhead) % kIndexAhead], touched, false, sink);
+      float* dst = out + (begin + i) * t.dim;
+      const std::uint32_t r = t.find(part_ids[i], h);
+      if (r != kNoRow) {
+        std::memcpy(dst, t.values(r), row_bytes);
+      } else if (train) {
+        misses.push_back(static_cast<std::uint32_t>(begin + i));
+      } else {
+        std::memset(dst, 0, row_bytes);
+      }
+    }
+  });
+  if (!train) return true;
+  std::size_t missing = 0;
+  for (int p = 0; p < parts; ++p) missing += t.part_misses[static_cast<std::size_t>(p)].size();
+  if (missing == 0) return true;
+  if (!t.cfg.round_boundaries && t.live + static_cast<std::int64_t>(missing) > t.cfg.capacity) return false;
+  for (int p = 0; p < parts; ++p) {
+    for (const std::uint32_t i : t.part_misses[static_cast<std::size_t>(p)]) {
+      const std::int64_t id = ids[i];
+      const std::uint64_t h = t.hash(id);
+      float* dst = out + std::size_t{i} * t.dim;
+      std::uint32_t r = t.find(id, h);
+      if (r == kNoRow) {
+        if (t.admitted(id, /*count=*/true))
+          r = t.create(id, h);
+        else
+          ++t.counters.rejected_lookups;
+      }
+      if (r == kNoRow)
+        std::memset(dst, 0, row_bytes);
+      else
+        std::memcpy(dst, t.values(r), row_bytes);
+    }
+  }
+  return true;
 }
 
 void DynamicTable::apply(const std::int64_t* ids, std::size_t n, const float* grads, std::int64_t step) {
@@ -725,20 +855,41 @@ void DynamicTable::apply(const std::int64_t* ids, std::size_t n, const float* gr
   STRATA_CHECK(n <= (std::size_t{1} << 31), "dynamic table apply: ", n, " ids in one batch (at most 2^31)");
   t.clock = std::max(t.clock, step);
   // Pass 1: rows already present, restamped at once so that no creation below can evict them.
+  // Split over the team, each part takes a contiguous range of ids (and later the rows first
+  // named in it, whose records its probes brought into its core's cache).
   t.batch_rows.resize(n);
   t.batch_hash.resize(n);
-  for (std::size_t i = 0; i < n; ++i) t.batch_hash[i] = t.hash(ids[i]);
-  // The whole record is prefetched for writing: the stamp now, values and slots in update_rows.
-  for (std::size_t i = 0; i < std::min(n, kIndexAhead); ++i) t.prefetch_home(t.batch_hash[i]);
-  for (std::size_t i = 0; i < std::min(n, kRecordAhead); ++i) t.prefetch_record(t.batch_hash[i], t.record_bytes, true);
-  for (std::size_t i = 0; i < n; ++i) {
-    if (i + kIndexAhead < n) t.prefetch_home(t.batch_hash[i + kIndexAhead]);
-    if (i + kRecordAhead < n) t.prefetch_record(t.batch_hash[i + kRecordAhead], t.record_bytes, true);
-    t.batch_rows[i] = t.find(ids[i], t.batch_hash[i]);
-    if (t.batch_rows[i] != kNoRow) {
-      t.set_stamp(t.batch_rows[i], t.clock);
-      t.mark_changed(t.batch_rows[i]);
+  const int parts = t.parts_for(n);
+  auto find_range = [&](std::size_t begin, std::size_t end, std::uint8_t& sink, bool shared) {
+    for (std::size_t i = begin; i < end; ++i) t.batch_hash[i] = t.hash(ids[i]);
+    // The whole record is prefetched for writing: the stamp now, values and slots in update_rows.
+    for (std::size_t i = begin; i < std::min(end, begin + kIndexAhead); ++i) t.prefetch_home(t.batch_hash[i]);
+    for (std::size_t i = begin; i < std::min(end, begin + kRecordAhead); ++i)
+      t.prefetch_record(t.batch_hash[i], t.record_bytes, true, sink);
+    for (std::size_t i = begin; i < end; ++i) {
+      if (i + kIndexAhead < end) t.prefetch_home(t.batch_hash[i + kIndexAhead]);
+      if (i + kRecordAhead < end) t.prefetch_record(t.batch_hash[i + kRecordAhead], t.record_bytes, true, sink);
+      const std::uint32_t r = t.find(ids[i], t.batch_hash[i]);
+      t.batch_rows[i] = r;
+      if (r == kNoRow) continue;
+      if (shared) {
+        t.restamp_shared(r);
+      } else {
+        t.set_stamp(r, t.clock);
+        t.mark_changed(r);
+      }
     }
+  };
+  if (parts > 1) {
+    ++t.split_batches;
+    t.size_parts(parts);
+    t.team->run(parts, [&](int p) {
+      std::size_t begin, end;
+      Impl::part_range(n, parts, p, &begin, &end);
+      find_range(begin, end, t.part_sinks[static_cast<std::size_t>(p)], true);
+    });
+  } else {
+    find_range(0, n, t.touch_sink, false);
   }
   // Pass 2: admitted ids without a row get one (an id repeated in the batch finds the row its
   // first occurrence created); the others' gradients are dropped.
@@ -760,7 +911,16 @@ void DynamicTable::apply(const std::int64_t* ids, std::size_t n, const float* gr
   t.grad_ptrs.clear();
   t.sum_at.clear();
   std::size_t sums_used = 0;
+  int next_part = 1;  // of a split batch: the part whose first id comes next
   for (std::size_t i = 0; i < n; ++i) {
+    if (parts > 1) {
+      while (next_part < parts) {
+        std::size_t begin, end;
+        Impl::part_range(n, parts, next_part, &begin, &end);
+        if (i < begin) break;
+        t.part_rows[static_cast<std::size_t>(next_part++)] = t.row_ptrs.size();
+      }
+    }
     const std::uint32_t r = t.batch_rows[i];
     if (r == kNoRow) continue;
     const float* g = grads + i * t.dim;
@@ -786,9 +946,25 @@ void DynamicTable::apply(const std::int64_t* ids, std::size_t n, const float* gr
     float* acc = t.sums.data() + std::size_t{t.sum_at[u]} * t.dim;
     for (std::size_t k = 0; k < t.dim; ++k) acc[k] += g[k];
   }
-  t.update_rows(config_.optimizer, step);
+  if (parts > 1) {
+    // Rows first named in part p's ids are updated by part p (the rows are distinct, and each
+    // element's update is independent of the others, so the split changes no bit).
+    while (next_part < parts) t.part_rows[static_cast<std::size_t>(next_part++)] = t.row_ptrs.size();
+    t.part_rows[static_cast<std::size_t>(parts)] = t.row_ptrs.size();
+    const OptimizerConfig& optimizer = config_.optimizer;
+    t.team->run(parts, [&](int p) {
+      const auto q = static_cast<std::size_t>(p);
+      t.update_rows(optimizer, step, t.part_rows[q], t.part_rows[q + 1], t.gathered[q]);
+    });
+  } else {
+    t.update_rows(config_.optimizer, step, 0, t.row_ptrs.size(), t.gathered[0]);
+  }
   t.counters.updates += static_cast<std::int64_t>(t.row_ptrs.size());
 }
+
+void DynamicTable::use_team(ApplyTeam* team) { impl_->team = team; }
+
+std::int64_t DynamicTable::split_batches() const { return impl_->split_batches; }
 
 std::int64_t DynamicTable::end_round() {
   Impl& t = *impl_;

@@ -67,7 +67,10 @@
 // rows, or the rows the round itself updated if those are more (they are never evicted).
 //
 // Thread-safety: none inside. One thread (the shard's service thread) owns a table and makes every
-// call; const member functions may run concurrently with each other only.
+// call; const member functions may run concurrently with each other only. With a team
+// (use_team), lookup and apply split a batch of at least 2 x 512 ids over the team's threads and
+// return once every part is done; the results are bit for bit those of one thread (see
+// dynamic_table.cc, lookup_split and apply).
 #pragma once
 
 #include <cstddef>
@@ -79,6 +82,8 @@
 #include "strata/ps/variable.h"
 
 namespace strata::ps {
+
+class ApplyTeam;
 
 // splitmix64's finaliser, the hash every function below builds on.
 std::uint64_t dynamic_mix64(std::uint64_t x);
@@ -253,6 +258,14 @@ class DynamicTable {
 
   DynamicTableStats stats() const;
 
+  // Splits large lookups and updates over `team` (null: one thread, the default). The team is not
+  // owned and must outlive the table's use of it; ApplyTeam::run is not reentrant, so the caller
+  // must never run the team from two threads at once (the PS holds its apply lock around every
+  // use of its team, this table's included).
+  void use_team(ApplyTeam* team);
+  // Lookups and applies that ran split over the team since construction (not saved).
+  std::int64_t split_batches() const;
+
   // Bytes that the kernel backs with huge pages now in the mappings holding the index and the row
   // store (huge_page_bytes in mapped_memory.h: reads /proc/self/smaps, and may count memory beside
   // the table where the kernel merged mappings); -1 when smaps cannot be read. For tests and
@@ -265,6 +278,8 @@ class DynamicTable {
 
  private:
   struct Impl;
+  void lookup_serial(const std::int64_t* ids, std::size_t n, float* out, LookupMode mode);
+  bool lookup_split(const std::int64_t* ids, std::size_t n, float* out, LookupMode mode, int parts);
   DynamicTableSnapshot export_records(const std::vector<std::uint32_t>& records) const;
   void import_snapshot(const DynamicTableSnapshot& snap, const std::vector<std::int64_t>& removed, int shard,
                        int num_shards, bool delta);

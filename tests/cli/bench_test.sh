@@ -85,7 +85,7 @@ expect_rc 2; expect_one_stderr_line; expect_stderr_has "runs in one process"
 run "$STRATA_BIN" bench --op apply -e 1000G
 expect_rc 2; expect_one_stderr_line; expect_stderr_has "MiB of memory for --op apply"
 run "$STRATA_BIN" bench --op pull --ps-threads 2
-expect_rc 2; expect_one_stderr_line; expect_stderr_has "apply to --op apply and --op update only"
+expect_rc 2; expect_one_stderr_line; expect_stderr_has "apply to --op apply, update and dynamic only"
 
 case_begin "step: forward + backward of each built-in model against its products and a double reference"
 for model in mlp softmax wide_deep; do
@@ -182,6 +182,18 @@ assert all(r["op"] == "dynamic" and r["wrong"] == 0 and r["ops_per_s"] > 0 for r
 assert all(r["row_bytes"] == 192 and 192 < r["bytes_per_row"] <= 1.5 * 192 for r in rows), rows
 PY
 
+case_begin "dynamic on two threads (--ps-threads 2): batches split over the table's team, every row checked"
+run "$STRATA_BIN" bench --op dynamic --rows 16K -b 2K -w 1 -n 4 --ps-threads 2 --json "$TEST_TMP/dynamic2.json"
+expect_rc 0
+expect_stdout_has "# strata bench: op dynamic (PS-side dynamic embedding table, 2 threads (--ps-threads)), 16-float rows"
+expect_stdout_has "# all results correct"
+python3 - "$TEST_TMP/dynamic2.json" <<'PY' || fail "dynamic --ps-threads JSON"
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+assert [r["operation"] for r in rows] == ["insert", "lookup", "update"], rows
+assert all(r["wrong"] == 0 and r["ps_threads"] == 2 and r["ops_per_s"] > 0 for r in rows), rows
+PY
+
 case_begin "dynamic under mpirun: the data plane by id (2 PS + 2 workers, tcp network path), every row checked"
 mpi 4 env STRATA_TCP_FORCE_REMOTE=1 "$STRATA_BIN" bench --op dynamic --num-ps 2 --transport tcp --rows 16K -b 1K -w 1 -n 3 --json "$TEST_TMP/plane.json"
 expect_rc 0
@@ -196,6 +208,16 @@ assert all(r["plane"] is True and r["wrong"] == 0 and r["num_ps"] == 2 and r["wo
 assert all(r["time_us"] > 0 and r["ops_per_s"] > 0 and 0 < r["distinct_per_call"] <= 1024 for r in rows), rows
 # One host: no link was measured, so the rows carry none.
 assert all(r["remote"] is False and "vs_link" not in r for r in rows), rows
+assert all(r["ps_threads"] == 1 and r["ps_split_batches"] == 0 for r in rows), rows
+PY
+mpi 3 env STRATA_TCP_FORCE_REMOTE=1 "$STRATA_BIN" bench --op dynamic --num-ps 1 --transport tcp --rows 16K -b 4K -w 1 -n 3 --ps-threads 2 --json "$TEST_TMP/plane2.json"
+expect_rc 0
+expect_stdout_has "# all results correct"
+python3 - "$TEST_TMP/plane2.json" <<'PY' || fail "dynamic plane --ps-threads JSON"
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+# One PS serving 4K-id batches of Zipf draws (over 1,024 distinct ids each) on two threads: it splits.
+assert all(r["wrong"] == 0 and r["ps_threads"] == 2 and r["ps_split_batches"] > 0 for r in rows), rows
 PY
 run "$STRATA_BIN" bench --op dynamic --num-ps 2
 expect_rc 2; expect_one_stderr_line; expect_stderr_has "--num-ps, --transport and --timeout apply under mpirun only"

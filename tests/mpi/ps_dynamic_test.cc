@@ -141,27 +141,33 @@ struct ShardedReference {
 // order: with rounds the order in which the workers' lookups reach a PS changes nothing, so every
 // lookup and the final rows are bit-equal, admission and capacity eviction included. Batches of
 // 300 draws over 12-id requests: split.
-TEST_P(DynamicSync, MatchesOneTableBitForBit) {
+// The body of the sync tests: `steps` steps of `n` draws per worker over a pool of `pool_size`
+// ids, requests of at most `max_ids` ids, the PS's table on `ps_threads` threads. With
+// `want_split`, every PS must have split some of its table's batches over its threads.
+void run_sync_case(const std::string& transport, int admit_after, int capacity, int ps_threads, std::int64_t max_ids,
+                   std::size_t n, std::size_t pool_size, bool want_split) {
   TestComm comm;
-  SKIP_WITHOUT_TWO_WORKERS(comm);
   Job job = start(comm);
   PsOptions options;
-  options.transport = std::get<0>(GetParam());
+  options.transport = transport;
   options.optimizer = OptimizerConfig::parse("adagrad:lr=0.1");
   options.consistency = ConsistencyConfig::parse("sync");
-  DynamicVariableSpec spec = dyn("user/emb", 5, 12);
-  spec.admit_after = std::get<1>(GetParam());
-  const int capacity = std::get<2>(GetParam());
+  options.apply_threads = ps_threads;
+  DynamicVariableSpec spec = dyn("user/emb", 5, max_ids);
+  spec.admit_after = admit_after;
   if (capacity > 0) spec.capacity = capacity;
   auto ps = ParameterServers::materialize(*job.runtime, options, {}, {spec});
   // With a capacity: more ids than a round touches, so rows not updated lately are evicted.
-  const std::vector<std::int64_t> pool = id_pool(capacity > 0 ? 600 : 160);
+  const std::vector<std::int64_t> pool = id_pool(pool_size);
   const int steps = 5;
-  const std::size_t n = 300;
   bool ok = true;
   std::string first_diff;
   if (ps.is_ps()) {
     ps.server->serve();
+    if (want_split && ps.server->dynamic_stats("user/emb").split_batches == 0) {
+      ok = false;
+      first_diff = "no batch split over the PS's threads";
+    }
   } else {
     DynamicTableConfig config;
     config.dim = spec.dim;
@@ -216,6 +222,24 @@ TEST_P(DynamicSync, MatchesOneTableBitForBit) {
   ps.endpoint().barrier();
   EXPECT_TRUE(ok) << first_diff;
   STRATA_EXPECT_ALL(comm.get(), ok);
+}
+
+TEST_P(DynamicSync, MatchesOneTableBitForBit) {
+  TestComm comm;
+  SKIP_WITHOUT_TWO_WORKERS(comm);
+  const int capacity = std::get<2>(GetParam());
+  run_sync_case(std::get<0>(GetParam()), std::get<1>(GetParam()), capacity, 1, 12, 300, capacity > 0 ? 600 : 160,
+                false);
+}
+
+// The same with requests large enough for the PS to split its table's lookups and updates over two
+// threads (--ps-threads 2): still bit-equal to one table per PS on one thread.
+TEST_P(DynamicSync, SplitOverThePsThreadsMatchesOneTableBitForBit) {
+  TestComm comm;
+  SKIP_WITHOUT_TWO_WORKERS(comm);
+  const int capacity = std::get<2>(GetParam());
+  run_sync_case(std::get<0>(GetParam()), std::get<1>(GetParam()), capacity > 0 ? 2500 : 0, 2, 4096, 4000,
+                capacity > 0 ? 8000 : 6000, true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Compiled, DynamicSync,

@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ps/apply_team.h"
 #include "strata/common/error.h"
 #include "strata/ps/optimizer.h"
 #include "strata/ps/variable.h"
@@ -1209,6 +1210,117 @@ TEST(DynamicTableDelta, ABadDeltaChangesNothing) {
   both.evicted_ids = {5};
   EXPECT_THROW(other.apply_delta(both), Error);
   expect_same_snapshot(other.export_rows(), before);
+}
+
+// ---- batches split over a team ----------------------------------------------------------------
+
+struct SplitCase {
+  const char* name;
+  OptimizerKind optimizer;
+  std::int64_t admit_after;
+  std::int64_t capacity;
+  bool rounds;
+};
+
+// The same batches into one table without a team and into tables split over 2 and 3 threads:
+// every lookup returns the same bits, and the rows (values, slots, stamps, update counts) and the
+// counters are equal after every few batches. The batches are large enough to split, carry
+// duplicates within and across parts, ids never seen, ids not yet admitted, and (small capacity)
+// creations that must evict, where a split lookup hands the batch back to one thread.
+TEST(DynamicTableTeam, SplitBatchesEqualOneThreadBitForBit) {
+  const SplitCase cases[] = {
+      {"adagrad", OptimizerKind::kAdagrad, 0, 1 << 20, false},
+      {"adam, admission", OptimizerKind::kAdam, 3, 1 << 20, false},
+      {"sgd, admission, at capacity", OptimizerKind::kSgd, 2, 1500, false},
+      {"ftrl, admission, capacity, rounds", OptimizerKind::kFtrl, 2, 1200, true},
+  };
+  for (const SplitCase& sc : cases) {
+    SCOPED_TRACE(sc.name);
+    DynamicTableConfig c = make_config(sc.optimizer, 16);
+    c.admit_after = sc.admit_after;
+    c.capacity = sc.capacity;
+    c.round_boundaries = sc.rounds;
+    ApplyTeam two(2), three(3);
+    DynamicTable one(c), split2(c), split3(c);
+    split2.use_team(&two);
+    split3.use_team(&three);
+    DynamicTable* tables[] = {&one, &split2, &split3};
+    std::mt19937_64 gen(7);
+    std::vector<std::int64_t> universe(6000);
+    for (auto& id : universe) id = static_cast<std::int64_t>(gen());
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    std::int64_t step = 1;
+    int mismatches = 0;
+    for (int op = 0; op < 120; ++op) {
+      std::vector<std::int64_t> ids(1024 + gen() % 2048);
+      for (auto& id : ids) {
+        const double x = u(gen);
+        id = universe[static_cast<std::size_t>(x * x * static_cast<double>(universe.size()))];
+      }
+      const double kind = u(gen);
+      if (kind < 0.45) {
+        const Mode mode = gen() % 5 == 0 ? Mode::kInference : Mode::kTrain;
+        const std::vector<float> want = lookup(one, ids, mode);
+        mismatches += !same_bits(lookup(split2, ids, mode), want);
+        mismatches += !same_bits(lookup(split3, ids, mode), want);
+      } else {
+        const std::vector<float> g = random_grads(gen, ids.size(), c.dim);
+        for (DynamicTable* t : tables) t->apply(ids.data(), ids.size(), g.data(), step);
+        if (sc.rounds) {
+          const std::int64_t evicted = one.end_round();
+          EXPECT_EQ(split2.end_round(), evicted);
+          EXPECT_EQ(split3.end_round(), evicted);
+        }
+        ++step;
+      }
+      if (op % 20 == 19) {
+        const DynamicTableSnapshot want = one.export_rows();
+        for (DynamicTable* t : {&split2, &split3}) {
+          expect_same_snapshot(t->export_rows(), want);
+          const DynamicTableStats a = one.stats(), b = t->stats();
+          EXPECT_EQ(b.rows, a.rows);
+          EXPECT_EQ(b.admitted, a.admitted);
+          EXPECT_EQ(b.lookups, a.lookups);
+          EXPECT_EQ(b.updates, a.updates);
+          EXPECT_EQ(b.rejected_lookups, a.rejected_lookups);
+          EXPECT_EQ(b.rejected_updates, a.rejected_updates);
+          EXPECT_EQ(b.rejected_full, a.rejected_full);
+          EXPECT_EQ(b.evicted_capacity, a.evicted_capacity);
+          EXPECT_EQ(t->changed_rows(), one.changed_rows());
+        }
+      }
+    }
+    EXPECT_EQ(mismatches, 0);
+    EXPECT_EQ(one.split_batches(), 0);
+    EXPECT_GT(split2.split_batches(), 60);  // every apply and most lookups ran split
+    EXPECT_GT(split3.split_batches(), 60);
+    const DynamicTableStats st = one.stats();
+    EXPECT_GT(st.updates, 10000);
+    if (sc.admit_after > 1) {
+      EXPECT_GT(st.rejected_lookups, 0);
+    }
+    if (sc.capacity < 2000) {
+      EXPECT_GT(st.evicted_capacity, 0);
+    }
+  }
+}
+
+// A team's wait is bounded by its parts: a table whose team has more threads than a batch has
+// parts (small batches) runs them on the caller alone, and results stay those of one thread.
+TEST(DynamicTableTeam, SmallBatchesStayOnTheCaller) {
+  DynamicTableConfig c = make_config(OptimizerKind::kAdagrad, 16);
+  ApplyTeam four(4);
+  DynamicTable one(c), split(c);
+  split.use_team(&four);
+  std::vector<std::int64_t> ids(1000);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i * 7919);
+  EXPECT_TRUE(same_bits(lookup(split, ids), lookup(one, ids)));
+  EXPECT_EQ(split.split_batches(), 0);  // 1000 ids: fewer than two parts of 512
+  ids.resize(2048);
+  for (std::size_t i = 1000; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i * 7919);
+  EXPECT_TRUE(same_bits(lookup(split, ids), lookup(one, ids)));
+  EXPECT_EQ(split.split_batches(), 1);
+  expect_same_snapshot(split.export_rows(), one.export_rows());
 }
 
 }  // namespace

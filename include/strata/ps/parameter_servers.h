@@ -204,6 +204,7 @@ struct DynamicShardStats {
   std::int64_t lookup_requests = 0;
   double update_s = 0;
   std::int64_t update_requests = 0;
+  std::int64_t split_batches = 0;     // lookups and updates split over the PS's threads (--ps-threads)
   // Checkpoints (CheckpointHooks' dynamic fields): the global step this shard was restored at
   // (-1: not restored), and the step of the last save that committed its rows (-1: none yet).
   std::int64_t restored_step = -1;
