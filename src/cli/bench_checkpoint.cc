@@ -7,8 +7,9 @@
 //   dd       rank 0 runs `dd if=/dev/zero of=DIR/dd.bench bs=1M count=<size in MiB> conv=fsync`
 //            (the reference a user would measure; the file is removed afterwards) once before each
 //            timed save, so dd and the saves see the same state of a disk whose speed drifts (a VM
-//            disk behind the host's cache drifts by several times between runs); dd_MB/s is the total
-//            bytes over dd's total seconds, as save_MB/s is for the saves;
+//            disk behind the host's cache drifts widely between runs: docs/PERFORMANCE.md,
+//            "Checkpoints"); dd_MB/s is the total bytes over dd's total seconds, as save_MB/s is
+//            for the saves;
 //   save     -w warm-up and -n timed saves through checkpoint::save, the collective parallel-HDF5
 //            writer training uses (.tmp, fsync, rename, checkpoint.json, directory fsync, and with
 //            max_to_keep 1 the unlink of the previous save's file): the time from a barrier to the

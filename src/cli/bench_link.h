@@ -13,7 +13,8 @@ struct LinkTimes {
   double pull_us = 0;  // one 8-byte request answered with `bytes` bytes
   double push_us = 0;  // one `bytes`-byte message answered with an 8-byte ack
   double mpi_pull_us = 0;  // the pull shape with MPI_Send/MPI_Recv (Open MPI's own TCP path between
-                           // nodes): the reference ps-lite was compared with (about 1.0 of it)
+                           // nodes): the reference the ps-lite figures were taken against
+                           // (docs/PERFORMANCE.md, "Between nodes")
 };
 
 // Collective over `comm` (every rank calls it with the same arguments): `server` listens on the

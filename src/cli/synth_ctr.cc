@@ -35,9 +35,9 @@ constexpr double kCatWeight[kCtrCatFields] = {0.27, 0.27, 0.27, 0.27, 0.27, 0.27
                                               0,    0,    0,    0,    0,    0};
 constexpr double kIntWeight[kCtrIntFields] = {0.15, 0.15, 0.15, 0.15, 0.15, 0.15, 0.15, 0.15, 0, 0, 0, 0, 0};
 // Field pairs whose embeddings interact, and the scale of each product (the dot product of two
-// kEmbedDim vectors of unit-variance entries, divided by sqrt(kEmbedDim), has unit variance). In a
-// simulation of these constants the pairs carry most of the signal: the oracle AUC is about 0.82,
-// and the true logit without its pair terms ranks the rows at about 0.71.
+// kEmbedDim vectors of unit-variance entries, divided by sqrt(kEmbedDim), has unit variance). The
+// pairs are weighted to carry most of the signal, so a model without interactions falls well short
+// of the oracle (docs/DATA.md, "Synthetic click data", has the simulated AUCs).
 constexpr int kPairs[][2] = {{0, 1}, {2, 3}, {4, 5}, {8, 9}, {10, 11}, {12, 13}};
 constexpr double kPairWeight = 0.5;
 constexpr int kEmbedDim = 4;

@@ -224,10 +224,10 @@ std::vector<std::string> allgather_strings(MPI_Comm comm, const std::string& min
 }
 
 MpiSession::MpiSession(int* argc, char*** argv) {
-  // Seen in the cluster tier: after a preemption save every rank exits with 75, but one whose
-  // MPI_Finalize (PMIx) or output write met an end already closed by the step's teardown died of
-  // SIGPIPE, and the job's status became 141 instead of 75 (no requeue). A program's own handler
-  // is left alone.
+  // SIGPIPE is ignored: after a preemption save every rank exits with 75, and a rank whose
+  // MPI_Finalize (PMIx) or output write meets an end already closed by the step's teardown must
+  // not die of SIGPIPE, which would make the job's status 141 instead of 75 (no requeue;
+  // docs/RELIABILITY.md, "What the launchers do"). A program's own handler is left alone.
   struct sigaction current {};
   if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
     current.sa_handler = SIG_IGN;
@@ -275,8 +275,9 @@ MpiSession::~MpiSession() {
       std::this_thread::sleep_for(std::chrono::duration<double>(delay));
   } catch (const ConfigError&) {
   }
-  // Seen once in the cluster tier: a hetjob's step stayed RUNNING after every rank had printed its
-  // result. A peer or the PMIx server that never answers the fence must not hang the job.
+  // A peer or the PMIx server that never answers the final fence must not hang the job: the step
+  // would stay RUNNING after every rank had printed its result (docs/RELIABILITY.md, "Bounds on
+  // every wait").
   Watchdog watchdog(std::chrono::duration<double>(limit), [limit, status] {
     const std::string who = current_rank_context().prefix();
     std::fprintf(stderr, "strata: %s%sMPI_Finalize did not return within %g s (STRATA_FINALIZE_TIMEOUT_S): a peer rank "

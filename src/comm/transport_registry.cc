@@ -31,8 +31,9 @@ struct OneSidedProbe {
 };
 
 // Collective. Why a sleeping target: over TCP, Open MPI (osc ucx, pt2pt) and UCX complete
-// atomics only when the target enters the library (measured here), so such a "window" would
-// stall every push behind the PS's compute; true RDMA completes it in microseconds.
+// atomics only when the target enters the library (docs/PERFORMANCE.md, "Data-plane design"), so
+// such a "window" would stall every push behind the PS's compute; true RDMA completes it in
+// microseconds.
 OneSidedProbe probe_mpi_one_sided(MPI_Comm parent) {
   OneSidedProbe out;
   MPI_Comm comm;

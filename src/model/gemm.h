@@ -15,11 +15,13 @@
 // process is checked first (see below), and one wrong result turns that library off for the whole
 // process (logged once), its products then going to Eigen.
 // The process default is STRATA_GEMM (auto | blis | openblas | eigen | reference). auto is BLIS
-// when it is built in and the kernel family it chose suits this CPU and build (blis_arch_is_fast), else
-// Eigen. While BLIS_ARCH_TYPE is set, BLIS is never called (BLIS 0.9.0 aborts the process on its
-// first call then): auto warns and uses Eigen, STRATA_GEMM=blis is a ConfigError. OpenBLAS is
-// never chosen by auto: Debian's serial build is not thread-safe (no USE_LOCKING), and a sanitizer
-// run saw heap corruption with several short-lived threads even with its calls serialised.
+// when it is built in and the kernel family it chose suits this CPU and build (blis_arch_is_fast),
+// else OpenBLAS under the narrow conditions of auto_gemm_backend (below), else Eigen. While
+// BLIS_ARCH_TYPE is set, BLIS is never called (BLIS 0.9.0 aborts the process on its first call
+// then): auto warns and uses Eigen, STRATA_GEMM=blis is a ConfigError. auto never gives OpenBLAS to
+// a process that multiplies on several threads: Debian's serial build is not thread-safe (no
+// USE_LOCKING), and with several short-lived threads it is unsafe even with its calls serialised
+// (docs/PERFORMANCE.md, "The model step").
 // ScopedGemmBackend overrides the default on one thread.
 //
 // The check, per library and distinct (transposes, m, n, k, leading dimensions, alpha, beta == 0):
@@ -67,8 +69,8 @@ GemmBackend current_gemm_backend();
 // by timing, so every run on one machine and environment gets the same bits.
 GemmBackend auto_gemm_backend();
 // True for OpenBLAS's AVX-512 SGEMM kernel families (skylakex, cooperlake, sapphirerapids; any
-// case): on this repository's machines they outrun Eigen's AVX-512 code by 1.3-1.7x
-// (docs/PERFORMANCE.md), where OpenBLAS's AVX2 families do not.
+// case): they outrun Eigen's AVX-512 code, where OpenBLAS's AVX2 families do not (the figures:
+// docs/PERFORMANCE.md, "Issue 21 on an AMD EPYC VM").
 bool openblas_core_is_avx512(const std::string& core);
 
 // True when this build links the backend's library (always for eigen and reference).

@@ -69,8 +69,8 @@ void gemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int l
   // OpenBLAS on request) when one is in use and has passed its per-shape checks (no heap
   // allocation once a shape is checked); otherwise the Eigen kernel below, which never allocates
   // after the first product of a size. Products with a dimension of 1 stay on Eigen: OpenBLAS
-  // 0.3.21 hands them to its GEMV/GER paths, which malloc a buffer on every call (seen for n = 1,
-  // a width-1 logit), and they are cheap either way.
+  // 0.3.21 hands them to its GEMV/GER paths, which malloc a buffer on every call (n = 1, a
+  // width-1 logit, is one), and they are cheap either way.
   namespace md = strata::model::detail;
   const md::GemmBackend backend = md::current_gemm_backend();
   // The double-precision reference (tests, `strata bench --op step`) takes every product.

@@ -18,8 +18,8 @@
 //   * a*b + c must not be contracted into an FMA: GCC contracts by default in C++ whenever the
 //     target has FMA (-march=haswell or native, every aarch64), and it does so differently in the
 //     scalar loop and in Eigen's packet code, so the two paths (and shards split at different
-//     elements) would disagree in the last bit. Measured here: -march=haswell and -march=native
-//     fail the bit-exactness tests, -ffp-contract=off passes. Every strata target is built with
+//     elements) would disagree in the last bit, which the bit-exactness tests catch
+//     (docs/PERFORMANCE.md, "The native build, reproducibility"). Every strata target is built with
 //     -ffp-contract=off -DSTRATA_FP_CONTRACT_OFF whatever STRATA_ARCH is (cmake/StrataArch.cmake;
 //     the default, native, has FMA on most machines), and the check below turns a build that
 //     lost the flag into a build error instead of silently irreproducible training.
@@ -208,8 +208,9 @@ Coefficients<T> make_coefficients(const OptimizerConfig& cfg, std::int64_t step)
 // sqrt of every element, correctly rounded, vectorised wherever the packet sqrt is the hardware's
 // IEEE instruction. Eigen 3.4 marks packet sqrt as unavailable for AVX-512 when EIGEN_FAST_MATH is
 // 0 (HasSqrt = EIGEN_FAST_MATH), although its psqrt is then plain vsqrtps/vsqrtpd, exactly as
-// for SSE and AVX: with -march=native on an AVX-512 machine, `.sqrt()` made the whole Adam,
-// Adagrad and RMSprop statement scalar (several times slower than with AVX2; docs/PERFORMANCE.md).
+// for SSE and AVX: with -march=native on an AVX-512 machine, `.sqrt()` makes the whole Adam,
+// Adagrad and RMSprop statement scalar, far slower than with AVX2 (docs/PERFORMANCE.md, "The
+// native build, reproducibility" has the rates).
 // On x86 every psqrt Eigen has without EIGEN_FAST_MATH is that instruction, so this functor allows
 // packets there; elsewhere it follows Eigen's own HasSqrt (as `.sqrt()` does).
 template <typename T>

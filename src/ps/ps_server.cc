@@ -5,10 +5,11 @@
 // Streamed pushes (async inbox pushes of dense shards of two chunks or more, kStreamChunkBytes):
 // the worker delivers the gradient in chunks, each announced by a counter, and the PS applies
 // every chunk as it arrives, so the transfer of chunk k+1 overlaps the optimizer on chunk k: a
-// push costs about max(transfer, apply) instead of their sum (between nodes both are about a
-// millisecond per MiB). Bits are unchanged: the update is element-wise with one optimizer step for
-// all the chunks of a push. Chunks of different workers' pushes may interleave on the PS, as whole
-// updates may under async (TF's unlocked applies interleave element by element).
+// push costs about max(transfer, apply) instead of their sum (between nodes the two are of the
+// same order: docs/PERFORMANCE.md, "Between nodes"). Bits are unchanged: the update is
+// element-wise with one optimizer step for all the chunks of a push. Chunks of different workers'
+// pushes may interleave on the PS, as whole updates may under async (TF's unlocked applies
+// interleave element by element).
 #include "ps/server_core.h"
 
 #include <algorithm>
@@ -276,7 +277,7 @@ bool ServerCore::serve_shard_sync(std::size_t ls, std::size_t s) {
   };
   if (dense) {
     const std::size_t n = sh.bytes / sizeof(T);
-    // One buffer kept across rounds: a fresh vector of a large shard each round was an mmap,
+    // One buffer kept across rounds: a fresh vector of a large shard each round would be an mmap,
     // page faults and a memset on every sync step.
     std::vector<T>& sum = round_sum<T>();
     if (sum.size() < n) sum.resize(n);

@@ -700,7 +700,8 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
   // each of its steps, a worker alive but slow.
   const double step_delay = test_hook_delay(env, "STRATA_TEST_STEP_DELAY_RANK", rt->rank());
   // STRATA_PULL_IN_PLACE=1: sync pulls read in place where they can (ReplicaContext::read_many's
-  // in-place form). Off by default: it measured no faster than the copy (docs/PERFORMANCE.md).
+  // in-place form). Off by default: it does not beat the copy (docs/PERFORMANCE.md, "Issue 21 on
+  // an AMD EPYC VM").
   const bool pull_in_place = env.get_bool("STRATA_PULL_IN_PLACE", false);
   for (int epoch = static_cast<int>(resume.epoch); epoch < epochs && !ctx.stop_requested(); ++epoch) {
     const std::int64_t skip = epoch == resume.epoch ? resume.offset : 0;
@@ -766,8 +767,8 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
           return;
         }
         // This replica's buffers from the previous step: pulling into them again costs no
-        // allocation and no page faults (a fresh 1 MB vector per step made the MLP's pull several
-        // times slower than the transport's own bandwidth).
+        // allocation and no page faults, which a fresh vector per step would add to every pull
+        // (docs/PERFORMANCE.md, "Training").
         Params& params = replica_params[r];
         {
           TraceWriter::Span span(trace, "pull", r);

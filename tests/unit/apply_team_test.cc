@@ -19,6 +19,27 @@ namespace {
 
 using strata::ps::ApplyTeam;
 
+// Two copies of an optimizer's k slot arrays of n elements, every slot at its initial value: one
+// for the team-split update under test, one for the scalar reference. sp and rp point into them
+// (hence neither copyable nor movable).
+struct SlotPair {
+  SlotPair(const strata::ps::OptimizerConfig& opt, int k, std::size_t n)
+      : slots(k, std::vector<float>(n)), ref_slots(k, std::vector<float>(n)) {
+    for (int s = 0; s < k; ++s) {
+      const float init = static_cast<float>(strata::ps::slot_initial_value(opt, s));
+      std::fill(slots[s].begin(), slots[s].end(), init);
+      std::fill(ref_slots[s].begin(), ref_slots[s].end(), init);
+      sp.push_back(slots[s].data());
+      rp.push_back(ref_slots[s].data());
+    }
+  }
+  SlotPair(const SlotPair&) = delete;
+  SlotPair& operator=(const SlotPair&) = delete;
+
+  std::vector<std::vector<float>> slots, ref_slots;
+  std::vector<float*> sp, rp;
+};
+
 TEST(ApplyTeam, SplitCoversEveryElementOnceOnLineBoundaries) {
   for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{15}, std::size_t{16}, std::size_t{17},
                         std::size_t{1000}, std::size_t{262144}, (std::size_t{1} << 20) + 3}) {
@@ -87,15 +108,7 @@ TEST(ApplyTeam, TeamUpdateIsBitIdenticalToTheReference) {
     for (int threads : {1, 2, 3}) {
       ApplyTeam team(threads);
       std::vector<float> var(n), ref(n), grad(n);
-      std::vector<std::vector<float>> slots(k, std::vector<float>(n)), ref_slots(k, std::vector<float>(n));
-      std::vector<float*> sp, rp;
-      for (int s = 0; s < k; ++s) {
-        const float init = static_cast<float>(strata::ps::slot_initial_value(opt, s));
-        std::fill(slots[s].begin(), slots[s].end(), init);
-        std::fill(ref_slots[s].begin(), ref_slots[s].end(), init);
-        sp.push_back(slots[s].data());
-        rp.push_back(ref_slots[s].data());
-      }
+      SlotPair st(opt, k, n);
       for (std::size_t i = 0; i < n; ++i) {
         var[i] = ref[i] = static_cast<float>(i % 977) * 1e-3f - 0.4f;
         grad[i] = static_cast<float>((i * 31) % 1013) * 1e-3f - 0.5f;
@@ -104,15 +117,15 @@ TEST(ApplyTeam, TeamUpdateIsBitIdenticalToTheReference) {
       bool hook_elsewhere = false;
       const auto caller = std::this_thread::get_id();
       for (std::int64_t step = 1; step <= 3; ++step) {
-        strata::ps::apply_dense_team<float>(&team, opt, step, var.data(), sp.data(), k, grad.data(), n, [&] {
+        strata::ps::apply_dense_team<float>(&team, opt, step, var.data(), st.sp.data(), k, grad.data(), n, [&] {
           ++hooks;
           hook_elsewhere |= std::this_thread::get_id() != caller;
         });
-        strata::ps::apply_dense_reference(opt, step, ref.data(), rp.data(), grad.data(), n);
+        strata::ps::apply_dense_reference(opt, step, ref.data(), st.rp.data(), grad.data(), n);
       }
       EXPECT_EQ(std::memcmp(var.data(), ref.data(), n * 4), 0) << spec << ", " << threads << " thread(s)";
       for (int s = 0; s < k; ++s)
-        EXPECT_EQ(std::memcmp(slots[s].data(), ref_slots[s].data(), n * 4), 0) << spec << " slot " << s;
+        EXPECT_EQ(std::memcmp(st.slots[s].data(), st.ref_slots[s].data(), n * 4), 0) << spec << " slot " << s;
       EXPECT_FALSE(hook_elsewhere);
       // One thread: 4 chunks, 3 hooks per step. Several: the caller's part has 2 or 3 chunks.
       EXPECT_GT(hooks, 0) << spec << ", " << threads << " thread(s)";
@@ -136,34 +149,27 @@ TEST(ApplyTeam, SyncMeanAndUpdateAreBitIdenticalToMeanThenReference) {
           std::vector<std::vector<float>> grads(workers, std::vector<float>(n));
           std::vector<const float*> gp;
           for (int w = 0; w < workers; ++w) gp.push_back(grads[w].data());
-          std::vector<std::vector<float>> slots(k, std::vector<float>(n)), ref_slots(k, std::vector<float>(n));
-          std::vector<float*> sp, rp;
-          for (int s = 0; s < k; ++s) {
-            const float init = static_cast<float>(strata::ps::slot_initial_value(opt, s));
-            std::fill(slots[s].begin(), slots[s].end(), init);
-            std::fill(ref_slots[s].begin(), ref_slots[s].end(), init);
-            sp.push_back(slots[s].data());
-            rp.push_back(ref_slots[s].data());
-          }
+          SlotPair st(opt, k, n);
           for (std::size_t i = 0; i < n; ++i) var[i] = ref[i] = static_cast<float>(i % 977) * 1e-3f - 0.4f;
           int parts = 0;
           for (std::int64_t step = 1; step <= 3; ++step) {
             for (int w = 0; w < workers; ++w)
               for (std::size_t i = 0; i < n; ++i)
                 grads[w][i] = static_cast<float>((i * 31 + static_cast<std::size_t>(w * 7 + step) * 101) % 1013) * 1e-3f - 0.5f;
-            parts = strata::ps::apply_mean_team<float>(&team, opt, step, var.data(), sp.data(), k, gp.data(), workers,
-                                                       scratch.data(), n, {});
+            parts = strata::ps::apply_mean_team<float>(&team, opt, step, var.data(), st.sp.data(), k, gp.data(),
+                                                       workers, scratch.data(), n, {});
             for (std::size_t i = 0; i < n; ++i) {
               float sum = 0.0f;
               for (int w = 0; w < workers; ++w) sum += grads[w][i];
               mean[i] = sum / static_cast<float>(workers);
             }
-            strata::ps::apply_dense_reference(opt, step, ref.data(), rp.data(), mean.data(), n);
+            strata::ps::apply_dense_reference(opt, step, ref.data(), st.rp.data(), mean.data(), n);
           }
           const std::string what = std::string(spec) + ", n " + std::to_string(n) + ", " + std::to_string(workers) +
                                    " worker(s), " + std::to_string(threads) + " thread(s)";
           EXPECT_EQ(std::memcmp(var.data(), ref.data(), n * 4), 0) << what;
-          for (int s = 0; s < k; ++s) EXPECT_EQ(std::memcmp(slots[s].data(), ref_slots[s].data(), n * 4), 0) << what;
+          for (int s = 0; s < k; ++s)
+            EXPECT_EQ(std::memcmp(st.slots[s].data(), st.ref_slots[s].data(), n * 4), 0) << what;
           // The split happens where it should: parts of at least kMinElementsPerPartSync.
           const int want = static_cast<int>(std::max<std::size_t>(
               1, std::min<std::size_t>(static_cast<std::size_t>(threads), n / strata::ps::kMinElementsPerPartSync)));

@@ -97,12 +97,10 @@ struct ModelConfig {
 };
 
 // Default hidden layers of the mlp: 256-128 ReLU. Why: the dataset's own benchmark lists an MLP
-// 256-128-100 at 0.8833 on Fashion-MNIST, and 256-128 matches it. Measured here (one process,
-// batch 128, inputs scaled to [0, 1]): Adam lr 1e-3 reaches test accuracy 0.882 after 7 epochs
-// and 0.884 after 8; SGD + momentum 0.9 (lr 0.05) 0.878 after 7. 512-256 reached 0.888 after 8
-// epochs at 2.5x the time per epoch, which a 2-core box cannot spend inside `strata train`'s
-// 2-minute budget. 235k parameters (0.9 MiB) keep the per-step pull/push cheap; forward+backward
-// is ~1.0 MFLOP per example, almost all of it in matrix products.
+// 256-128-100 at 0.8833 on Fashion-MNIST, and 256-128 matches it within `strata train`'s time
+// budget, where a wider 512-256 gains little accuracy for much more time per epoch (the figures:
+// docs/MODELS.md, "The mlp's default hidden layers"). 235k parameters (0.9 MiB) keep the per-step
+// pull/push cheap; forward+backward is ~1.0 MFLOP per example, almost all of it in matrix products.
 inline const std::vector<int>& default_mlp_hidden() {
   static const std::vector<int> kHidden{256, 128};
   return kHidden;

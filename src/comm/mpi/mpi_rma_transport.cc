@@ -130,7 +130,8 @@ MPI_Datatype rows_type(const std::vector<std::int64_t>& rows, int block, MPI_Dat
 // apply whenever it falls just after a worker's pull, which happens for whole runs at a time (the
 // two fall into step). Flushing the lines right after the copy (CLFLUSHOPT, where the CPU has it:
 // written back if dirty and dropped from every cache) lets the owner's next writes find no other
-// copy to take back; it then reads them from memory, which costs less here (docs/PERFORMANCE.md).
+// copy to take back; it then reads them from memory, which costs it less than taking every line
+// back (docs/PERFORMANCE.md, "Against PyTorch on the same cores: flushed pulls").
 // Large copies only; STRATA_SHM_FLUSH=0 turns it off.
 constexpr std::size_t kFlushAfterGetBytes = 64 * 1024;
 

@@ -2,9 +2,9 @@
 // life (MPI_Win_lock_all with MPI_MODE_NOCHECK), MPI_Get / MPI_Put / MPI_Accumulate(MPI_SUM) /
 // MPI_Fetch_and_op, MPI_Win_flush for remote completion. Private to the comm layer.
 //
-// Why MPI_Win_allocate and not dynamic windows: measured on these machines (Open MPI 4.1),
-// dynamic windows made accumulate and fetch-and-op wait for the target to enter MPI, while
-// allocated windows on one node complete them through shared memory with the target busy.
+// Why MPI_Win_allocate and not dynamic windows: with Open MPI 4.1, dynamic windows make accumulate
+// and fetch-and-op wait for the target to enter MPI, while allocated windows on one node complete
+// them through shared memory with the target busy (docs/PERFORMANCE.md, "Data-plane design").
 // Across nodes accumulate and fetch-and-op still need the target inside MPI: that is why PS ranks
 // run a service loop that keeps calling progress().
 //

@@ -33,12 +33,12 @@ std::string ip_str(std::uint32_t ip) {
 std::string sys_error(const std::string& what) { return what + ": " + std::strerror(errno); }
 
 // Large messages are handed to the kernel in pieces of this size, one sendmsg each: between
-// nodes, pieces of 128 KiB-1 MiB send a 16 MiB reply about twice as fast as one sendmsg, 512 KiB
-// with the least spread, and much smaller pieces slow mid-size messages (the figures are in
-// docs/PERFORMANCE.md). ZeroMQ (ps-lite) also writes big messages in pieces. The likely cause of
-// the difference: one huge sendmsg keeps the socket
-// locked while it copies, so the ACKs that open the window wait in the socket's backlog and
-// the window opens in bursts; returning to user space between pieces lets them be processed.
+// nodes, pieces of a few hundred KiB send a large reply much faster than one sendmsg, 512 KiB the
+// most steadily, and much smaller pieces slow mid-size messages (docs/PERFORMANCE.md, "512 KiB
+// send pieces"). ZeroMQ (ps-lite) also writes big messages in pieces. The likely cause of the
+// difference: one huge sendmsg keeps the socket locked while it copies, so the ACKs that open the
+// window wait in the socket's backlog and the window opens in bursts; returning to user space
+// between pieces lets them be processed.
 constexpr std::size_t kSendPieceBytes = std::size_t{512} << 10;
 
 struct Interface {

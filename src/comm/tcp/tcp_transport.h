@@ -16,8 +16,8 @@
 //
 // Why not RMA emulated over TCP (osc ucx / UCX with UCX_TLS=tcp): both complete one-sided
 // operations only when the target calls into the library, and UCX's float accumulate is five
-// round trips (lock, get, put, flush, unlock). Measured between two emulated nodes (issue 11):
-// UCX over TCP reached 0.39-0.67 of raw TCP for a pull and 0.14-0.19 for an SGD push.
+// round trips (lock, get, put, flush, unlock), which leaves UCX over TCP far below raw TCP for
+// pulls and further still for pushes (docs/PERFORMANCE.md, "Between nodes").
 //
 // Atomicity: the server applies accumulates and fetch-and-adds through the same node window (an
 // MPI operation on its own segment), so they are atomic with those of co-located peers. This needs

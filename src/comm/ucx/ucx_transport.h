@@ -2,12 +2,13 @@
 // an endpoint to every rank of the communicator, regions from ucp_mem_map(UCP_MEM_MAP_ALLOCATE)).
 // Private to the comm layer; only src/comm/transport_registry.cc creates it.
 //
-// Why UCP_MEM_MAP_ALLOCATE: measured here, memory UCX allocates itself sits in
-// a shared-memory segment that co-located peers map, so get / put / atomics complete without the
-// target calling into UCX (fully one-sided), while user memory registered with ucp_mem_map made
-// every operation wait for the target's progress. Across nodes (TCP, or IB without the target's
-// progress for emulated atomics) the target must progress: PS ranks run a service loop that calls
-// progress(), and barriers between data-plane phases must progress too (see cmd_bench.cc).
+// Why UCP_MEM_MAP_ALLOCATE: memory UCX allocates itself sits in a shared-memory segment that
+// co-located peers map, so get / put / atomics complete without the target calling into UCX (fully
+// one-sided), while user memory registered with ucp_mem_map makes every operation wait for the
+// target's progress (docs/PERFORMANCE.md, "Data-plane design"). Across nodes (TCP, or IB without
+// the target's progress for emulated atomics) the target must progress: PS ranks run a service
+// loop that calls progress(), and barriers between data-plane phases must progress too (see
+// cmd_bench.cc).
 //
 // Float accumulate: UCP has no floating-point AMO. See ucx_transport.cc for the striped-lock
 // protocol that keeps concurrent accumulates exact, and why it was chosen over active messages.

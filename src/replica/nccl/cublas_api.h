@@ -1,7 +1,7 @@
-// cuBLAS, opened on first use. libcublas's static initialisers (through libcublasLt) cost ~0.5 s
-// of CPU in every process that links it, GPU or not, so strata links only the CUDA runtime and
-// NCCL and dlopen()s cuBLAS when the first GPU model is built: CPU-only runs, the tools and the
-// tests start without it.
+// cuBLAS, opened on first use. libcublas's static initialisers (through libcublasLt) cost CPU time
+// at the start of every process that links it, GPU or not (docs/PERFORMANCE.md, "On a real GPU"
+// has the figure), so strata links only the CUDA runtime and NCCL and dlopen()s cuBLAS when the
+// first GPU model is built: CPU-only runs, the tools and the tests start without it.
 //
 // Thread-safe: the library is opened once, under a mutex; later calls read one atomic pointer
 // (an acquire load per call, nothing more on the GEMM path). The table is never unloaded. Private to the GPU replica target.
