@@ -124,6 +124,7 @@ const std::vector<EnvVarDoc>& env_table() {
       {"STRATA_SHM_FLUSH", "bool", "1", "one node, shared windows: after copying 64 KiB or more out of a peer's segment (a pull), write those lines out of this core's caches (x86 CLFLUSHOPT), so the owner's next writes to them (the PS's apply) find no other copy"},
       {"STRATA_UCX_DIRECT", "bool", "1", "ucx transport: plain loads/stores through ucp_rkey_ptr mappings for co-located ranks"},
       {"STRATA_ON_SAVE_ERROR", "enum", "stop", "strata train: after a failed checkpoint save, stop (exit 1) or continue (--on-save-error)"},
+      {"STRATA_MPIIO_HINTS", "key=value,...", "", "parallel checkpoint writes: MPI-IO hints set on the MPI_Info of every checkpoint file the PS ranks create with parallel HDF5, e.g. striping_factor=8,striping_unit=4194304,romio_cb_write=enable (keys as the MPI library and file system document them; striping only at creation)"},
       {"STRATA_MAX_RESTARTS", "int", "0", "strata-mpirun and the sbatch templates: relaunch a failed strata train up to N times with --restore latest (--max-restarts; not after status 0, 2 or 75)"},
       {"STRATA_RESTART_COUNT", "int", "0", "strata train: set by those launchers, the relaunches before this run; reported as \"restarts\" in the summary"},
       {"STRATA_TEST_STEP_DELAY_RANK", "RANK:SECONDS", "", "test hook: that rank sleeps after each of its training steps (a slow worker)"},

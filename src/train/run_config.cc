@@ -2,6 +2,7 @@
 // always used (common/env.cc lists them).
 #include "strata/train/run_config.h"
 
+#include "strata/checkpoint/mpiio_hints.h"
 #include "strata/common/env.h"
 #include "strata/common/error.h"
 #include "strata/common/parse.h"
@@ -32,6 +33,9 @@ RunConfig RunConfig::from_environment(const Env& env) {
   if (policy != "stop" && policy != "continue")
     throw ConfigError("STRATA_ON_SAVE_ERROR: '" + policy + "' is not stop or continue");
   c.stop_on_save_error = policy == "stop";
+  // Read again by every parallel checkpoint write (strata/checkpoint/mpiio_hints.h); parsed here
+  // so that a malformed value ends the job at its start, not at its first save.
+  checkpoint::mpiio_hints_from_env(env);
   return c;
 }
 

@@ -13,6 +13,7 @@
 // table (common/env.h): STRATA_TRANSPORT, STRATA_CPU_REPLICAS, STRATA_PS_THREADS,
 // STRATA_PS_MAX_ARENA_BYTES, STRATA_STALL_TIMEOUT_S, STRATA_PROGRESS_TIMEOUT_S,
 // STRATA_ON_SAVE_ERROR, STRATA_EVALUATOR_NICE, STRATA_NUM_PS / STRATA_JOBS. The command line then overrides single fields.
+// STRATA_MPIIO_HINTS is only validated here (ConfigError); the checkpoint writers read it themselves.
 // Plain value types: copyable, no thread-safety concerns.
 #pragma once
 

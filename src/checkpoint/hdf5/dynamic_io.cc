@@ -973,7 +973,21 @@ DynamicSaveResult write_dynamic_checkpoint(MPI_Comm comm, const std::string& dir
     if (local.empty() && !seen.insert(t.name).second) local = "table '" + t.name + "' is given twice";
     has_counts[i] = t.update_counts.empty() ? 0 : 1;
   }
+  // The MPI-IO hints of the open in step 4, refused before anything is written.
+  std::vector<MpiIoHint> hints;
+  if (local.empty()) {
+    try {
+      hints = detail::process_mpiio_hints();
+    } catch (const ConfigError& e) {
+      local = e.message();
+    }
+  }
   agree_or_throw<ConfigError>(comm, local, names);
+  agree_or_throw<ConfigError>(comm,
+                              detail::same_on_every_rank(comm, format_mpiio_hints(hints))
+                                  ? ""
+                                  : std::string(kMpiIoHintsVar) + " differs between the ranks of the save",
+                              names);
   if (!has_counts.empty())
     STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, has_counts.data(), static_cast<int>(has_counts.size()), MPI_UINT8_T,
                                    MPI_MAX, comm));
@@ -1143,7 +1157,7 @@ DynamicSaveResult write_dynamic_checkpoint(MPI_Comm comm, const std::string& dir
       H5Id file, dxpl;
       std::vector<std::vector<H5Id>> dsets(nt);  // closed before `file` (declared after it)
       try {
-        file = detail::create_parallel_file(tmp, comm, block_bytes);
+        file = detail::create_parallel_file(tmp, comm, block_bytes, hints);
         write_root(file.get(), version, global_step, manifest);
         const H5Id dcpl = dataset_creation();
         for (std::size_t i = 0; i < nt; ++i) {

@@ -4,7 +4,10 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+
+#include "strata/common/logging.h"
 
 namespace strata::checkpoint {
 
@@ -267,14 +270,50 @@ std::string read_attr_string(hid_t obj, const char* name) {
   return out;
 }
 
-H5Id create_parallel_file(const std::string& path, MPI_Comm comm, hsize_t userblock_bytes) {
+std::vector<MpiIoHint> process_mpiio_hints() {
+  const char* text = std::getenv(kMpiIoHintsVar);
+  return parse_mpiio_hints(text ? text : "", kMpiIoHintsVar);
+}
+
+bool same_on_every_rank(MPI_Comm comm, const std::string& text) {
+  // The maximum of a value and of its complement: equal on every rank exactly when the maxima
+  // are each other's complements.
+  std::uint64_t sig[2] = {crc32_update(0, text.data(), text.size()) | (std::uint64_t{text.size()} << 32), 0};
+  sig[1] = ~sig[0];
+  STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, sig, 2, MPI_UINT64_T, MPI_MAX, comm));
+  return sig[0] == ~sig[1];
+}
+
+MpiInfo::MpiInfo(const std::vector<MpiIoHint>& hints) {
+  if (hints.empty()) return;
+  STRATA_CHECK_MPI(MPI_Info_create(&info_));
+  try {
+    for (const auto& h : hints) STRATA_CHECK_MPI(MPI_Info_set(info_, h.key.c_str(), h.value.c_str()));
+  } catch (...) {
+    reset();  // a constructor that throws runs no destructor
+    throw;
+  }
+}
+
+H5Id create_parallel_file(const std::string& path, MPI_Comm comm, hsize_t userblock_bytes,
+                          const std::vector<MpiIoHint>& hints) {
   const H5Id fapl(STRATA_CHECK_H5(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
-  STRATA_CHECK_H5(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL));
+  {
+    const MpiInfo info(hints);
+    STRATA_CHECK_H5(H5Pset_fapl_mpio(fapl.get(), comm, info.get()));
+  }
   STRATA_CHECK_H5(H5Pset_all_coll_metadata_ops(fapl.get(), true));
   STRATA_CHECK_H5(H5Pset_coll_metadata_write(fapl.get(), true));
   const H5Id fcpl(STRATA_CHECK_H5(H5Pcreate(H5P_FILE_CREATE)), H5Pclose);
   STRATA_CHECK_H5(H5Pset_userblock(fcpl.get(), userblock_bytes));
-  return H5Id(STRATA_CHECK_H5(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get())), H5Fclose);
+  H5Id file(STRATA_CHECK_H5(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get())), H5Fclose);
+  int rank = 0;
+  STRATA_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  // Lets a user see which hints a job's saves run with (STRATA_LOG_LEVEL=info).
+  if (rank == 0 && !hints.empty()) {
+    STRATA_LOG(INFO) << "checkpoint: " << path << " created with MPI-IO hints " << format_mpiio_hints(hints);
+  }
+  return file;
 }
 
 }  // namespace detail

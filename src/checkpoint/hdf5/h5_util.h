@@ -3,12 +3,14 @@
 #pragma once
 
 #include <hdf5.h>
+#include <mpi.h>
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "strata/checkpoint/checkpoint.h"
+#include "strata/checkpoint/mpiio_hints.h"
 #include "strata/common/error.h"
 
 namespace strata::checkpoint::detail {
@@ -101,10 +103,48 @@ std::int64_t read_attr_i64(hid_t obj, const char* name);
 std::uint64_t read_attr_u64(hid_t obj, const char* name);
 std::string read_attr_string(hid_t obj, const char* name);
 
+// Owns one MPI_Info (MPI_INFO_NULL when empty); freed on destruction. HDF5 keeps its own duplicate
+// of an info it is given, so this may go as soon as the property list has been set.
+class MpiInfo {
+ public:
+  MpiInfo() = default;
+  // An info holding `hints` in order; MPI_INFO_NULL for none. Throws MpiError.
+  explicit MpiInfo(const std::vector<MpiIoHint>& hints);
+  ~MpiInfo() { reset(); }
+  MpiInfo(MpiInfo&& o) noexcept : info_(o.info_) { o.info_ = MPI_INFO_NULL; }
+  MpiInfo& operator=(MpiInfo&& o) noexcept {
+    if (this != &o) {
+      reset();
+      info_ = o.info_;
+      o.info_ = MPI_INFO_NULL;
+    }
+    return *this;
+  }
+  MpiInfo(const MpiInfo&) = delete;
+  MpiInfo& operator=(const MpiInfo&) = delete;
+  MPI_Info get() const { return info_; }
+  void reset() {
+    if (info_ != MPI_INFO_NULL) MPI_Info_free(&info_);
+    info_ = MPI_INFO_NULL;
+  }
+
+ private:
+  MPI_Info info_ = MPI_INFO_NULL;
+};
+
+// STRATA_MPIIO_HINTS of this process's environment, parsed (parse_mpiio_hints; ConfigError).
+std::vector<MpiIoHint> process_mpiio_hints();
+// COLLECTIVE over `comm`: whether every rank passed the same `text` (compared by length and
+// CRC-32), so that a parallel open is not given different hints on different ranks.
+bool same_on_every_rank(MPI_Comm comm, const std::string& text);
+
 // Creates (truncating) `path` for a parallel write: COLLECTIVE over `comm`, MPI-IO with collective
-// metadata reads and writes, and a user block of `userblock_bytes` in front of HDF5's data (the
-// integrity block). Throws Hdf5Error; every rank of `comm` must call it.
-H5Id create_parallel_file(const std::string& path, MPI_Comm comm, hsize_t userblock_bytes);
+// metadata reads and writes, `hints` on the MPI_Info of the open (STRATA_MPIIO_HINTS, parsed and
+// agreed by the caller before anything is written; none: MPI_INFO_NULL, the library's defaults),
+// and a user block of `userblock_bytes` in front of HDF5's data (the integrity block). Throws
+// Hdf5Error; every rank of `comm` must call it with the same hints.
+H5Id create_parallel_file(const std::string& path, MPI_Comm comm, hsize_t userblock_bytes,
+                          const std::vector<MpiIoHint>& hints);
 
 }  // namespace strata::checkpoint::detail
 

@@ -4,7 +4,7 @@
 // leaving peers in a collective):
 //
 //  1. [agree] Local validation of the request: names, shapes, shards inside their variable,
-//     slot pointers present.
+//     slot pointers present; STRATA_MPIIO_HINTS parses, and is the same on every rank.
 //  2. [agree] The variable list is identical on every rank (FNV-1a 64 of its serialisation,
 //     allreduce MIN == MAX).
 //  3. [agree] Each rank CRC-32s every piece it holds (one piece = one shard of one dataset, a
@@ -282,6 +282,18 @@ std::string save(MPI_Comm comm, const std::string& dir, std::int64_t global_step
   std::map<std::string, std::size_t> index;
   for (std::size_t i = 0; i < vars.size(); ++i) index.emplace(vars[i].name, i);
   agree(comm, validate_locally(request, index));
+  // The MPI-IO hints of the open in step 4, refused here, before anything is written.
+  std::vector<MpiIoHint> hints;
+  std::string hint_error;
+  try {
+    hints = detail::process_mpiio_hints();
+  } catch (const ConfigError& e) {
+    hint_error = "checkpoint: " + e.message();
+  }
+  agree(comm, hint_error);
+  agree(comm, detail::same_on_every_rank(comm, format_mpiio_hints(hints))
+                  ? ""
+                  : std::string("checkpoint: ") + kMpiIoHintsVar + " differs between the ranks of the save");
 
   // ---- 2. identical variable lists ----------------------------------------------------------
   std::uint64_t h = hash_variables(vars), lo = 0, hi = 0;
@@ -412,7 +424,7 @@ std::string save(MPI_Comm comm, const std::string& dir, std::int64_t global_step
       std::vector<H5Id> dsets(datasets.size());  // closed before `file` (declared after it)
       std::string local;
       try {
-        file = detail::create_parallel_file(tmp_path, comm, block_bytes);
+        file = detail::create_parallel_file(tmp_path, comm, block_bytes, hints);
 
         detail::write_attr_i32(file.get(), "format_version", kFormatVersion);
         detail::write_attr_i64(file.get(), "global_step", global_step);
