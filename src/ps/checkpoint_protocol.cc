@@ -250,6 +250,8 @@ SaveStatus ServerCore::save_dynamic(const SaveContext& ctx, bool* wrote) {
   if (!full && ps_index == 0) save.parent_sketches = dyn_parent_sketches;
   for (int p = 0; p < num_ps(); ++p)
     save.rank_names.push_back("ps:" + std::to_string(p) + " (rank " + std::to_string(ps_rank[static_cast<std::size_t>(p)]) + ")");
+  const int shard = ps_index, shards = num_ps();
+  save.owns = [shard, shards](std::int64_t id) { return shard_of(id, shards) == shard; };
   std::int64_t rows[2] = {0, 0};  // this save's rows, the tables' rows
   for (const auto& t : mine) {
     rows[0] += static_cast<std::int64_t>(t.ids.size());

@@ -95,8 +95,10 @@ inline std::uint64_t mix64(std::uint64_t z) {
 constexpr std::size_t kIndexAhead = 32;   // a power of two (the hash ring's size)
 constexpr std::size_t kRecordAhead = 16;  // < kIndexAhead
 constexpr std::size_t kMaxPrefetchLines = 4;  // of a record; the hardware prefetcher takes longer rows
-// Ids below which a part of a split batch does not pay for waking a team thread.
-constexpr std::size_t kMinIdsPerPart = 512;
+// Ids below which a part of a split batch does not pay for waking a team thread: the wake-up of a
+// thread on an idle core can cost as much as the table work on a thousand ids (docs/DYNAMIC.md,
+// "Split over the PS's threads").
+constexpr std::size_t kMinIdsPerPart = 2048;
 
 [[noreturn]] void bad_config(const char* field, std::int64_t value, const char* expected) {
   throw ConfigError(std::string("dynamic table: ") + field + " = " + std::to_string(value) + " is out of range (expected " +
@@ -672,7 +674,8 @@ struct DynamicTable::Impl {
   // 63 other records that another part may mark. Both are atomic, so parts never race.
   void restamp_shared(std::uint32_t r) {
     auto* at = reinterpret_cast<std::uint32_t*>(record(r) + kStampAt);  // 4-aligned: records are 8-aligned
-    __atomic_store_n(at, static_cast<std::uint32_t>(clock), __ATOMIC_RELAXED);
+    const auto now = static_cast<std::uint32_t>(clock);
+    if (__atomic_load_n(at, __ATOMIC_RELAXED) != now) __atomic_store_n(at, now, __ATOMIC_RELAXED);
     std::uint64_t* word = &changed_bits[r >> 6];
     const std::uint64_t bit = std::uint64_t{1} << (r & 63);
     if ((__atomic_load_n(word, __ATOMIC_RELAXED) & bit) == 0) __atomic_fetch_or(word, bit, __ATOMIC_RELAXED);

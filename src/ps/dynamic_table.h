@@ -68,7 +68,7 @@
 //
 // Thread-safety: none inside. One thread (the shard's service thread) owns a table and makes every
 // call; const member functions may run concurrently with each other only. With a team
-// (use_team), lookup and apply split a batch of at least 2 x 512 ids over the team's threads and
+// (use_team), lookup and apply split a batch of at least 2 x 2048 ids over the team's threads and
 // return once every part is done; the results are bit for bit those of one thread (see
 // dynamic_table.cc, lookup_split and apply).
 #pragma once

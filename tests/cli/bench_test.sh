@@ -183,7 +183,7 @@ assert all(r["row_bytes"] == 192 and 192 < r["bytes_per_row"] <= 1.5 * 192 for r
 PY
 
 case_begin "dynamic on two threads (--ps-threads 2): batches split over the table's team, every row checked"
-run "$STRATA_BIN" bench --op dynamic --rows 16K -b 2K -w 1 -n 4 --ps-threads 2 --json "$TEST_TMP/dynamic2.json"
+run "$STRATA_BIN" bench --op dynamic --rows 16K -b 8K -w 1 -n 4 --ps-threads 2 --json "$TEST_TMP/dynamic2.json"
 expect_rc 0
 expect_stdout_has "# strata bench: op dynamic (PS-side dynamic embedding table, 2 threads (--ps-threads)), 16-float rows"
 expect_stdout_has "# all results correct"
@@ -210,13 +210,13 @@ assert all(r["time_us"] > 0 and r["ops_per_s"] > 0 and 0 < r["distinct_per_call"
 assert all(r["remote"] is False and "vs_link" not in r for r in rows), rows
 assert all(r["ps_threads"] == 1 and r["ps_split_batches"] == 0 for r in rows), rows
 PY
-mpi 3 env STRATA_TCP_FORCE_REMOTE=1 "$STRATA_BIN" bench --op dynamic --num-ps 1 --transport tcp --rows 16K -b 4K -w 1 -n 3 --ps-threads 2 --json "$TEST_TMP/plane2.json"
+mpi 3 env STRATA_TCP_FORCE_REMOTE=1 "$STRATA_BIN" bench --op dynamic --num-ps 1 --transport tcp --rows 64K -b 16K -w 1 -n 3 --ps-threads 2 --json "$TEST_TMP/plane2.json"
 expect_rc 0
 expect_stdout_has "# all results correct"
 python3 - "$TEST_TMP/plane2.json" <<'PY' || fail "dynamic plane --ps-threads JSON"
 import json, sys
 rows = json.load(open(sys.argv[1]))["rows"]
-# One PS serving 4K-id batches of Zipf draws (over 1,024 distinct ids each) on two threads: it splits.
+# One PS serving 16K-id batches of Zipf draws (over 4,096 distinct ids each) on two threads: it splits.
 assert all(r["wrong"] == 0 and r["ps_threads"] == 2 and r["ps_split_batches"] > 0 for r in rows), rows
 PY
 run "$STRATA_BIN" bench --op dynamic --num-ps 2

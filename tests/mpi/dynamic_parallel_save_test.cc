@@ -311,8 +311,7 @@ TEST(DynamicParallelSave, ARankFailingMidWriteFailsTheSaveEverywhereAndCommitsNo
       EXPECT_FALSE(fs::exists(dir + "/" + dynamic_file_name(30)));
     }
   }
-  // Two ranks holding the same id (the shard map broken): the writer trusts the shards to be
-  // disjoint (checking would cost an exchange of every id), the reader refuses the file.
+  // Two ranks holding the same id (the shard map broken).
   if (size > 1) {
     DynamicTableState mine = fulls[static_cast<std::size_t>(rank)];
     if (rank == size - 1) {
@@ -325,6 +324,20 @@ TEST(DynamicParallelSave, ARankFailingMidWriteFailsTheSaveEverywhereAndCommitsNo
       mine.update_counts.insert(mine.update_counts.begin() + static_cast<std::ptrdiff_t>(at), 1);
       mine.total_rows += 1;
     }
+    // With the shard map (what the PS passes), the writer refuses it on every rank, naming the
+    // rank and the id, before anything is written.
+    DynamicParallelOptions checked = options;
+    checked.owns = [rank, size](std::int64_t id) { return owner(id, size) == rank; };
+    const std::string refused =
+        thrown<ConfigError>([&] { write_dynamic_checkpoint(comm.get(), dir, 50, {mine}, checked); });
+    STRATA_EXPECT_ALL(comm.get(), refused.find("writer " + last + ": dynamic table 't': id " +
+                                               std::to_string(fulls[0].ids[0])) != std::string::npos &&
+                                      refused.find("belongs to another rank's shard") != std::string::npos);
+    if (rank == 0) {
+      EXPECT_FALSE(fs::exists(dir + "/" + dynamic_file_name(50)));
+      EXPECT_FALSE(fs::exists(dir + "/" + dynamic_file_name(50) + ".tmp"));
+    }
+    // Without it, the writer trusts the shards and the reader refuses the file.
     write_dynamic_checkpoint(comm.get(), dir, 50, {mine}, options);
     if (rank == 0) {
       const std::string why = thrown<Error>([&] { read_dynamic_checkpoint(dir + "/" + dynamic_file_name(50)); });

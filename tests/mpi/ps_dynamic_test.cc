@@ -238,8 +238,8 @@ TEST_P(DynamicSync, SplitOverThePsThreadsMatchesOneTableBitForBit) {
   TestComm comm;
   SKIP_WITHOUT_TWO_WORKERS(comm);
   const int capacity = std::get<2>(GetParam());
-  run_sync_case(std::get<0>(GetParam()), std::get<1>(GetParam()), capacity > 0 ? 2500 : 0, 2, 4096, 4000,
-                capacity > 0 ? 8000 : 6000, true);
+  run_sync_case(std::get<0>(GetParam()), std::get<1>(GetParam()), capacity > 0 ? 7000 : 0, 2, 16384, 12000,
+                capacity > 0 ? 26000 : 20000, true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Compiled, DynamicSync,

@@ -1231,8 +1231,8 @@ TEST(DynamicTableTeam, SplitBatchesEqualOneThreadBitForBit) {
   const SplitCase cases[] = {
       {"adagrad", OptimizerKind::kAdagrad, 0, 1 << 20, false},
       {"adam, admission", OptimizerKind::kAdam, 3, 1 << 20, false},
-      {"sgd, admission, at capacity", OptimizerKind::kSgd, 2, 1500, false},
-      {"ftrl, admission, capacity, rounds", OptimizerKind::kFtrl, 2, 1200, true},
+      {"sgd, admission, at capacity", OptimizerKind::kSgd, 2, 5000, false},
+      {"ftrl, admission, capacity, rounds", OptimizerKind::kFtrl, 2, 4000, true},
   };
   for (const SplitCase& sc : cases) {
     SCOPED_TRACE(sc.name);
@@ -1246,13 +1246,13 @@ TEST(DynamicTableTeam, SplitBatchesEqualOneThreadBitForBit) {
     split3.use_team(&three);
     DynamicTable* tables[] = {&one, &split2, &split3};
     std::mt19937_64 gen(7);
-    std::vector<std::int64_t> universe(6000);
+    std::vector<std::int64_t> universe(16000);
     for (auto& id : universe) id = static_cast<std::int64_t>(gen());
     std::uniform_real_distribution<double> u(0.0, 1.0);
     std::int64_t step = 1;
     int mismatches = 0;
     for (int op = 0; op < 120; ++op) {
-      std::vector<std::int64_t> ids(1024 + gen() % 2048);
+      std::vector<std::int64_t> ids(4096 + gen() % 4096);
       for (auto& id : ids) {
         const double x = u(gen);
         id = universe[static_cast<std::size_t>(x * x * static_cast<double>(universe.size()))];
@@ -1299,7 +1299,7 @@ TEST(DynamicTableTeam, SplitBatchesEqualOneThreadBitForBit) {
     if (sc.admit_after > 1) {
       EXPECT_GT(st.rejected_lookups, 0);
     }
-    if (sc.capacity < 2000) {
+    if (sc.capacity < 10000) {
       EXPECT_GT(st.evicted_capacity, 0);
     }
   }
@@ -1312,12 +1312,12 @@ TEST(DynamicTableTeam, SmallBatchesStayOnTheCaller) {
   ApplyTeam four(4);
   DynamicTable one(c), split(c);
   split.use_team(&four);
-  std::vector<std::int64_t> ids(1000);
+  std::vector<std::int64_t> ids(4000);
   for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i * 7919);
   EXPECT_TRUE(same_bits(lookup(split, ids), lookup(one, ids)));
-  EXPECT_EQ(split.split_batches(), 0);  // 1000 ids: fewer than two parts of 512
-  ids.resize(2048);
-  for (std::size_t i = 1000; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i * 7919);
+  EXPECT_EQ(split.split_batches(), 0);  // 4000 ids: fewer than two parts of 2048
+  ids.resize(4096);
+  for (std::size_t i = 4000; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i * 7919);
   EXPECT_TRUE(same_bits(lookup(split, ids), lookup(one, ids)));
   EXPECT_EQ(split.split_batches(), 1);
   expect_same_snapshot(split.export_rows(), one.export_rows());

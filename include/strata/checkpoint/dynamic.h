@@ -139,6 +139,12 @@ struct DynamicParallelOptions {
   std::vector<std::vector<std::uint16_t>> parent_sketches;
   // How messages name each rank of comm ("ps:1 (rank 3)"); "rank r of n" when empty.
   std::vector<std::string> rank_names;
+  // When set, whether this rank's shard may hold `id` (the PS passes its shard map). Every id of
+  // this rank's shards, rows and evicted ids, is checked before anything is written: an id the
+  // map gives to another rank is a ConfigError on every rank, naming this rank, the table and the
+  // id, so two ranks never write one id into the file. Unset: the ids are trusted (the reader
+  // still refuses a file with an id in two runs).
+  std::function<bool(std::int64_t)> owns;
 };
 DynamicSaveResult write_dynamic_checkpoint(MPI_Comm comm, const std::string& dir, std::int64_t global_step,
                                            const std::vector<DynamicTableState>& shards,

@@ -944,6 +944,18 @@ std::string table_shape_text(const DynamicTableState& t, bool counts) {
          std::to_string(t.parent_checksum) + "|" + (counts ? "counts" : "") + "\n";
 }
 
+// "" when `owns` accepts every id of `t` (its rows and its evicted ids), else what is wrong.
+std::string foreign_id(const DynamicTableState& t, const std::function<bool(std::int64_t)>& owns) {
+  for (std::size_t i = 0; i < t.ids.size(); ++i)
+    if (!owns(t.ids[i]))
+      return "dynamic table '" + t.name + "': id " + std::to_string(t.ids[i]) + " (row " + std::to_string(i) +
+             ") belongs to another rank's shard";
+  for (const std::int64_t id : t.evicted_ids)
+    if (!owns(id))
+      return "dynamic table '" + t.name + "': evicted id " + std::to_string(id) + " belongs to another rank's shard";
+  return "";
+}
+
 }  // namespace
 
 DynamicSaveResult write_dynamic_checkpoint(MPI_Comm comm, const std::string& dir, std::int64_t global_step,
@@ -971,6 +983,7 @@ DynamicSaveResult write_dynamic_checkpoint(MPI_Comm comm, const std::string& dir
       local = e.message();
     }
     if (local.empty() && !seen.insert(t.name).second) local = "table '" + t.name + "' is given twice";
+    if (local.empty() && options.owns) local = foreign_id(t, options.owns);
     has_counts[i] = t.update_counts.empty() ? 0 : 1;
   }
   // The MPI-IO hints of the open in step 4, refused before anything is written.
