@@ -238,8 +238,8 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& f) {
   cmd->add_option("--cpu-replicas", f.cpu_replicas,
                   "CPU replicas per worker when it runs on CPU (default STRATA_CPU_REPLICAS or 1)");
   cmd->add_option("--ps-threads", f.ps_threads,
-                  "threads each PS rank applies a stateful optimizer with (default STRATA_PS_THREADS or 1; "
-                  "bit-identical results for any value)");
+                  "threads each PS rank applies a stateful optimizer and serves large dynamic-table calls with "
+                  "(default STRATA_PS_THREADS or 1; bit-identical results for any value)");
   cmd->add_option("--num-ps", f.num_ps, "MPI or Slurm: the first N ranks are PS (default STRATA_NUM_PS or 1)");
   cmd->add_option("--jobs", f.jobs, "Slurm/MPI roles in rank order, e.g. ps=1,worker=3 (default: --num-ps)");
   cmd->add_option("--seed", f.seed, "seed of initializers, shuffles and synthetic data (default 1)");

@@ -114,7 +114,7 @@ const std::vector<EnvVarDoc>& env_table() {
       {"STRATA_TCP_FORCE_REMOTE", "bool", "0", "tcp transport: serve co-located ranks over TCP too (tests; the network path on one host)"},
       {"STRATA_TCP_DYNAMIC_CHUNKS", "int", "1", "dynamic tables between nodes: chunks a lookup or update is posted in, so a PS works on one while the next is on the wire (1-64; more than 1 pays where PS and worker have cores to spare)"},
       {"STRATA_CPU_REPLICAS", "int", "1", "strata train: CPU replicas per worker (--cpu-replicas)"},
-      {"STRATA_PS_THREADS", "int", "1", "strata train: threads each PS rank applies a stateful optimizer with (--ps-threads)"},
+      {"STRATA_PS_THREADS", "int", "1", "strata train: threads each PS rank applies a stateful optimizer and serves large dynamic-table calls with (--ps-threads)"},
       {"STRATA_PS_MAX_ARENA_BYTES", "bytes", "0", "strata train: refuse a PS arena larger than this (0: no cap)"},
       {"STRATA_MPI_SHARED", "bool", "1", "mpi transport: shared-memory windows and direct loads when all ranks share a node"},
       {"STRATA_GEMM", "enum", "auto", "the models' matrix products: auto (BLIS when built in and its kernels suit the CPU; else OpenBLAS when it chose AVX-512 kernels on an AVX-512 CPU and the process multiplies on one thread; else Eigen; a library is left the moment a run-time check fails), blis, openblas (one multiplying thread per process only), eigen or reference (double, slow)"},
