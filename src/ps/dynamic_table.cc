@@ -614,6 +614,23 @@ struct DynamicTable::Impl {
     return r;
   }
 
+  // One id of a lookup, its hash `h` at hand: its row copied to `dst`; without one, a training
+  // lookup counts the sighting and creates the row when the id is admitted (rejected_lookups
+  // otherwise), and zeros are written where no row results.
+  void lookup_one(std::int64_t id, std::uint64_t h, float* dst, bool train) {
+    std::uint32_t r = find(id, h);
+    if (r == kNoRow && train) {
+      if (admitted(id, /*count=*/true))
+        r = create(id, h);
+      else
+        ++counters.rejected_lookups;
+    }
+    if (r == kNoRow)
+      std::memset(dst, 0, dim * sizeof(float));
+    else
+      std::memcpy(dst, values(r), dim * sizeof(float));
+  }
+
   // One optimizer update of each row of row_ptrs[begin, end) with its gradient at grad_ptrs (distinct
   // rows), gathering into `buffer`; parts of a split batch run it on disjoint ranges at once.
   // The rows' values, slots and gradients are gathered, a block of rows at a time, into one
@@ -761,18 +778,7 @@ void DynamicTable::lookup_serial(const std::int64_t* ids, std::size_t n, float* 
       t.prefetch_home(ahead);
     }
     if (i + kRecordAhead < n) t.prefetch_record(ring[(i + kRecordAhead) % kIndexAhead], touched, false, t.touch_sink);
-    float* dst = out + i * t.dim;
-    std::uint32_t r = t.find(id, h);
-    if (r == kNoRow && mode == LookupMode::kTrain) {
-      if (t.admitted(id, /*count=*/true))
-        r = t.create(id, h);
-      else
-        ++t.counters.rejected_lookups;
-    }
-    if (r == kNoRow)
-      std::memset(dst, 0, row_bytes);
-    else
-      std::memcpy(dst, t.values(r), row_bytes);
+    t.lookup_one(id, h, out + i * t.dim, mode == LookupMode::kTrain);
   }
 }
 
@@ -828,22 +834,8 @@ bool DynamicTable::lookup_split(const std::int64_t* ids, std::size_t n, float* o
   if (missing == 0) return true;
   if (!t.cfg.round_boundaries && t.live + static_cast<std::int64_t>(missing) > t.cfg.capacity) return false;
   for (int p = 0; p < parts; ++p) {
-    for (const std::uint32_t i : t.part_misses[static_cast<std::size_t>(p)]) {
-      const std::int64_t id = ids[i];
-      const std::uint64_t h = t.hash(id);
-      float* dst = out + std::size_t{i} * t.dim;
-      std::uint32_t r = t.find(id, h);
-      if (r == kNoRow) {
-        if (t.admitted(id, /*count=*/true))
-          r = t.create(id, h);
-        else
-          ++t.counters.rejected_lookups;
-      }
-      if (r == kNoRow)
-        std::memset(dst, 0, row_bytes);
-      else
-        std::memcpy(dst, t.values(r), row_bytes);
-    }
+    for (const std::uint32_t i : t.part_misses[static_cast<std::size_t>(p)])
+      t.lookup_one(ids[i], t.hash(ids[i]), out + std::size_t{i} * t.dim, /*train=*/true);
   }
   return true;
 }

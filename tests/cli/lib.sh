@@ -46,6 +46,23 @@ fail() {
   FAILURES=$((FAILURES + 1))
 }
 
+# For scripts that train on Fashion-MNIST: sets FMNIST, skips the script (exit 77) when the dataset
+# is missing, and makes fail() show the end of the logs (where a training run says what went wrong).
+require_fashion_mnist_training() {
+  FMNIST=/usr/share/datasets/fashion-mnist
+  if [ ! -r "$FMNIST/train-images-idx3-ubyte.gz" ]; then
+    echo "SKIP: $FMNIST missing (apt-get install dataset-fashion-mnist)"
+    exit 77
+  fi
+  fail() {
+    echo "FAIL [$CASE]: $*"
+    echo "  exit status: $RC"
+    echo "  --- stdout (tail) ---"; tail -15 "$OUT" | sed 's/^/  /'
+    echo "  --- stderr (tail, without auto-shard notes) ---"; grep -v 'auto-shard' "$ERR" | tail -15 | sed 's/^/  /'
+    FAILURES=$((FAILURES + 1))
+  }
+}
+
 case_begin() { CASE=$1; CASES=$((CASES + 1)); echo "== case $CASES ($SECONDS s): $CASE"; }
 
 expect_rc() { [ "$RC" = "$1" ] || fail "expected exit status $1, got $RC"; }

@@ -7,20 +7,7 @@
 # byte for byte as they were. Only the plumbing can be checked here: this machine has no cluster
 # file system on which striping or collective buffering would change the file's layout.
 source "$(dirname "$0")/lib.sh"
-FMNIST=/usr/share/datasets/fashion-mnist
-if [ ! -r "$FMNIST/train-images-idx3-ubyte.gz" ]; then
-  echo "SKIP: $FMNIST missing (apt-get install dataset-fashion-mnist)"
-  exit 77
-fi
-
-# Failures show the end of the logs (where a training run says what went wrong).
-fail() {
-  echo "FAIL [$CASE]: $*"
-  echo "  exit status: $RC"
-  echo "  --- stdout (tail) ---"; tail -15 "$OUT" | sed 's/^/  /'
-  echo "  --- stderr (tail, without auto-shard notes) ---"; grep -v 'auto-shard' "$ERR" | tail -15 | sed 's/^/  /'
-  FAILURES=$((FAILURES + 1))
-}
+require_fashion_mnist_training
 
 TRAIN=(train --model softmax --num-ps 2 --global-batch 64 --log-every 0 --log-every-secs 0)
 HINTS="romio_cb_write=enable,cb_buffer_size=1048576,striping_factor=2,striping_unit=1048576"

@@ -7,20 +7,7 @@
 # must commit exactly the expected list both times, with every worker's saved position at that
 # round; then a job restored from a middle checkpoint saves on the steps its own G0 gives.
 source "$(dirname "$0")/lib.sh"
-FMNIST=/usr/share/datasets/fashion-mnist
-if [ ! -r "$FMNIST/train-images-idx3-ubyte.gz" ]; then
-  echo "SKIP: $FMNIST missing (apt-get install dataset-fashion-mnist)"
-  exit 77
-fi
-
-# Failures show the end of the logs (where a training run says what went wrong).
-fail() {
-  echo "FAIL [$CASE]: $*"
-  echo "  exit status: $RC"
-  echo "  --- stdout (tail) ---"; tail -15 "$OUT" | sed 's/^/  /'
-  echo "  --- stderr (tail, without auto-shard notes) ---"; grep -v 'auto-shard' "$ERR" | tail -15 | sed 's/^/  /'
-  FAILURES=$((FAILURES + 1))
-}
+require_fashion_mnist_training
 
 TRAIN=(train --model softmax --consistency sync --global-batch 64 --steps 20 --max-to-keep 0
        --log-every 0 --log-every-secs 0)

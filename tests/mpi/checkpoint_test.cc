@@ -43,26 +43,10 @@ double value_f64(std::int64_t row) { return 1.0 / (row + 3.0); }
 std::int64_t value_i64(std::int64_t row, std::int64_t col) { return row * 1000003 + col * 7 - (1LL << 40); }
 
 // Shared test directory (rank 0 creates, everybody uses).
-std::string make_dir(MPI_Comm comm, const std::string& tag) {
-  std::string dir = (fs::temp_directory_path() / ("strata_ckpt_" + tag + "_" + std::to_string(getppid()))).string();
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  if (rank == 0) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  MPI_Barrier(comm);
-  return dir;
-}
+std::string make_dir(MPI_Comm comm, const std::string& tag) { return ::strata::testing::shared_test_dir(comm, "strata_ckpt", tag); }
 
 // Collective: removes the test directory once every rank is done with it.
-void remove_dir(MPI_Comm comm, const std::string& dir) {
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Barrier(comm);
-  if (rank == 0 && std::getenv("STRATA_KEEP_TEST_FILES") == nullptr) fs::remove_all(dir);
-  MPI_Barrier(comm);
-}
+void remove_dir(MPI_Comm comm, const std::string& dir) { ::strata::testing::remove_shared_test_dir(comm, dir); }
 
 bool broadcast_verdict(MPI_Comm comm, bool ok) {
   int v = ok ? 1 : 0;

@@ -7,9 +7,11 @@
 //    with a message instead of waiting for CTest's timeout;
 //  - the exit status is agreed by all ranks (a failure on any rank fails the job everywhere).
 #include <mpi.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -47,6 +49,27 @@ std::string format_ranks(const std::vector<int>& ranks) {
   std::string out;
   for (int r : ranks) out += (out.empty() ? "" : ",") + std::to_string(r);
   return out;
+}
+
+std::string shared_test_dir(MPI_Comm comm, const std::string& prefix, const std::string& tag) {
+  namespace fs = std::filesystem;
+  const std::string dir = (fs::temp_directory_path() / (prefix + "_" + tag + "_" + std::to_string(getppid()))).string();
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  if (rank == 0) {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  MPI_Barrier(comm);
+  return dir;
+}
+
+void remove_shared_test_dir(MPI_Comm comm, const std::string& dir) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Barrier(comm);
+  if (rank == 0 && std::getenv("STRATA_KEEP_TEST_FILES") == nullptr) std::filesystem::remove_all(dir);
+  MPI_Barrier(comm);
 }
 
 namespace {

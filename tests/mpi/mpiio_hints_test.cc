@@ -57,26 +57,9 @@ class ScopedHints {
   std::optional<std::string> old_;
 };
 
-std::string make_dir(MPI_Comm comm, const std::string& tag) {
-  const std::string dir =
-      (fs::temp_directory_path() / ("strata_mpiio_" + tag + "_" + std::to_string(getppid()))).string();
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  if (rank == 0) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  MPI_Barrier(comm);
-  return dir;
-}
+std::string make_dir(MPI_Comm comm, const std::string& tag) { return ::strata::testing::shared_test_dir(comm, "strata_mpiio", tag); }
 
-void remove_dir(MPI_Comm comm, const std::string& dir) {
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Barrier(comm);
-  if (rank == 0) fs::remove_all(dir);
-  MPI_Barrier(comm);
-}
+void remove_dir(MPI_Comm comm, const std::string& dir) { ::strata::testing::remove_shared_test_dir(comm, dir); }
 
 // The value of `key` in `info`, or nullopt.
 std::optional<std::string> info_value(MPI_Info info, const char* key) {

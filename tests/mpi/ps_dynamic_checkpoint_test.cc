@@ -138,17 +138,7 @@ std::string compare_rows(const checkpoint::DynamicTableState& a, const checkpoin
   return "";
 }
 
-std::string make_dir(MPI_Comm comm, const std::string& tag) {
-  std::string dir = (fs::temp_directory_path() / ("strata_dynsave_" + tag + "_" + std::to_string(getppid()))).string();
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  if (rank == 0) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  MPI_Barrier(comm);
-  return dir;
-}
+std::string make_dir(MPI_Comm comm, const std::string& tag) { return ::strata::testing::shared_test_dir(comm, "strata_dynsave", tag); }
 
 struct Restored {
   checkpoint::DynamicTableState rows;  // rank 0: the union over the PS ranks
