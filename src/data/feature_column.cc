@@ -243,13 +243,13 @@ std::int64_t dynamic_hash_id(std::string_view text) {
 FeatureColumn categorical_column_with_dynamic_hash(std::string key, const DynamicIdOptions& options) {
   check_key("categorical_column_with_dynamic_hash", key);
   const std::string what = column_what("categorical_column_with_dynamic_hash", key);
-  constexpr std::int64_t kMax40 = std::int64_t{1} << 40;
+  constexpr std::int64_t kMaxTtl = std::int64_t{1} << 31;  // ps::DynamicVariableSpec::kMaxTtl
   if (options.admit_after < 0 || options.admit_after > kMaxDynamicAdmitAfter)
     bad(what, "admit_after is " + std::to_string(options.admit_after) + ", expected in [0, 65535]");
   if (options.capacity < 1 || options.capacity > kMaxDynamicCapacity)
     bad(what, "capacity is " + std::to_string(options.capacity) + ", expected in [1, 2^31 - 1]");
-  if (options.ttl < 0 || options.ttl > kMax40)
-    bad(what, "ttl is " + std::to_string(options.ttl) + ", expected in [0, 2^40] (0: never)");
+  if (options.ttl < 0 || options.ttl > kMaxTtl)
+    bad(what, "ttl is " + std::to_string(options.ttl) + ", expected in [0, 2^31] (0: never)");
   FeatureColumn c;
   c.kind = ColumnKind::kHashBucket;
   c.key = std::move(key);

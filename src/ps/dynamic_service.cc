@@ -38,7 +38,7 @@ namespace strata::ps {
 
 namespace {
 
-constexpr std::int64_t kMaxStep = kMaxDynamicStep;  // a table row's stamp holds 32 bits
+constexpr std::int64_t kMaxStep = kMaxDynamicStep;
 // Posted ahead in chunks (STRATA_TCP_DYNAMIC_CHUNKS > 1), a chunk has at least this many ids: each
 // request costs a wake-up and a reply on both sides.
 constexpr std::size_t kMinChunkIds = 256;
@@ -107,7 +107,7 @@ Request checked_request(const char* header, const DynamicLayout& l, const std::s
   if (r.kind != DynamicRequestKind::kUpdate) return r;
   r.step = words[dynamic_header::kStep / 8];
   if (r.step < 1 || r.step > kMaxStep) [[unlikely]]
-    fail_word(writer, "wrote an update step of " + std::to_string(r.step) + where + " (steps are in [1, 2^32 - 2])");
+    fail_word(writer, "wrote an update step of " + std::to_string(r.step) + where + " (steps are in [1, 2^62])");
   const std::int64_t last = words[dynamic_header::kLast / 8];
   if (last != 0 && last != 1) [[unlikely]]
     fail_word(writer, "wrote a last-of-batch flag of " + std::to_string(last) + where + " (0 or 1)");
@@ -125,7 +125,7 @@ void DynamicVariableSpec::validate() const {
   if (max_ids < 1 || max_ids > kMaxIds)
     throw ConfigError(who + "max_ids = " + std::to_string(max_ids) + " is out of range [1, 2^20]");
   if (ttl < 0 || ttl > kMaxTtl)
-    throw ConfigError(who + "ttl = " + std::to_string(ttl) + " is out of range [0, 2^40] (0: no ttl)");
+    throw ConfigError(who + "ttl = " + std::to_string(ttl) + " is out of range [0, 2^31] (0: no ttl)");
   try {
     table_config(*this, OptimizerConfig::defaults(OptimizerKind::kSgd)).validate();
   } catch (const ConfigError& e) {
@@ -712,7 +712,7 @@ void ClientCore::update_dynamic(std::size_t d, const std::int64_t* ids, std::siz
                                 std::int64_t step) {
   const std::string& name = dynamic[d].name;
   if (step < 1 || step > kMaxStep)
-    throw Error("update_dynamic '" + name + "': step " + std::to_string(step) + " is out of range [1, 2^32 - 2]");
+    throw Error("update_dynamic '" + name + "': step " + std::to_string(step) + " is out of range [1, 2^62]");
   if (n > 0 && (!ids || !grads)) throw Error("update_dynamic '" + name + "': null ids or grads with n = " + std::to_string(n));
   if (n > (std::size_t{1} << 31)) throw Error("update_dynamic '" + name + "': " + std::to_string(n) + " ids in one call (at most 2^31)");
   const bool sync = options.consistency.mode == Consistency::kSync;

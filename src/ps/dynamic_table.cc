@@ -55,13 +55,33 @@ constexpr double kHugeBudget = 1.4;
 // Record header: [id int64][stamp u32][update count u32]. The stamp is 32 bits so that the
 // update count fits beside it without growing the record: a 16-float SGD row is 80 bytes with or
 // without the count, and a 64-bit stamp plus a 32-bit count would make it 88 (100 bytes a row with
-// the index at 1M rows, 1.56x of its values, over the 1.5x budget). Steps are therefore bounded by
-// kMaxDynamicStep (checked wherever one enters: apply, evict_older_than, import).
+// the index at 1M rows, 1.56x of its values, over the 1.5x budget).
+//
+// Stamps beyond 32 bits: a record stores its stamp as an offset from the table's stamp base,
+// base_for(clock), a pure function of the clock that keeps every age up to kStampKeep exact:
+//   base_for(c) = 0 while c <= kStampKeep, else the multiple of kStampQuantum at or below c - kStampKeep,
+// so c - base_for(c) is in [kStampKeep, kStampKeep + kStampQuantum - 1] = [3 * 2^30 - 1, 2^32 - 2],
+// below the free marker. When the clock moves the base (once every 2^30 steps) every record's
+// offset shifts down by the difference, an offset that would go below 0 staying at 0. So a row
+// reads the stamp max(true stamp, base_for(clock)): exact for every row younger than kStampKeep
+// steps, and an older row reads at least kStampKeep steps old. Every TTL allowed
+// (DynamicVariableSpec::kMaxTtl = 2^31 < kStampKeep) therefore evicts exactly the rows it would
+// with 64-bit stamps, and least-recently-updated order is exact except among rows older than
+// kStampKeep (which tie, ordered by id). Because the base depends only on the clock, two tables at
+// the same clock read the same stamps for the same rows: an export and its import agree bit for bit.
 constexpr std::size_t kRecordHeader = 16;
 constexpr std::size_t kStampAt = 8, kCountAt = 12;
 constexpr std::int64_t kFreeStamp = -1;                   // stamp_of() of a free record (live stamps are >= 0)
 constexpr std::uint32_t kFreeStampBits = 0xffffffffu;     // how a free record's stamp is stored
-static_assert(kMaxDynamicStep == kFreeStampBits - 1, "every live stamp fits 32 bits below the free marker");
+constexpr std::int64_t kStampQuantum = std::int64_t{1} << 30;
+constexpr std::int64_t kStampKeep = 3 * kStampQuantum - 1;
+static_assert(kStampKeep + kStampQuantum - 1 == std::int64_t{kFreeStampBits} - 1,
+              "every offset from the base fits 32 bits below the free marker");
+static_assert(DynamicVariableSpec::kMaxTtl <= kStampKeep, "every allowed ttl sees exact ages");
+
+std::int64_t base_for(std::int64_t clock) {
+  return clock <= kStampKeep ? 0 : (clock - kStampKeep) / kStampQuantum * kStampQuantum;
+}
 
 // One index slot: meta = (probe distance + 1) << 8 | tag, 0 when empty; the record number split in
 // two halves so the slot packs into 6 bytes with 2-byte alignment.
@@ -199,6 +219,7 @@ struct DynamicTable::Impl {
   std::int64_t empty_scan_clock = -1;  // the clock at which a scan found no evictable row
 
   std::int64_t clock = 0;
+  std::int64_t stamp_base = 0;  // base_for(clock): what a record's 32-bit stamp is an offset from
   DynamicTableStats counters;
 
   // Delta tracking since the last mark_saved(), one bit per record each: `changed` (created,
@@ -267,13 +288,35 @@ struct DynamicTable::Impl {
   std::int64_t stamp_of(std::uint32_t r) const {
     std::uint32_t v;
     std::memcpy(&v, record(r) + kStampAt, 4);
-    return v == kFreeStampBits ? kFreeStamp : std::int64_t{v};
+    return v == kFreeStampBits ? kFreeStamp : stamp_base + std::int64_t{v};
   }
   void set_id(std::uint32_t r, std::int64_t v) { std::memcpy(record(r), &v, 8); }
-  // `v` is kFreeStamp or a step in [0, kMaxDynamicStep] (every caller checked its input).
+  // `v` is kFreeStamp or a step in [0, clock] (every caller checked its input and advanced the
+  // clock first); a step below the base is stored as the base (see "Stamps beyond 32 bits").
   void set_stamp(std::uint32_t r, std::int64_t v) {
-    const std::uint32_t bits = v == kFreeStamp ? kFreeStampBits : static_cast<std::uint32_t>(v);
+    const std::uint32_t bits =
+        v == kFreeStamp ? kFreeStampBits : static_cast<std::uint32_t>(v <= stamp_base ? 0 : v - stamp_base);
     std::memcpy(record(r) + kStampAt, &bits, 4);
+  }
+  // Moves the clock to max(clock, step) (step in [0, kMaxDynamicStep]) and, when that moves the
+  // stamp base, shifts every record's offset to the new base: one scan of the records, once every
+  // kStampQuantum steps. Call before any stamp at the new clock is stored.
+  void advance_clock(std::int64_t step) {
+    if (step <= clock) return;
+    clock = step;
+    const std::int64_t base = base_for(clock);
+    if (base == stamp_base) return;
+    const std::uint64_t shift = static_cast<std::uint64_t>(base - stamp_base);
+    for (std::uint32_t r = 0; r < fresh; ++r) {
+      std::uint32_t v;
+      std::memcpy(&v, record(r) + kStampAt, 4);
+      if (v == kFreeStampBits) continue;
+      v = v > shift ? static_cast<std::uint32_t>(v - shift) : 0;
+      std::memcpy(record(r) + kStampAt, &v, 4);
+    }
+    stamp_base = base;
+    candidates.clear();  // their stamps may have been raised to the base
+    next_candidate = 0;
   }
   std::uint32_t count_of(std::uint32_t r) const {
     std::uint32_t v;
@@ -691,7 +734,7 @@ struct DynamicTable::Impl {
   // 63 other records that another part may mark. Both are atomic, so parts never race.
   void restamp_shared(std::uint32_t r) {
     auto* at = reinterpret_cast<std::uint32_t*>(record(r) + kStampAt);  // 4-aligned: records are 8-aligned
-    const auto now = static_cast<std::uint32_t>(clock);
+    const auto now = static_cast<std::uint32_t>(clock - stamp_base);
     if (__atomic_load_n(at, __ATOMIC_RELAXED) != now) __atomic_store_n(at, now, __ATOMIC_RELAXED);
     std::uint64_t* word = &changed_bits[r >> 6];
     const std::uint64_t bit = std::uint64_t{1} << (r & 63);
@@ -843,12 +886,12 @@ bool DynamicTable::lookup_split(const std::int64_t* ids, std::size_t n, float* o
 void DynamicTable::apply(const std::int64_t* ids, std::size_t n, const float* grads, std::int64_t step) {
   Impl& t = *impl_;
   STRATA_CHECK(step >= 1 && step <= kMaxDynamicStep, "dynamic table apply: step must be in [1, ", kMaxDynamicStep,
-               "] (1-based count of updates; a row's stamp holds 32 bits), got ", step);
+               "] (1-based count of updates), got ", step);
   if (n == 0) return;
   STRATA_CHECK(ids != nullptr && grads != nullptr, "dynamic table apply: null ids or grads with n = ", n);
   batch_floats("dynamic table apply", n, t.dim);
   STRATA_CHECK(n <= (std::size_t{1} << 31), "dynamic table apply: ", n, " ids in one batch (at most 2^31)");
-  t.clock = std::max(t.clock, step);
+  t.advance_clock(step);
   // Pass 1: rows already present, restamped at once so that no creation below can evict them.
   // Split over the team, each part takes a contiguous range of ids (and later the rows first
   // named in it, whose records its probes brought into its core's cache).
@@ -977,7 +1020,7 @@ std::int64_t DynamicTable::evict_older_than(std::int64_t global_step, std::int64
   STRATA_CHECK(global_step >= 0 && global_step <= kMaxDynamicStep, "dynamic table evict_older_than: global_step must be in [0, ",
                kMaxDynamicStep, "], got ", global_step);
   STRATA_CHECK(ttl >= 1, "dynamic table evict_older_than: ttl must be >= 1 step, got ", ttl);
-  t.clock = std::max(t.clock, global_step);
+  t.advance_clock(global_step);
   const std::int64_t limit = global_step - ttl;  // no overflow: global_step >= 0, ttl >= 1
   std::int64_t removed = 0;
   for (std::uint32_t r = 0; r < t.fresh; ++r) {
@@ -1119,8 +1162,10 @@ void DynamicTable::import_snapshot(const DynamicTableSnapshot& snap, const std::
     bad(std::to_string(added) + " new rows do not fit: " + std::to_string(t.live) + " rows of capacity " +
         std::to_string(config_.capacity));
 
-  // Checked: now change the table. Removals of a delta are not evictions of this table (the
-  // delta's counters already count them) and leave no trace in its delta tracking.
+  // Checked: now change the table. The clock first, so that every stamp below is stored against
+  // the base of the clock the import ends at. Removals of a delta are not evictions of this table
+  // (the delta's counters already count them) and leave no trace in its delta tracking.
+  t.advance_clock(std::max(snap.clock, snap.stamps.empty() ? 0 : *std::max_element(snap.stamps.begin(), snap.stamps.end())));
   for (std::int64_t id : removed) {
     if (!mine(id)) continue;
     const std::uint32_t r = t.find(id, t.hash(id));
@@ -1152,7 +1197,6 @@ void DynamicTable::import_snapshot(const DynamicTableSnapshot& snap, const std::
       std::memcpy(v + (k + 1) * t.dim, snap.slots[static_cast<std::size_t>(k)].data() + i * t.dim, t.dim * sizeof(float));
     ++taken;
   }
-  t.clock = std::max({t.clock, snap.clock, snap.stamps.empty() ? 0 : *std::max_element(snap.stamps.begin(), snap.stamps.end())});
   if (sketch_matches && !snap.sketch.empty()) {
     for (std::size_t c = 0; c < t.sketch.size(); ++c) {
       const std::uint32_t mine_c = t.sketch[c], theirs = snap.sketch[c];

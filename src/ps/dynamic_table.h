@@ -7,8 +7,10 @@
 //     onto huge pages (dynamic_table.cc, "Huge pages"); record r = [id int64][stamp u32]
 //     [update count u32][values dim f32][slot 0 dim f32][slot 1 dim f32] (as many slots as the optimizer has),
 //     padded to 8 bytes. The stamp is 32 bits to make room for the count within the same 16-byte
-//     header (so steps are bounded by kMaxDynamicStep); the count is the number of applied updates
-//     that named the row (once per batch), saturating at 2^32 - 1.
+//     header: an offset from a base that follows the clock, exact for rows updated within the
+//     last 3 * 2^30 - 1 steps (older rows read as that old; dynamic_table.cc, "Stamps beyond 32
+//     bits"); the count is the number of applied updates that named the row (once per batch),
+//     saturating at 2^32 - 1.
 //     A row keeps its record number for its whole life; freed records form a free list threaded
 //     through their id field, so memory of evicted rows is reused, never returned.
 //   * Index: open addressing with Robin Hood linear probing over a power-of-two array of 6-byte
@@ -43,8 +45,9 @@
 // the number of pushes that named its id since the row was created: the "no lost update" check.
 //
 // Eviction: rows carry the step of their last update ("stamp"; creation stamps the table's clock).
-// evict_older_than() removes rows not updated for `ttl` steps. When the table is at `capacity`, a
-// new row replaces the least-recently-updated row (exact LRU by stamp, ties by id),
+// evict_older_than() removes rows not updated for `ttl` steps (exactly, for ttl <= 3 * 2^30 - 1;
+// see Layout). When the table is at `capacity`, a new row replaces the least-recently-updated row
+// (exact LRU by stamp, ties by id; rows older than 3 * 2^30 - 1 steps tie with each other),
 // found from a batch of the oldest rows picked by one scan (1/32 of the table per scan). A row
 // stamped at the current clock is never evicted to make room (so a batch never evicts a row it
 // just created or updated); an id that finds no room is treated like a not-admitted id (zeros,
@@ -99,8 +102,8 @@ int shard_of(std::int64_t id, int num_shards);
 std::uint64_t row_seed(std::uint64_t table_seed, std::int64_t id);
 
 // The largest step a table takes (apply's step, evict_older_than's global step, a snapshot's clock
-// and stamps): 2^32 - 2, since a row stores its stamp in 32 bits (2^32 - 1 marks a free record).
-inline constexpr std::int64_t kMaxDynamicStep = (std::int64_t{1} << 32) - 2;
+// and stamps): 2^62, far beyond any job, and low enough that step arithmetic never overflows.
+inline constexpr std::int64_t kMaxDynamicStep = std::int64_t{1} << 62;
 
 struct DynamicTableConfig {
   std::int64_t dim = 16;  // floats per row, in [1, 65536]
@@ -143,7 +146,8 @@ struct DynamicTableStats {
 //   ids           n ids, strictly increasing
 //   values        n * dim floats, row i at i * dim
 //   slots         num_slots(optimizer) arrays of n * dim floats, in slot_names() order
-//   stamps        n steps of last update, in [0, kMaxDynamicStep]
+//   stamps        n steps of last update, in [0, kMaxDynamicStep]; a row older than 3 * 2^30 - 1
+//                 steps exports a later stamp (at least that old; see Layout)
 //   update_counts n update counts (one per id); an import also takes an empty vector, meaning
 //                 every count 0 (a checkpoint written before the counts existed)
 //   clock         the table's clock (largest step seen)

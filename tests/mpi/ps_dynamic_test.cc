@@ -143,9 +143,10 @@ struct ShardedReference {
 // 300 draws over 12-id requests: split.
 // The body of the sync tests: `steps` steps of `n` draws per worker over a pool of `pool_size`
 // ids, requests of at most `max_ids` ids, the PS's table on `ps_threads` threads. With
-// `want_split`, every PS must have split some of its table's batches over its threads.
+// `want_split`, every PS must have split some of its table's batches over its threads. Step t
+// (from 0) updates with step first_step + t.
 void run_sync_case(const std::string& transport, int admit_after, int capacity, int ps_threads, std::int64_t max_ids,
-                   std::size_t n, std::size_t pool_size, bool want_split) {
+                   std::size_t n, std::size_t pool_size, bool want_split, std::int64_t first_step = 1) {
   TestComm comm;
   Job job = start(comm);
   PsOptions options;
@@ -192,10 +193,10 @@ void run_sync_case(const std::string& transport, int admit_after, int capacity, 
         ok = false;
         if (first_diff.empty()) first_diff = "lookup at step " + std::to_string(t);
       }
-      for (int w = 0; w < job.workers; ++w) ref.apply(batch(pool, w, t, n), grads_of(w, t, n, 5), t + 1);
+      for (int w = 0; w < job.workers; ++w) ref.apply(batch(pool, w, t, n), grads_of(w, t, n, 5), first_step + t);
       ref.end_round();
       const auto g = grads_of(me, t, n, 5);
-      ps.client->update_dynamic("user/emb", ids.data(), n, g.data(), t + 1);
+      ps.client->update_dynamic("user/emb", ids.data(), n, g.data(), first_step + t);
     }
     // The final rows of every id of the pool (inference: nothing created).
     std::vector<float> got(pool.size() * 5), want(pool.size() * 5);
@@ -228,8 +229,10 @@ TEST_P(DynamicSync, MatchesOneTableBitForBit) {
   TestComm comm;
   SKIP_WITHOUT_TWO_WORKERS(comm);
   const int capacity = std::get<2>(GetParam());
+  // With a capacity the steps cross 2^32 (and the tables' stamp base moves), which capacity
+  // eviction, ordered by the rows' stamps, must survive bit for bit.
   run_sync_case(std::get<0>(GetParam()), std::get<1>(GetParam()), capacity, 1, 12, 300, capacity > 0 ? 600 : 160,
-                false);
+                false, capacity > 0 ? (std::int64_t{1} << 32) - 3 : 1);
 }
 
 // The same with requests large enough for the PS to split its table's lookups and updates over two
@@ -413,6 +416,8 @@ TEST_P(DynamicTransport, BadCallsAreErrors) {
     float g[4] = {1, 2, 3, 4};
     expect_error([&] { ps.client->lookup_dynamic("nope", &id, 1, g); }, "unknown dynamic variable 'nope'");
     expect_error([&] { ps.client->update_dynamic("e", &id, 1, g, 0); }, "update_dynamic 'e': step 0 is out of range");
+    expect_error([&] { ps.client->update_dynamic("e", &id, 1, g, (std::int64_t{1} << 62) + 1); },
+                 "update_dynamic 'e': step 4611686018427387905 is out of range [1, 2^62]");
     expect_error([&] { ps.client->update_dynamic("e", nullptr, 1, g, 1); }, "null ids or grads");
     expect_error([&] { ps.client->lookup_dynamic("e", &id, 1, nullptr); }, "null ids or out");
     ps.client->done();
@@ -436,6 +441,8 @@ TEST_P(DynamicTransport, MalformedRequestsAreRefused) {
       {{-1, 1, 0, 0}, "wrote an id count of -1 in its request 1"},
       {{1, 4, 0, 0}, "wrote a request kind of 4 in its request 1"},
       {{1, 3, 0, 1}, "wrote an update step of 0 in its request 1"},
+      {{1, 3, (std::int64_t{1} << 62) + 1, 1}, "wrote an update step of 4611686018427387905 in its request 1 for dynamic "
+                                               "variable 'e' to ps:0 (steps are in [1, 2^62])"},
       {{1, 3, 2, 7}, "wrote a last-of-batch flag of 7 in its request 1"},
       {{}, "rang its doorbell for dynamic variable 'e' on ps:0 to 2 after 0 of its requests were served"},
   };

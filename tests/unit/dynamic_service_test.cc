@@ -47,7 +47,7 @@ TEST(DynamicVariableSpec, ValidateNamesTheFieldAndValue) {
             "dynamic variable 'e': max_ids = 1048577 is out of range [1, 2^20]");
   DynamicVariableSpec s = dyn("e");
   s.ttl = -1;
-  EXPECT_EQ(config_error(s), "dynamic variable 'e': ttl = -1 is out of range [0, 2^40] (0: no ttl)");
+  EXPECT_EQ(config_error(s), "dynamic variable 'e': ttl = -1 is out of range [0, 2^31] (0: no ttl)");
   EXPECT_NE(config_error(dyn("e", 0)).find("dynamic variable 'e': dynamic table: dim = 0 is out of range"),
             std::string::npos);
   s = dyn("e");

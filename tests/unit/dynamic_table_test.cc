@@ -797,13 +797,26 @@ struct Model {
   }
 };
 
-TEST(DynamicTable, RandomizedAgainstAnUnorderedMapModel) {
+// The stamp a table reports for a row last updated at `stamp` when its clock is `clock`, as
+// dynamic_table.h states it: exact while the row is younger than 3 * 2^30 - 1 steps, else the
+// table's base, the multiple of 2^30 at or below clock - (3 * 2^30 - 1).
+std::int64_t reported_stamp(std::int64_t stamp, std::int64_t clock) {
+  const std::int64_t keep = 3 * (std::int64_t{1} << 30) - 1;
+  const std::int64_t base = clock <= keep ? 0 : (clock - keep) >> 30 << 30;
+  return std::max(stamp, base);
+}
+
+// Random lookups (with admission), applies and TTL evictions, into the table and the model, then
+// every row compared bit for bit. After each apply the step moves by `advance(gen)`; an eviction
+// takes `ttl(gen)`.
+void expect_table_matches_model(std::uint64_t seed, const std::function<std::int64_t(std::mt19937_64&)>& advance,
+                                const std::function<std::int64_t(std::mt19937_64&)>& ttl) {
   DynamicTableConfig c = make_config(OptimizerKind::kAdam, 3);
   c.admit_after = 2;
   c.sketch_width = 1 << 20;  // wide: no id's four counters all collide, so counts are exact
   DynamicTable table(c);
   Model model{c, {}, {}, 0, {}};
-  std::mt19937_64 gen(2024);
+  std::mt19937_64 gen(seed);
   // A few thousand distinct ids, some extreme, drawn with a skew so that rows see many updates.
   std::vector<std::int64_t> universe;
   for (int i = 0; i < 3000; ++i) universe.push_back(static_cast<std::int64_t>(gen()));
@@ -829,20 +842,21 @@ TEST(DynamicTable, RandomizedAgainstAnUnorderedMapModel) {
       const std::vector<float> g = random_grads(gen, ids.size(), c.dim);
       table.apply(ids.data(), ids.size(), g.data(), step);
       model.apply(ids, g, step);
-      if (gen() % 4 == 0) ++step;
+      step += advance(gen);
     } else {
-      const std::int64_t ttl = 1 + static_cast<std::int64_t>(gen() % 200);
-      EXPECT_EQ(table.evict_older_than(step, ttl), model.evict(step, ttl));
+      const std::int64_t t = ttl(gen);
+      EXPECT_EQ(table.evict_older_than(step, t), model.evict(step, t)) << "op " << op << ", step " << step << ", ttl " << t;
     }
     if (op % 5000 == 4999) {
       const DynamicTableSnapshot s = table.export_rows();
       ASSERT_EQ(s.ids.size(), model.rows.size()) << "op " << op;
+      EXPECT_EQ(s.clock, model.clock);
       for (std::size_t i = 0; i < s.ids.size(); ++i) {
         const Model::Row& r = model.rows.at(s.ids[i]);
         mismatches += std::memcmp(&s.values[i * 3], r.v.data(), 3 * sizeof(float)) != 0;
         mismatches += std::memcmp(&s.slots[0][i * 3], r.s0.data(), 3 * sizeof(float)) != 0;
         mismatches += std::memcmp(&s.slots[1][i * 3], r.s1.data(), 3 * sizeof(float)) != 0;
-        mismatches += s.stamps[i] != r.stamp;
+        mismatches += s.stamps[i] != reported_stamp(r.stamp, model.clock);
         mismatches += s.update_counts[i] != r.updates;
         mismatches += table.update_count(s.ids[i]) != std::int64_t{r.updates};
       }
@@ -860,6 +874,31 @@ TEST(DynamicTable, RandomizedAgainstAnUnorderedMapModel) {
   EXPECT_GT(got.evicted_ttl, 0);
   EXPECT_GT(got.rejected_lookups, 0);
   EXPECT_GT(got.updates, 10000);
+}
+
+TEST(DynamicTable, RandomizedAgainstAnUnorderedMapModel) {
+  expect_table_matches_model(
+      2024, [](std::mt19937_64& gen) { return gen() % 4 == 0 ? 1 : 0; },
+      [](std::mt19937_64& gen) { return 1 + static_cast<std::int64_t>(gen() % 200); });
+}
+
+// Steps far past 2^32 (jumps of up to 2^31 and, now and then, up to 2^34 steps, so the stamp base
+// moves hundreds of times and rows go older than the stamps' exact range) with TTLs up to the
+// largest a spec allows: every eviction removes exactly the model's rows, and every row's stamp is
+// the one dynamic_table.h states.
+TEST(DynamicTableStamps, StepsPast32BitsMatchTheModel) {
+  expect_table_matches_model(
+      77,
+      [](std::mt19937_64& gen) -> std::int64_t {
+        const std::uint64_t r = gen() % 200;
+        if (r < 4) return static_cast<std::int64_t>((std::uint64_t{1} << 32) + gen() % (std::uint64_t{3} << 32));
+        if (r < 10) return 1 + static_cast<std::int64_t>(gen() % (std::uint64_t{1} << 31));
+        return r < 60 ? 1 : 0;
+      },
+      [](std::mt19937_64& gen) -> std::int64_t {
+        if (gen() % 2 == 0) return 1 + static_cast<std::int64_t>(gen() % 200);
+        return 1 + static_cast<std::int64_t>(gen() % static_cast<std::uint64_t>(DynamicVariableSpec::kMaxTtl));
+      });
 }
 
 // A table large enough for its row store to span many 2 MiB slabs, on both of the row store's
@@ -1007,7 +1046,7 @@ TEST(DynamicTableCounts, SurviveExportImportAndReshard) {
   EXPECT_EQ(refused.size(), 0);
 }
 
-// Steps are bounded by the 32-bit stamp: the largest one works, one more is one clear Error
+// Steps are bounded by kMaxDynamicStep (2^62): the largest one works, one more is one clear Error
 // (apply, evict_older_than, and a snapshot's clock or stamps), and nothing changes.
 TEST(DynamicTableCounts, StepsBeyondTheStampsRangeAreErrors) {
   DynamicTable t(make_config(OptimizerKind::kSgd, 2));
@@ -1024,15 +1063,15 @@ TEST(DynamicTableCounts, StepsBeyondTheStampsRangeAreErrors) {
       EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
     }
   };
-  expect_error([&] { t.apply(&id, 1, g, kMaxDynamicStep + 1); }, "step must be in [1, 4294967294]");
-  expect_error([&] { t.evict_older_than(kMaxDynamicStep + 1, 1); }, "global_step must be in [0, 4294967294]");
+  expect_error([&] { t.apply(&id, 1, g, kMaxDynamicStep + 1); }, "step must be in [1, 4611686018427387904]");
+  expect_error([&] { t.evict_older_than(kMaxDynamicStep + 1, 1); }, "global_step must be in [0, 4611686018427387904]");
   DynamicTableSnapshot s = t.export_rows();
   s.stamps[0] = kMaxDynamicStep + 1;
   DynamicTable u(make_config(OptimizerKind::kSgd, 2));
-  expect_error([&] { u.import_rows(s); }, "stamp 4294967295 of id 9 is outside [0, 4294967294]");
+  expect_error([&] { u.import_rows(s); }, "stamp 4611686018427387905 of id 9 is outside [0, 4611686018427387904]");
   s.stamps[0] = 1;
-  s.clock = std::int64_t{1} << 40;
-  expect_error([&] { u.import_rows(s); }, "clock 1099511627776 is outside");
+  s.clock = kMaxDynamicStep + 1;
+  expect_error([&] { u.import_rows(s); }, "clock 4611686018427387905 is outside");
   EXPECT_EQ(u.size(), 0);
   EXPECT_EQ(t.update_count(id), 1);
   // A count at its largest value stays there (saturates) instead of wrapping to 0.
@@ -1043,6 +1082,86 @@ TEST(DynamicTableCounts, StepsBeyondTheStampsRangeAreErrors) {
   EXPECT_EQ(u.update_count(id), std::int64_t{std::numeric_limits<std::uint32_t>::max()});
   u.apply(&id, 1, g, 6);
   EXPECT_EQ(u.update_count(id), std::int64_t{std::numeric_limits<std::uint32_t>::max()});
+}
+
+// Past 2^32 steps, capacity eviction still takes the least recently updated row; rows older than
+// the stamps' exact range (3 * 2^30 - 1 steps) report the base as their stamp and tie, by id.
+TEST(DynamicTableStamps, CapacityEvictionPast32Bits) {
+  DynamicTableConfig c = make_config(OptimizerKind::kSgd, 2);
+  c.capacity = 4;
+  DynamicTable t(c);
+  const float g[2] = {1, 1};
+  auto touch = [&](std::int64_t id, std::int64_t step) { t.apply(&id, 1, g, step); };
+  touch(50, 1);
+  touch(40, 2);  // after 50, but both will be older than the exact range: they tie, 40 goes first
+  const std::int64_t far = std::int64_t{5} << 32;
+  touch(60, far);
+  touch(70, far + 1);
+  EXPECT_EQ(t.export_rows().stamps, (std::vector<std::int64_t>{reported_stamp(1, far + 1), reported_stamp(1, far + 1),
+                                                              far, far + 1}));
+  // far + 1 = 20 * 2^30 + 1, less 3 * 2^30 - 1, rounded down to a multiple of 2^30.
+  EXPECT_EQ(reported_stamp(1, far + 1), std::int64_t{17} << 30);
+  // New rows at capacity: the two old rows go first, the smaller id first (they tie), then 60.
+  auto ids_now = [&] { return t.export_rows().ids; };
+  touch(80, far + 2);
+  EXPECT_EQ(ids_now(), (std::vector<std::int64_t>{50, 60, 70, 80}));
+  touch(90, far + 3);
+  EXPECT_EQ(ids_now(), (std::vector<std::int64_t>{60, 70, 80, 90}));
+  touch(100, far + 4);
+  EXPECT_EQ(ids_now(), (std::vector<std::int64_t>{70, 80, 90, 100}));
+  EXPECT_EQ(t.stats().evicted_capacity, 3);
+  // Rows within the exact range keep their order across a move of the base (every 2^30 steps).
+  touch(70, far + 5);
+  touch(110, far + 6 + (std::int64_t{1} << 30));
+  EXPECT_EQ(ids_now(), (std::vector<std::int64_t>{70, 90, 100, 110}));
+}
+
+// Past 2^32 steps an export imports bit for bit (into one table, and resharded over 3 and back),
+// old rows included: the stamp base is a function of the clock alone.
+TEST(DynamicTableStamps, ExportImportPast32BitsIsBitEqual) {
+  DynamicTableConfig c = make_config(OptimizerKind::kAdam, 4);
+  DynamicTable t(c);
+  std::mt19937_64 gen(5);
+  std::int64_t step = 1;
+  for (int b = 0; b < 60; ++b) {
+    std::vector<std::int64_t> ids(50);
+    for (auto& id : ids) id = static_cast<std::int64_t>(gen() % 400);
+    const std::vector<float> g = random_grads(gen, ids.size(), c.dim);
+    t.apply(ids.data(), ids.size(), g.data(), step);
+    step += b % 7 == 6 ? std::int64_t{3} << 30 : 1;  // past 2^32 by the end, some rows left behind
+  }
+  const DynamicTableSnapshot want = t.export_rows();
+  ASSERT_GT(want.clock, std::int64_t{1} << 34);
+  std::set<std::int64_t> distinct_stamps(want.stamps.begin(), want.stamps.end());
+  EXPECT_GT(distinct_stamps.size(), 3u);
+  EXPECT_EQ(*distinct_stamps.begin(), reported_stamp(0, want.clock));  // some rows are older than the exact range
+  DynamicTable whole(c);
+  whole.import_rows(want);
+  expect_same_snapshot(whole.export_rows(), want);
+  std::vector<std::unique_ptr<DynamicTable>> shards;
+  for (int k = 0; k < 3; ++k) {
+    shards.push_back(std::make_unique<DynamicTable>(c));
+    shards.back()->import_rows(want, k, 3);
+  }
+  DynamicTable merged(c);
+  for (const auto& sh : shards) merged.import_rows(sh->export_rows());
+  DynamicTableSnapshot got = merged.export_rows();
+  EXPECT_EQ(got.ids, want.ids);
+  EXPECT_EQ(got.stamps, want.stamps);
+  EXPECT_EQ(got.clock, want.clock);
+  EXPECT_TRUE(same_bits(got.values, want.values));
+  // Stamps older than their clock's exact range (shards of a reshard whose clocks differ) read as
+  // the base, and the largest ttl a spec allows still removes them all.
+  DynamicTableSnapshot aged_snap = want;
+  aged_snap.stamps.assign(want.stamps.size(), 1);
+  DynamicTable aged(c);
+  aged.import_rows(aged_snap);
+  EXPECT_EQ(aged.export_rows().stamps, std::vector<std::int64_t>(want.ids.size(), reported_stamp(1, want.clock)));
+  EXPECT_EQ(aged.evict_older_than(want.clock, DynamicVariableSpec::kMaxTtl), static_cast<std::int64_t>(want.ids.size()));
+  // Evicting by ttl after the import removes the same rows as the original.
+  const std::int64_t later = want.clock + 100;
+  EXPECT_EQ(whole.evict_older_than(later, 150), t.evict_older_than(later, 150));
+  expect_same_snapshot(whole.export_rows(), t.export_rows());
 }
 
 // ---- delta tracking ---------------------------------------------------------------------------
@@ -1220,6 +1339,8 @@ struct SplitCase {
   std::int64_t admit_after;
   std::int64_t capacity;
   bool rounds;
+  std::int64_t first_step = 1;  // steps count up from here, one a batch ...
+  std::int64_t jump = 0;        // ... and every 10th batch also jumps this far (0: never)
 };
 
 // The same batches into one table without a team and into tables split over 2 and 3 threads:
@@ -1233,6 +1354,10 @@ TEST(DynamicTableTeam, SplitBatchesEqualOneThreadBitForBit) {
       {"adam, admission", OptimizerKind::kAdam, 3, 1 << 20, false},
       {"sgd, admission, at capacity", OptimizerKind::kSgd, 2, 5000, false},
       {"ftrl, admission, capacity, rounds", OptimizerKind::kFtrl, 2, 4000, true},
+      // The stamp base moves during the run (every 10th batch jumps 2^30 steps, from just below
+      // 2^32) while the parts restamp rows concurrently.
+      {"adagrad, capacity, steps past 2^32", OptimizerKind::kAdagrad, 0, 5000, false, (std::int64_t{1} << 32) - 40,
+       std::int64_t{1} << 30},
   };
   for (const SplitCase& sc : cases) {
     SCOPED_TRACE(sc.name);
@@ -1249,7 +1374,7 @@ TEST(DynamicTableTeam, SplitBatchesEqualOneThreadBitForBit) {
     std::vector<std::int64_t> universe(16000);
     for (auto& id : universe) id = static_cast<std::int64_t>(gen());
     std::uniform_real_distribution<double> u(0.0, 1.0);
-    std::int64_t step = 1;
+    std::int64_t step = sc.first_step;
     int mismatches = 0;
     for (int op = 0; op < 120; ++op) {
       std::vector<std::int64_t> ids(4096 + gen() % 4096);
@@ -1272,6 +1397,7 @@ TEST(DynamicTableTeam, SplitBatchesEqualOneThreadBitForBit) {
           EXPECT_EQ(split3.end_round(), evicted);
         }
         ++step;
+        if (sc.jump > 0 && op % 10 == 9) step += sc.jump;
       }
       if (op % 20 == 19) {
         const DynamicTableSnapshot want = one.export_rows();

@@ -89,7 +89,7 @@ struct Normalizer {
 struct DynamicIdOptions {
   std::int64_t admit_after = 0;                   // an id gets a row once seen this often, in [0, 65535]
   std::int64_t capacity = std::int64_t{1} << 24;  // most rows per PS, in [1, 2^31 - 1]
-  std::int64_t ttl = 0;                           // rows not updated for ttl steps go, in [0, 2^40]; 0: never
+  std::int64_t ttl = 0;                           // rows not updated for ttl steps go, in [0, 2^31]; 0: never
 };
 // The dynamic table's own limits (src/ps/dynamic_table.cc).
 inline constexpr std::int64_t kMaxDynamicAdmitAfter = 65535;

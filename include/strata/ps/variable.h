@@ -195,7 +195,9 @@ struct DynamicVariableSpec {
   std::int64_t max_ids = 4096;
 
   static constexpr std::int64_t kMaxIds = std::int64_t{1} << 20;
-  static constexpr std::int64_t kMaxTtl = std::int64_t{1} << 40;
+  // The largest ttl (about 25 days at 1,000 steps a second): a table keeps exact ages up to
+  // 3 * 2^30 - 1 steps in its 32-bit stamps (src/ps/dynamic_table.h), whatever the step.
+  static constexpr std::int64_t kMaxTtl = std::int64_t{1} << 31;
 
   // ConfigError naming the variable, the field and the value when anything is out of range (the
   // initializer and the table's own limits included).
