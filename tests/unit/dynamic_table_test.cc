@@ -1048,7 +1048,7 @@ TEST(DynamicTableCounts, SurviveExportImportAndReshard) {
 
 // Steps are bounded by kMaxDynamicStep (2^62): the largest one works, one more is one clear Error
 // (apply, evict_older_than, and a snapshot's clock or stamps), and nothing changes.
-TEST(DynamicTableCounts, StepsBeyondTheStampsRangeAreErrors) {
+TEST(DynamicTableCounts, StepsBeyondTheLargestAreErrors) {
   DynamicTable t(make_config(OptimizerKind::kSgd, 2));
   const std::int64_t id = 9;
   const float g[2] = {1, 1};
