@@ -5,6 +5,7 @@
 // progress lines, metrics, trace, profile, summary, the evaluator task) is the layer's.
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -41,6 +42,10 @@ data::Dataset take(const data::Dataset& all, std::int64_t begin, std::int64_t en
 // training layer asks for them on the ranks that need them).
 struct Datasets {
   data::Dataset train, test;
+  // --eval-data CSV files: read when the evaluation set is asked for (on the chief and the
+  // evaluator only), not on every worker: other workers never evaluate, and a large evaluation
+  // day read by every worker costs each of them its whole parse and its memory at start-up.
+  std::function<data::Dataset()> read_test;
   data::FeatureLayout layout;  // CSV data under a model spec: where each feature column landed
   std::optional<data::FeatureTransform> transform;  // --streaming: the plan every batch is read with
 };
@@ -59,6 +64,16 @@ std::vector<std::string> csv_files(const std::string& what, const std::string& f
   return files;
 }
 
+// --eval-data's files through the training data's transform, with one line saying so (the ranks
+// that evaluate read them; the line lets a user, and cli.model_spec, see which).
+data::Dataset read_eval_csv(const data::FeatureTransform& transform, const std::vector<std::string>& files,
+                            const data::CsvOptions& csv) {
+  data::Dataset d = transform.apply(data::read_csv(files, csv));
+  std::printf("strata train: evaluation data: %lld rows from %zu file(s)\n", static_cast<long long>(d.size), files.size());
+  std::fflush(stdout);
+  return d;
+}
+
 // The training and evaluation CSV files through the spec's feature columns: one transform, planned
 // on the training table (every worker reads the same files, so every worker plans the same layout;
 // the variable lists are checked across workers anyway), applied to both.
@@ -71,14 +86,16 @@ Datasets load_csv_data(const nn::ModelSpec& spec, const std::string& train, cons
   if (eval.empty()) {
     d.test = d.train;  // no evaluation data given: evaluate on the training data, as for one .h5 file
   } else {
-    d.test = transform.apply(data::read_csv(csv_files(eval, "--eval-data"), spec.csv));
+    d.read_test = [transform, files = csv_files(eval, "--eval-data"), csv = spec.csv] {
+      return read_eval_csv(transform, files, csv);
+    };
   }
   return d;
 }
 
 // --streaming: the layout is planned on the first chunk of the training files (a sample, which
 // also builds the model); the training batches are read later, a chunk at a time
-// (streaming_input). The evaluation files are read whole.
+// (streaming_input). The evaluation files are read whole, where the evaluation set is asked for.
 Datasets load_csv_sample(const nn::ModelSpec& spec, const std::string& train, const std::string& eval) {
   Datasets d;
   data::CsvStream stream(csv_files(train, "--data"), spec.csv);
@@ -87,7 +104,9 @@ Datasets load_csv_sample(const nn::ModelSpec& spec, const std::string& train, co
   d.transform.emplace(nn::input_columns(spec.estimator), spec.label, sample);
   d.train = d.transform->apply(sample);
   d.layout = d.transform->layout();
-  d.test = d.transform->apply(data::read_csv(csv_files(eval, "--eval-data"), spec.csv));
+  d.read_test = [transform = *d.transform, files = csv_files(eval, "--eval-data"), csv = spec.csv] {
+    return read_eval_csv(transform, files, csv);
+  };
   return d;
 }
 
@@ -178,7 +197,10 @@ int run_train(const TrainCommand& cmd, int* argc, char*** argv) {
     };
   }
   train::EvalSpec eval_spec;
-  eval_spec.input_fn = [load] { return std::move(load().test); };
+  eval_spec.input_fn = [load] {
+    Datasets& d = load();
+    return d.read_test ? d.read_test() : std::move(d.test);
+  };
   const std::string name = cmd.model;
   const std::vector<int> hidden = cmd.hidden;
   const std::uint64_t seed = cmd.config.seed;

@@ -70,6 +70,10 @@ assert all(0.5 < r["auc"] <= 1 and "log_loss" in r and "precision" in r for r in
 assert best["metric"] == "auc" and best["value"] == max(r["auc"] for r in rows), (best, rows)
 PY
 expect_stdout_has "auc "
+# The chief and the evaluator read the evaluation file; the other worker does not.
+EVAL_ROWS=$(wc -l < "$D/eval.tsv")
+[ "$(grep -c "^strata train: evaluation data: $EVAL_ROWS rows from 1 file(s)$" "$OUT")" = 2 ] \
+  || fail "expected the evaluation data read by 2 ranks (chief, evaluator): $(grep "evaluation data" "$OUT")"
 
 case_begin "--eval-best-metric auc on a model that is not a binary classifier: exit 2 before training"
 mpi 3 "$STRATA_BIN" train --jobs ps=1,worker=1,evaluator=1 --model softmax --steps 5 --checkpoint-dir "$D/ck_soft" \
@@ -87,6 +91,9 @@ mpi 3 "$STRATA_BIN" train --model-spec "$D/wd.json" --data "$ST" --eval-data "cs
   --global-batch 128 --epochs 2 --steps 35 --save-every-steps 30 --checkpoint-dir "$D/ck_stream" "${QUIET[@]}"
 expect_rc 0
 [ "$(summary_get 'j["global_step"]')" = 70 ] || fail "expected global step 70 (2 x 35), got $(summary_get 'j.get("global_step")')"
+# Only the chief reads the evaluation file (the second worker never evaluates).
+[ "$(grep -c "^strata train: evaluation data: $EVAL_ROWS rows from 1 file(s)$" "$OUT")" = 1 ] \
+  || fail "expected the evaluation data read by the chief alone: $(grep "evaluation data" "$OUT")"
 mpi 3 "$STRATA_BIN" train --model-spec "$D/wd.json" --data "$ST" --eval-data "csv:$D/eval.tsv" --streaming \
   --global-batch 128 --epochs 2 --checkpoint-dir "$D/ck_stream" --restore latest "${QUIET[@]}"
 expect_rc 0
