@@ -101,7 +101,11 @@ class ByteSource {
 // Appends parsed rows to a CsvTable; one per read_csv call.
 class CsvTableBuilder {
  public:
-  CsvTableBuilder(const CsvOptions& options, CsvTable& table) : options_(options), table_(table) {
+  // count_only: records are found and split as for a table (so the count is exactly the rows a
+  // read would give, and the structure is checked: quotes, field counts, headers), but their
+  // values are neither parsed nor stored; rows() counts them.
+  CsvTableBuilder(const CsvOptions& options, CsvTable& table, bool count_only = false)
+      : options_(options), table_(table), count_only_(count_only) {
     for (unsigned char c : {static_cast<unsigned char>('\n'), static_cast<unsigned char>('"'), static_cast<unsigned char>('\0'),
                             static_cast<unsigned char>(options.delimiter)})
       special_[c] = true;
@@ -156,7 +160,7 @@ class CsvTableBuilder {
             record_.clear();
             record_line_ = line_;
             state_ = State::kFieldStart;
-            if (table_.num_rows() >= until_rows) return true;
+            if (rows() >= until_rows) return true;
             continue;
           }
         } else if (c == '\0') {
@@ -179,6 +183,9 @@ class CsvTableBuilder {
     source_.reset();
     return false;
   }
+
+  // Rows taken so far: the table's, or those counted (count_only).
+  std::int64_t rows() const { return count_only_ ? counted_ : table_.num_rows(); }
 
   // Empties the table's rows, keeping its columns and files, for the next chunk of a stream.
   void clear_rows() {
@@ -351,6 +358,10 @@ class CsvTableBuilder {
     if (fields_.size() != expected_fields_)
       fail(line, std::to_string(fields_.size()) + " fields, expected " + std::to_string(expected_fields_) +
                      (header_names_.empty() ? "" : " (the header's columns: " + list_names(header_names_) + ")"));
+    if (count_only_) {
+      ++counted_;
+      return;
+    }
     std::string problem;
     for (std::size_t c = 0; c < table_.columns_.size(); ++c) {
       const CsvColumn& col = table_.columns_[c];
@@ -435,6 +446,8 @@ class CsvTableBuilder {
   bool special_[256] = {};
   const CsvOptions& options_;
   CsvTable& table_;
+  const bool count_only_;
+  std::int64_t counted_ = 0;
   std::unique_ptr<ByteSource> source_;
   std::string_view chunk_;
   std::size_t pos_ = 0;
@@ -563,6 +576,21 @@ CsvTable read_csv(const std::vector<std::string>& paths, const CsvOptions& optio
     }
   }
   return table;
+}
+
+std::int64_t count_csv_rows(const std::vector<std::string>& paths, const CsvOptions& options) {
+  if (paths.empty()) throw ConfigError("csv: no input files");
+  if (paths.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
+    throw ConfigError("csv: too many input files");
+  CsvTable table;
+  CsvTableBuilder builder(options, table, /*count_only=*/true);
+  builder.prepare();
+  for (const std::string& path : paths) {
+    builder.open(path);
+    while (builder.pump(std::numeric_limits<std::int64_t>::max())) {
+    }
+  }
+  return builder.rows();
 }
 
 struct CsvStream::State {

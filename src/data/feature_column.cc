@@ -898,10 +898,7 @@ std::int64_t csv_shard_rows(std::vector<std::string> paths, CsvOptions options, 
                             int worker, std::int64_t chunk_rows) {
   if (chunk_rows < 1) throw ConfigError("csv stream: chunk_rows is " + std::to_string(chunk_rows) + ", expected >= 1");
   const CsvShare share = csv_share(std::move(paths), policy, num_workers, worker);
-  CsvStream stream(share.paths, std::move(options));
-  CsvTable chunk;
-  std::int64_t rows = 0;
-  while (stream.next(chunk, chunk_rows)) rows += chunk.num_rows();
+  const std::int64_t rows = count_csv_rows(share.paths, options);
   if (!share.by_line) return rows;
   return rows / num_workers + (worker < rows % num_workers ? 1 : 0);
 }

@@ -162,6 +162,30 @@ TEST(CsvReader, GzipAndSeveralFilesKeepFileProvenance) {
   EXPECT_EQ(t.where(2), b + ":2");
 }
 
+// count_csv_rows (what a streamed input counts before its first epoch) gives the rows read_csv
+// reads, over quotes holding line breaks, CRLF, blank lines, a header in every file (detected),
+// gzip and a missing last newline; values are not parsed, so a bad one is left to the read, but
+// the structure is checked with read_csv's own error.
+TEST(CsvReader, CountMatchesTheRowsReadWithoutParsingValues) {
+  const std::string a = write_text("a.csv.gz", "x,y\r\n1,\"two\nlines\"\r\n\r\n3,\"4,5\"\n", /*gzip=*/true);
+  const std::string b = write_text("b.csv", "x,y\n\n5,6\n7,\"\"\"8\"\"\"");
+  CsvOptions o;
+  o.columns = {col("x", CsvType::kInt64), col("y", CsvType::kString)};
+  EXPECT_EQ(read_csv({a, b}, o).num_rows(), 4);
+  EXPECT_EQ(count_csv_rows({a, b}, o), 4);
+  EXPECT_EQ(count_csv_rows({b}, o), 2);
+  const std::string bad_value = write_text("bad_value.csv", "x,y\n1,a\nnot-a-number,b\n");
+  EXPECT_TRUE(Contains(config_error([&] { read_csv({bad_value}, o); }), "column 'x'"));
+  EXPECT_EQ(count_csv_rows({bad_value}, o), 2);
+  const std::string short_row = write_text("short.csv", "x,y\n1,a\n2\n");
+  const std::string want = config_error([&] { read_csv({short_row}, o); });
+  EXPECT_TRUE(Contains(want, short_row + ":3: 1 fields, expected 2")) << want;
+  EXPECT_EQ(config_error([&] { count_csv_rows({short_row}, o); }), want);
+  const std::string open_quote = write_text("open.csv", "x,y\n1,\"a\n");
+  EXPECT_EQ(config_error([&] { count_csv_rows({open_quote}, o); }), config_error([&] { read_csv({open_quote}, o); }));
+  EXPECT_TRUE(Contains(config_error([&] { count_csv_rows({}, o); }), "no input files"));
+}
+
 TEST(CsvReader, ReadsCriteoRowsWithAndWithoutHeader) {
   // Two Criteo-style rows: label, 13 integers (some empty), 26 hex categories (some empty).
   std::string row1 = "1\t5\t\t-2", row2 = "0";
@@ -313,9 +337,19 @@ TEST(CsvSecurity, MutatedFilesGiveRowsOrOneLineErrors) {
       }
     }
     const std::string path = write_text("fuzz.csv", text);
+    // The count agrees with the read wherever the read succeeds (so it refuses only what the read
+    // refuses; the read may stop earlier, at a bad value the count does not parse).
+    std::int64_t counted = -1;
+    std::string count_error;
+    try {
+      counted = count_csv_rows({path}, o);
+    } catch (const ConfigError& e) {
+      count_error = e.message();
+    }
     try {
       const CsvTable t = read_csv({path}, o);
       ++ok;
+      EXPECT_EQ(counted, t.num_rows()) << count_error;
       for (std::int64_t r = 0; r < t.num_rows(); ++r) {
         EXPECT_EQ(t.value_end(0, r) - t.value_begin(0, r), 1);
         EXPECT_LE(t.value_begin(2, r), t.value_end(2, r));

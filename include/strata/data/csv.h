@@ -138,6 +138,12 @@ CsvOptions parse_csv_options_json(std::string_view text, const std::string& orig
 // described at the top. An empty path list is an error.
 CsvTable read_csv(const std::vector<std::string>& paths, const CsvOptions& options);
 
+// The rows read_csv would return for these files, counted without parsing or storing any value:
+// records, headers and field counts are checked as read_csv checks them (the same one-line
+// errors), values are not (a bad value is reported when the rows are read). Memory is bounded by
+// one record; reentrant.
+std::int64_t count_csv_rows(const std::vector<std::string>& paths, const CsvOptions& options);
+
 // The same files read a chunk of rows at a time, for data larger than memory: memory is one
 // chunk plus one record, whatever the files' size. Each chunk is a CsvTable with the same columns
 // whose files() lists every file opened so far (file_of indexes it) and whose rows carry their

@@ -284,8 +284,10 @@ BatchIterator::Source csv_batch_source(std::vector<std::string> paths, CsvOption
                                        std::int64_t shuffle_buffer = 0, std::uint64_t seed = 0);
 
 // The rows worker `worker` of num_workers takes from `paths` per pass under csv_batch_source's
-// sharding (before drop_remainder): one read of its files (every file for DATA sharding), a chunk
-// at a time. ConfigError as csv_batch_source; read errors as CsvStream's.
+// sharding (before drop_remainder): one pass over its files (every file for DATA sharding) that
+// counts their records without parsing values (count_csv_rows; a bad value is reported when the
+// batches read it). chunk_rows is checked as csv_batch_source checks it. ConfigError as
+// csv_batch_source; structural read errors as CsvStream's.
 std::int64_t csv_shard_rows(std::vector<std::string> paths, CsvOptions options, AutoShard policy = AutoShard::kAuto,
                             int num_workers = 1, int worker = 0, std::int64_t chunk_rows = 65536);
 
