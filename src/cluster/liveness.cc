@@ -65,9 +65,10 @@ void set_phase(Phase phase) {
   // job), so reading the environment here costs nothing.
   //   STRATA_TEST_PHASE_DIR=DIR       this rank creates DIR/<world rank>.<phase> on entering a phase,
   //                                   so a test can inject a fault while the job is in it
-  //   STRATA_TEST_HOLD_PHASE=P[@R]:SECS  entering phase P (its file name, e.g. final-barrier), the
-  //                                   rank (only world rank R, when given) sleeps SECS first, so a
-  //                                   short phase lasts long enough to hit, or one rank is late in it
+  //   STRATA_TEST_HOLD_PHASE=P[@R]:SECS[,P[@R]:SECS...]  entering phase P (its file name, e.g.
+  //                                   final-barrier), the rank (only world rank R, when given)
+  //                                   sleeps SECS first, so a short phase lasts long enough to hit,
+  //                                   or one rank is late in it; the first entry that matches holds
   if (phase == Phase::kDone) return;  // the monitor thread's last beat: never held
   const std::string name = slug(to_string(phase));
   const RankContext ctx = current_rank_context();
@@ -76,16 +77,23 @@ void set_phase(Phase phase) {
     if (std::FILE* f = std::fopen(path.c_str(), "w")) std::fclose(f);
   }
   if (const char* hold = std::getenv("STRATA_TEST_HOLD_PHASE"); hold && *hold) {
-    const std::string spec(hold);
-    const auto colon = spec.rfind(':');
-    std::string target = colon == std::string::npos ? spec : spec.substr(0, colon);
-    bool mine = true;
-    if (const auto at = target.find('@'); at != std::string::npos) {
-      mine = target.substr(at + 1) == std::to_string(ctx.rank);
-      target.resize(at);
+    const std::string all(hold);
+    for (std::size_t begin = 0; begin <= all.size();) {
+      const std::size_t end = std::min(all.find(',', begin), all.size());
+      const std::string spec = all.substr(begin, end - begin);
+      begin = end + 1;
+      const auto colon = spec.rfind(':');
+      std::string target = colon == std::string::npos ? spec : spec.substr(0, colon);
+      bool mine = true;
+      if (const auto at = target.find('@'); at != std::string::npos) {
+        mine = target.substr(at + 1) == std::to_string(ctx.rank);
+        target.resize(at);
+      }
+      if (colon != std::string::npos && target == name && mine) {
+        std::this_thread::sleep_for(std::chrono::duration<double>(clamp_seconds(std::atof(spec.c_str() + colon + 1))));
+        break;
+      }
     }
-    if (colon != std::string::npos && target == name && mine)
-      std::this_thread::sleep_for(std::chrono::duration<double>(clamp_seconds(std::atof(spec.c_str() + colon + 1))));
   }
 }
 void set_step(std::int64_t step) { g_step.store(step, std::memory_order_relaxed); }
@@ -114,7 +122,7 @@ struct Seen {
   Clock::time_point last;        // last heartbeat
   std::int64_t step = 0;
   std::int64_t phase = 0;
-  Clock::time_point step_moved;  // when `step` last changed
+  Clock::time_point step_moved;  // when `step` or `phase` last changed
 };
 
 }  // namespace
@@ -212,7 +220,10 @@ struct LivenessMonitor::Impl {
     while (done) {
       Seen& s = seen[from];
       s.last = now;
-      if (recv_buf[from][0] != s.step) s.step_moved = now;
+      // A new phase restarts the progress clock as a new step does: a worker's stall is counted
+      // from when it entered training (or made its last step), never from the start of the job,
+      // so a long start-up (a large input counted, a restore) is not taken for a frozen step.
+      if (recv_buf[from][0] != s.step || recv_buf[from][1] != s.phase) s.step_moved = now;
       s.step = recv_buf[from][0];
       s.phase = recv_buf[from][1];
       post_recv(from, tag);

@@ -133,7 +133,7 @@ const std::vector<EnvVarDoc>& env_table() {
       {"STRATA_TEST_SAVE_DELAY_S", "seconds", "", "test hook: every PS rank holds each checkpoint save open this long before closing it"},
       {"STRATA_TEST_COMMIT_DELAY_S", "seconds", "", "test hook: PS 0 holds each checkpoint commit this long after renaming the file into place, before checkpoint.json names it"},
       {"STRATA_TEST_PHASE_DIR", "dir", "", "test hook: each rank creates DIR/<rank>.<phase> when it enters a liveness phase (bootstrap, restore, train, checkpoint-save, final-barrier, serve)"},
-      {"STRATA_TEST_HOLD_PHASE", "PHASE[@RANK]:SECONDS", "", "test hook: every rank (or world rank RANK only) entering that liveness phase (e.g. final-barrier) sleeps this long first"},
+      {"STRATA_TEST_HOLD_PHASE", "PHASE[@RANK]:SECONDS[,...]", "", "test hook: every rank (or world rank RANK only) entering that liveness phase (e.g. final-barrier) sleeps this long first; several entries, comma-separated: the first that matches"},
       {"STRATA_TEST_DYNAMIC_WRITE_FAIL_RANK", "int", "", "test hook: that rank of the PS ranks fails its write of each parallel dynamic-table save after the file was created"},
       {"STRATA_TEST_SKIP_SPACE_CHECK", "bool", "", "test hook: checkpoint saves skip the free-space check, so a full disk fails inside HDF5's writes"},
       {"STRATA_TEST_TIMEOUT_S", "seconds", "120", "mpi test tier: a test running longer aborts the job, naming it"},

@@ -6,6 +6,8 @@
 #   - SIGSTOP of worker:1 under sync
 #   - SIGSTOP of the PS (rank 0: rank 1 watches it)
 #   - --stall-timeout 4: the job ends within that bound instead of the default 10 s
+#   - a worker alive but frozen at one step while the other trains: named after
+#     STRATA_PROGRESS_TIMEOUT_S; a long start-up before training is not taken for that
 #   - bad --stall-timeout values: one line, exit 2
 # The bounds asserted are the timeout plus 8 s of slack for the abort on a loaded 2-core machine.
 source "$(dirname "$0")/lib.sh"
@@ -79,6 +81,25 @@ expect_stderr_has "(--stall-timeout 4 s)"
 
 case_begin "a healthy run is not ended by the monitor (1 epoch, a short stall timeout)"
 mpi 3 env STRATA_NUM_PS=1 "$STRATA_BIN" train --epochs 1 --stall-timeout 3
+expect_rc 0
+grep -q "liveness" "$ERR" && fail "the monitor spoke in a healthy run: $(grep liveness "$ERR")"
+
+case_begin "a worker alive but frozen in training while the other moves: named after STRATA_PROGRESS_TIMEOUT_S"
+# Rank 2 (worker:1) enters the training phase and then sits at step 0 for 60 s (alive: its
+# heartbeats go on), while worker:0 trains (async): the progress check names it about 3 s later.
+start=$SECONDS
+mpi 3 env STRATA_NUM_PS=1 STRATA_PROGRESS_TIMEOUT_S=3 STRATA_TEST_HOLD_PHASE=train@2:60 "$STRATA_BIN" train --epochs 20
+expect_rc_nonzero
+expect_stderr_has "strata: liveness: rank 2 (worker:1 on $(hostname -s)) makes no progress: its step has not moved for"
+expect_stderr_has "(STRATA_PROGRESS_TIMEOUT_S 3 s); last step 0, phase train"
+[ $((SECONDS - start)) -lt 40 ] || fail "the frozen worker was named only after $((SECONDS - start)) s"
+
+case_begin "a start-up longer than STRATA_PROGRESS_TIMEOUT_S is not a stall: the clock starts in training"
+# Every rank holds 4 s on entering the restore phase (a long start-up: a large input counted, a
+# restore), then worker:1 begins training 1 s after worker:0. Counted from the start of the job,
+# worker:1's step 0 would look frozen for 5 s against a timeout of 2.5 s while worker:0 moves.
+mpi 3 env STRATA_NUM_PS=1 STRATA_PROGRESS_TIMEOUT_S=2.5 STRATA_TEST_HOLD_PHASE=restore:4,train@2:1 "$STRATA_BIN" \
+  train --epochs 1
 expect_rc 0
 grep -q "liveness" "$ERR" && fail "the monitor spoke in a healthy run: $(grep liveness "$ERR")"
 

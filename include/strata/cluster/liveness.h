@@ -15,7 +15,8 @@
 //   stopped   no heartbeat for `stop_timeout_s` (default 10 s, --stall-timeout / STRATA_STALL_TIMEOUT_S)
 //   stalled   a worker in the training phase whose step has not moved for `stall_timeout_s`
 //             (default 120 s, STRATA_PROGRESS_TIMEOUT_S; 0 turns it off) while the steps of the
-//             other workers did move
+//             other workers did move; counted from its last step or from its entry into the
+//             training phase, whichever is later (start-up before training never counts)
 //   cut off   every rank a watcher watches (two or more: rank 0's view) is silent at once: the
 //             verdict names the watcher itself, whose node most likely lost the network (its line,
 //             delivered when the link returns, must not blame a healthy peer); for a rank >= 1,
