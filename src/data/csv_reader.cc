@@ -563,33 +563,30 @@ std::string CsvTable::where(std::int64_t row) const {
   return files_.at(static_cast<std::size_t>(file_of_.at(r))) + ":" + std::to_string(line_.at(r));
 }
 
-CsvTable read_csv(const std::vector<std::string>& paths, const CsvOptions& options) {
+// Every record of `paths`, in order, through `builder` (read_csv and count_csv_rows).
+static void read_all(const std::vector<std::string>& paths, CsvTableBuilder& builder) {
   if (paths.empty()) throw ConfigError("csv: no input files");
   if (paths.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
     throw ConfigError("csv: too many input files");
-  CsvTable table;
-  CsvTableBuilder builder(options, table);
   builder.prepare();
   for (const std::string& path : paths) {
     builder.open(path);
     while (builder.pump(std::numeric_limits<std::int64_t>::max())) {
     }
   }
+}
+
+CsvTable read_csv(const std::vector<std::string>& paths, const CsvOptions& options) {
+  CsvTable table;
+  CsvTableBuilder builder(options, table);
+  read_all(paths, builder);
   return table;
 }
 
 std::int64_t count_csv_rows(const std::vector<std::string>& paths, const CsvOptions& options) {
-  if (paths.empty()) throw ConfigError("csv: no input files");
-  if (paths.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
-    throw ConfigError("csv: too many input files");
   CsvTable table;
   CsvTableBuilder builder(options, table, /*count_only=*/true);
-  builder.prepare();
-  for (const std::string& path : paths) {
-    builder.open(path);
-    while (builder.pump(std::numeric_limits<std::int64_t>::max())) {
-    }
-  }
+  read_all(paths, builder);
   return builder.rows();
 }
 
