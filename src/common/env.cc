@@ -137,6 +137,7 @@ const std::vector<EnvVarDoc>& env_table() {
       {"STRATA_TEST_DYNAMIC_WRITE_FAIL_RANK", "int", "", "test hook: that rank of the PS ranks fails its write of each parallel dynamic-table save after the file was created"},
       {"STRATA_TEST_SKIP_SPACE_CHECK", "bool", "", "test hook: checkpoint saves skip the free-space check, so a full disk fails inside HDF5's writes"},
       {"STRATA_TEST_TIMEOUT_S", "seconds", "120", "mpi test tier: a test running longer aborts the job, naming it"},
+      {"STRATA_TEST_SHARED_DIR", "dir", "", "mpi test tier: where tests make the directories all their ranks share (one every node sees, for ranks on several hosts; default the temp directory)"},
       // TensorFlow
       {"TF_CONFIG", "json", "", "TensorFlow cluster/task description (cluster, task, rpc_layer, environment)"},
       // Slurm (read by the slurm resolver; step variables win over job-level fallbacks)

@@ -35,8 +35,9 @@ class TestComm {
 std::vector<int> failing_ranks(MPI_Comm comm, bool ok);
 std::string format_ranks(const std::vector<int>& ranks);
 
-// Collective: a fresh, empty directory <temp>/<prefix>_<tag>_<mpirun's pid> that every rank of
-// `comm` shares (rank 0 empties and creates it; the others wait for it).
+// Collective: a fresh, empty directory <temp>/<prefix>_<tag>_<rank 0's parent pid> that every rank of
+// `comm` shares (rank 0 empties and creates it; the others wait for it). <temp> is
+// STRATA_TEST_SHARED_DIR when set (ranks on several nodes), else the temp directory.
 std::string shared_test_dir(MPI_Comm comm, const std::string& prefix, const std::string& tag);
 // Collective: removes it once every rank is done with it (kept with STRATA_KEEP_TEST_FILES set).
 void remove_shared_test_dir(MPI_Comm comm, const std::string& dir);

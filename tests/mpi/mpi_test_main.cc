@@ -53,9 +53,18 @@ std::string format_ranks(const std::vector<int>& ranks) {
 
 std::string shared_test_dir(MPI_Comm comm, const std::string& prefix, const std::string& tag) {
   namespace fs = std::filesystem;
-  const std::string dir = (fs::temp_directory_path() / (prefix + "_" + tag + "_" + std::to_string(getppid()))).string();
+  // Rank 0's name for every rank: the parent's pid (orted's, one per node) differs between nodes.
+  // STRATA_TEST_SHARED_DIR: a directory every node sees, for ranks on several hosts (the temp
+  // directory may be node-local, as on the emulated nodes).
+  const char* shared = std::getenv("STRATA_TEST_SHARED_DIR");
+  const fs::path base = shared && *shared ? fs::path(shared) : fs::temp_directory_path();
+  std::string dir = (base / (prefix + "_" + tag + "_" + std::to_string(getppid()))).string();
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
+  int length = static_cast<int>(dir.size());
+  MPI_Bcast(&length, 1, MPI_INT, 0, comm);
+  dir.resize(static_cast<std::size_t>(length));
+  MPI_Bcast(dir.data(), length, MPI_CHAR, 0, comm);
   if (rank == 0) {
     fs::remove_all(dir);
     fs::create_directories(dir);
