@@ -5,6 +5,7 @@
 // progress lines, metrics, trace, profile, summary, the evaluator task) is the layer's.
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -52,6 +53,9 @@ struct Datasets {
 
 // --streaming: rows read to plan the layout (and to build the model from), and per stream chunk.
 constexpr std::int64_t kStreamChunkRows = 65536;
+// --streaming: rows per chunk of the evaluation set (STRATA_EVAL_CHUNK_ROWS; whole evaluation
+// batches of train::kEvalBatch).
+constexpr std::int64_t kEvalChunkRows = 64 * train::kEvalBatch;
 
 // "csv:A,B" -> {"A", "B"}; ConfigError naming `flag` for anything else.
 std::vector<std::string> csv_files(const std::string& what, const std::string& flag) {
@@ -95,8 +99,8 @@ Datasets load_csv_data(const nn::ModelSpec& spec, const std::string& train, cons
 
 // --streaming: the layout is planned on the first chunk of the training files (a sample, which
 // also builds the model); the training batches are read later, a chunk at a time
-// (streaming_input). The evaluation files are read whole, where the evaluation set is asked for.
-Datasets load_csv_sample(const nn::ModelSpec& spec, const std::string& train, const std::string& eval) {
+// (streaming_input), and so is the evaluation set, at each evaluation (eval_stream).
+Datasets load_csv_sample(const nn::ModelSpec& spec, const std::string& train) {
   Datasets d;
   data::CsvStream stream(csv_files(train, "--data"), spec.csv);
   data::CsvTable sample;
@@ -104,10 +108,35 @@ Datasets load_csv_sample(const nn::ModelSpec& spec, const std::string& train, co
   d.transform.emplace(nn::input_columns(spec.estimator), spec.label, sample);
   d.train = d.transform->apply(sample);
   d.layout = d.transform->layout();
-  d.read_test = [transform = *d.transform, files = csv_files(eval, "--eval-data"), csv = spec.csv] {
-    return read_eval_csv(transform, files, csv);
-  };
   return d;
+}
+
+// --streaming's evaluation set: each pass reads the --eval-data files from the start, chunk_rows
+// rows at a time, through the training sample's plan. The first pass (the chief's and the
+// evaluator's check before training) also checks that every file can be opened and says what it
+// reads, in one line.
+train::EvalStreamFn eval_stream(std::function<const data::FeatureTransform&()> transform,
+                                std::vector<std::string> files, data::CsvOptions csv, std::int64_t chunk_rows) {
+  auto said = std::make_shared<bool>(false);
+  return [transform = std::move(transform), files = std::move(files), csv = std::move(csv), said,
+          chunk_rows]() -> train::ChunkReader {
+    if (!*said) {
+      for (const auto& f : files)
+        if (!std::ifstream(f)) throw ConfigError("--eval-data: cannot open '" + f + "'");
+      std::printf("strata train: evaluation data: streamed from %zu file(s), %lld rows at a time\n", files.size(),
+                  static_cast<long long>(chunk_rows));
+      std::fflush(stdout);
+      *said = true;
+    }
+    auto stream = std::make_shared<data::CsvStream>(files, csv);
+    const data::FeatureTransform* plan = &transform();
+    return [stream, plan, chunk_rows](data::Dataset& chunk) {
+      data::CsvTable table;
+      if (!stream->next(table, chunk_rows)) return false;
+      chunk = plan->apply(table);
+      return true;
+    };
+  };
 }
 
 Datasets load_data(const std::string& what, std::uint64_t seed);
@@ -155,6 +184,7 @@ struct TrainCommand {
   std::string eval_data;                      // --eval-data
   bool streaming = false;                     // --streaming
   std::int64_t shuffle_buffer = 0;            // --shuffle-buffer (rows; streaming)
+  std::int64_t eval_chunk_rows = kEvalChunkRows;  // STRATA_EVAL_CHUNK_ROWS (streaming)
   train::EvalSpec eval;     // steps, start delay, throttle, best metric (input_fn: run_train's)
 };
 
@@ -166,7 +196,7 @@ int run_train(const TrainCommand& cmd, int* argc, char*** argv) {
                streaming = cmd.streaming]() -> Datasets& {
     if (!*sets) {
       if (!spec) *sets = std::make_unique<Datasets>(load_data(what, seed));
-      else if (streaming) *sets = std::make_unique<Datasets>(load_csv_sample(*spec, what, eval));
+      else if (streaming) *sets = std::make_unique<Datasets>(load_csv_sample(*spec, what));
       else if (what.rfind("csv:", 0) == 0) *sets = std::make_unique<Datasets>(load_csv_data(*spec, what, eval));
       else *sets = std::make_unique<Datasets>(load_dense_data(*spec, what, seed));
     }
@@ -201,6 +231,9 @@ int run_train(const TrainCommand& cmd, int* argc, char*** argv) {
     Datasets& d = load();
     return d.read_test ? d.read_test() : std::move(d.test);
   };
+  if (cmd.streaming)
+    eval_spec.stream = eval_stream([load]() -> const data::FeatureTransform& { return *load().transform; },
+                                   csv_files(cmd.eval_data, "--eval-data"), cmd.spec->csv, cmd.eval_chunk_rows);
   const std::string name = cmd.model;
   const std::vector<int> hidden = cmd.hidden;
   const std::uint64_t seed = cmd.config.seed;
@@ -237,8 +270,9 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& f) {
                   "fashion-mnist[:DIR] | synthetic-sparse | FILE.h5 | csv:FILE[,FILE...] with --model-spec "
                   "(default fashion-mnist)");
   cmd->add_flag("--streaming", f.streaming,
-               "with --model-spec and --data csv:...: read the training files a chunk at a time, never whole "
-               "(files larger than memory); the layout is planned on their first 65536 rows; needs --eval-data");
+               "with --model-spec and --data csv:...: read the training and --eval-data files a chunk at a time, "
+               "never whole (files larger than memory); the layout is planned on the training files' first 65536 "
+               "rows; needs --eval-data");
   cmd->add_option("--shuffle-buffer", f.shuffle_buffer,
                   "with --streaming: rows in the shuffle buffer (TF's Dataset.shuffle; default 65536, 0 keeps "
                   "file order)");
@@ -318,6 +352,11 @@ int run_train_command(const TrainFlags& f, int* argc, char*** argv) {
   TrainCommand cmd;
   train::RunConfig& cfg = cmd.config;
   cfg = train::RunConfig::from_environment(env);
+  cmd.eval_chunk_rows = env.get_int("STRATA_EVAL_CHUNK_ROWS", kEvalChunkRows);
+  if (cmd.eval_chunk_rows < train::kEvalBatch || cmd.eval_chunk_rows > (std::int64_t{1} << 30) ||
+      cmd.eval_chunk_rows % train::kEvalBatch != 0)
+    throw ConfigError("STRATA_EVAL_CHUNK_ROWS: " + std::to_string(cmd.eval_chunk_rows) + " is not a multiple of " +
+                      std::to_string(train::kEvalBatch) + " in [" + std::to_string(train::kEvalBatch) + ", 2^30]");
   if (!f.model.empty()) cmd.model = f.model;
   if (!f.data.empty()) cmd.data = f.data;
   if (!f.hidden.empty())

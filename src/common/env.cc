@@ -106,6 +106,7 @@ const std::vector<EnvVarDoc>& env_table() {
       {"STRATA_JOBS", "jobs", "", "mpi/slurm resolvers without --jobs/--num-ps: roles in rank order, e.g. ps=1,worker=2,evaluator=1 (strata-mpirun --evaluator sets it)"},
       {"STRATA_TIMEOUT_S", "seconds", "120", "bound on each single wait for another rank, in every command and phase (bootstrap, PS requests, collectives, barriers); past it the wait names who it waited for; --timeout overrides it"},
       {"STRATA_FINALIZE_TIMEOUT_S", "seconds", "30", "bound on MPI_Finalize (its PMIx fence has none): past it a rank prints one line and exits with its status"},
+      {"STRATA_EVAL_CHUNK_ROWS", "rows", "64000", "strata train --streaming: rows of --eval-data read at a time by an evaluation (a multiple of 1000, the evaluation batch)"},
       {"STRATA_EVALUATOR_NICE", "0-19", "10", "strata train: the evaluator task evaluates at this lower priority (nice), so on cores it shares with trainers it takes only what they leave idle; 0 keeps its priority"},
       {"STRATA_STALL_TIMEOUT_S", "seconds", "10", "strata train: a rank without a heartbeat this long has stopped; the job ends naming it (--stall-timeout)"},
       {"STRATA_PROGRESS_TIMEOUT_S", "seconds", "120", "strata train: a training worker whose step is frozen this long while the others move ends the job (0: off)"},

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -89,7 +90,7 @@ double metric_value(const EvalMetrics& m, const std::string& metric) {
 }
 
 // Reads the model's variables from `path` and evaluates them on `eval`.
-Evaluation evaluate_checkpoint(const Model& model, const data::Dataset& eval, const std::string& path,
+Evaluation evaluate_checkpoint(const Model& model, const EvalData& eval, const std::string& path,
                                std::int64_t max_batches) {
   Evaluation e;
   try {
@@ -142,7 +143,8 @@ Evaluation evaluate_checkpoint(const Model& model, const data::Dataset& eval, co
                                                          std::move(ids[d]), files);
       e.dynamic_files.assign(files.begin(), files.end());
     }
-    e.metrics = evaluate_metrics(model, params, eval, max_batches);
+    e.metrics = evaluate_chunks(model, eval, max_batches, true,
+                                [&params](const data::Dataset&, std::int64_t) -> const Params& { return params; });
     e.ok = true;
   } catch (const Error& err) {
     // Removed by max_to_keep between listing and reading, or unreadable: reported, skipped.
@@ -203,7 +205,7 @@ bool keep_best(const std::string& dir, const std::string& path, const std::vecto
 
 }  // namespace
 
-EvaluatorOutcome run_evaluator(const Model& model, const data::Dataset& eval, const EvaluatorOptions& opts) {
+EvaluatorOutcome run_evaluator(const Model& model, const EvalData& eval, const EvaluatorOptions& opts) {
   EvaluatorOutcome out;
   const EvalSpec& spec = opts.eval_spec;
   const bool by_loss = spec.best_metric == "loss";
@@ -238,8 +240,9 @@ EvaluatorOutcome run_evaluator(const Model& model, const data::Dataset& eval, co
       best_value = b["value"].get<double>();
     }
   }
-  std::cout << "eval: evaluator watching " << opts.model_dir << " for checkpoints (" << eval.size
-            << " eval examples" << (last_step >= 0 ? ", after global step " + std::to_string(last_step) : "")
+  std::cout << "eval: evaluator watching " << opts.model_dir << " for checkpoints ("
+            << (eval.streamed() ? std::string("eval data streamed") : std::to_string(eval.set().size) + " eval examples")
+            << (last_step >= 0 ? ", after global step " + std::to_string(last_step) : "")
             << ")" << std::endl;
   while (true) {
     // 1. Has training ended? The final checkpoint was committed before the message was sent, so
@@ -297,7 +300,7 @@ EvaluatorOutcome run_evaluator(const Model& model, const data::Dataset& eval, co
                                           {"precision", m.precision}, {"recall", m.recall}, {"mae", m.mae},
                                           {"mse", m.mse}})
           if (std::isfinite(value)) row[name] = value;
-        row["examples"] = eval.size;
+        row["examples"] = m.examples;
         row["skipped"] = fresh.size() - 1;
         row["wall_s"] = elapsed();
         jsonl << row.dump() << "\n" << std::flush;
@@ -346,6 +349,22 @@ std::vector<std::vector<std::int64_t>> eval_rows_needed(const Model& model, cons
     std::sort(v.begin(), v.end());
     v.erase(std::unique(v.begin(), v.end()), v.end());
   }
+  return ids;
+}
+
+std::vector<std::vector<std::int64_t>> eval_rows_needed(const Model& model, const std::vector<std::string>& vars,
+                                                        const EvalData& eval, std::int64_t max_batches) {
+  std::vector<std::vector<std::int64_t>> ids(vars.size());
+  if (vars.empty()) return ids;
+  eval.for_each_chunk(max_batches, [&](const data::Dataset& chunk, std::int64_t batches_left) {
+    std::vector<std::vector<std::int64_t>> more = eval_rows_needed(model, vars, chunk, batches_left);
+    for (std::size_t d = 0; d < vars.size(); ++d) {
+      std::vector<std::int64_t> merged;
+      merged.reserve(ids[d].size() + more[d].size());
+      std::set_union(ids[d].begin(), ids[d].end(), more[d].begin(), more[d].end(), std::back_inserter(merged));
+      ids[d] = std::move(merged);
+    }
+  });
   return ids;
 }
 

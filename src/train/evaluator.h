@@ -16,6 +16,7 @@
 #include "strata/data/dataset.h"
 #include "strata/train/model.h"
 #include "strata/train/run_config.h"
+#include "train/eval_data.h"
 
 namespace strata::train {
 
@@ -42,8 +43,10 @@ struct EvaluatorOutcome {
 // as zeros, as the in-job evaluation's inference lookups read it); a checkpoint whose tables have
 // no intact state at its step is skipped with one line, like a damaged dense file. Writes
 // <model_dir>/eval.jsonl and <model_dir>/best/ (the best checkpoint's file, and its tables' chain
-// when the model has dynamic tables). Not collective.
-EvaluatorOutcome run_evaluator(const Model& model, const data::Dataset& eval, const EvaluatorOptions& opts);
+// when the model has dynamic tables). A streamed `eval` is read twice per evaluation: once for the
+// ids its dynamic tables need (their rows are then read from the chain once), once to evaluate.
+// Not collective.
+EvaluatorOutcome run_evaluator(const Model& model, const EvalData& eval, const EvaluatorOptions& opts);
 
 // The ids of each dynamic table `vars[d]` that evaluating `ds` reads (its first max_batches batches
 // of 1000, every batch when max_batches <= 0, as evaluate_metrics reads it), sorted and unique. The
@@ -51,6 +54,9 @@ EvaluatorOutcome run_evaluator(const Model& model, const data::Dataset& eval, co
 // tables, so both evaluate the same rows.
 std::vector<std::vector<std::int64_t>> eval_rows_needed(const Model& model, const std::vector<std::string>& vars,
                                                         const data::Dataset& ds, std::int64_t max_batches);
+// The same over every chunk of `eval` (a stream is read once for it), merged.
+std::vector<std::vector<std::int64_t>> eval_rows_needed(const Model& model, const std::vector<std::string>& vars,
+                                                        const EvalData& eval, std::int64_t max_batches);
 
 // Chief: tells every evaluator rank that training is over. Waits (at most timeout_s, then a
 // TimeoutError naming the evaluator ranks) until each message is delivered.

@@ -341,72 +341,18 @@ TrainResult config_failure(const std::string& message, bool report) {
 
 double evaluate_params(const Model& model, const Params& params, const data::Dataset& ds, double* loss_out,
                        std::int64_t max_batches) {
-  std::vector<std::int64_t> all(static_cast<std::size_t>(ds.size));
-  for (std::int64_t i = 0; i < ds.size; ++i) all[i] = i;
-  data::BatchIterator it(ds, all, 1000, false, 2);
-  data::Batch batch;
-  std::int64_t correct = 0, seen = 0, batches = 0;
-  double loss = 0;
-  while ((max_batches <= 0 || batches < max_batches) && it.next(batch)) {
-    const StepResult r = model.step(params, inputs_of(batch), nullptr);
-    loss += r.loss * batch.size;
-    correct += r.correct;
-    seen += batch.size;
-    ++batches;
-  }
-  if (loss_out) *loss_out = seen ? loss / seen : 0;
-  return seen ? static_cast<double>(correct) / static_cast<double>(seen) : 0;
+  MetricsPass pass(model, false);
+  pass.add(params, ds, max_batches);
+  const EvalMetrics m = pass.result();
+  if (loss_out) *loss_out = m.loss;
+  return m.accuracy;
 }
 
 EvalMetrics evaluate_metrics(const Model& model, const Params& params, const data::Dataset& ds,
                              std::int64_t max_batches) {
-  EvalMetrics m;
-  m.kind = model.prediction_kind();
-  const int width = model.prediction_width();
-  const bool binary = m.kind == PredictionKind::kBinaryProbability && width == 1 && !ds.labels.empty();
-  const bool regression = m.kind == PredictionKind::kRegression && width == 1 && !ds.targets.empty();
-  std::vector<std::int64_t> all(static_cast<std::size_t>(ds.size));
-  for (std::int64_t i = 0; i < ds.size; ++i) all[i] = i;
-  data::BatchIterator it(ds, all, 1000, false, 2);
-  data::Batch batch;
-  std::int64_t correct = 0, batches = 0;
-  double loss = 0;
-  BinaryClassificationMetrics bin;
-  RegressionMetrics reg;
-  std::vector<float> scores, labels;
-  while ((max_batches <= 0 || batches < max_batches) && it.next(batch)) {
-    const Inputs in = inputs_of(batch);
-    const StepResult r = model.step(params, in, nullptr);
-    loss += r.loss * batch.size;
-    correct += r.correct;
-    m.examples += batch.size;
-    ++batches;
-    if ((binary || regression) && batch.size > 0) {
-      scores.resize(static_cast<std::size_t>(batch.size));
-      if (!model.predict(params, in, scores.data())) continue;
-      if (binary) {
-        labels.assign(batch.labels.begin(), batch.labels.end());
-        bin.add(scores.data(), labels.data(), scores.size());
-      } else {
-        reg.add(scores.data(), batch.targets.data(), scores.size());
-      }
-    }
-  }
-  m.loss = m.examples ? loss / static_cast<double>(m.examples) : 0;
-  m.accuracy = m.examples ? static_cast<double>(correct) / static_cast<double>(m.examples) : 0;
-  if (binary && bin.size() > 0) {
-    const BinaryClassificationResult r = bin.result();
-    m.auc = r.auc;
-    m.log_loss = r.log_loss;
-    m.precision = r.precision;
-    m.recall = r.recall;
-  }
-  if (regression && m.examples > 0) {
-    const RegressionResult r = reg.result();
-    m.mae = r.mean_absolute_error;
-    m.mse = r.mean_squared_error;
-  }
-  return m;
+  MetricsPass pass(model, true);
+  pass.add(params, ds, max_batches);
+  return pass.result();
 }
 
 TrainResult train_and_evaluate(Model& model, const RunConfig& config, const TrainSpec& train_spec,
@@ -456,7 +402,8 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
   // Every rank validates the configuration the same way, so a bad flag ends every rank cleanly.
   StrategyOptions sopt;
   std::unique_ptr<Model> net;
-  data::Dataset train_set, eval_set;
+  data::Dataset train_set;
+  EvalData eval_set;  // the chief's and the evaluator's
   std::string config_error;
   // The replicas' devices first: a collective every rank completes before any rank can fail below
   // (the validation that follows only runs when it found nothing wrong).
@@ -499,8 +446,16 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
                             std::to_string(train_set.size / trainers) + " of " + std::to_string(train_set.size) +
                             " examples over " + std::to_string(trainers) + " worker(s)): no step would run; use at most " +
                             std::to_string(train_set.size / trainers));
-        if (rt->is_chief() || evaluator) eval_set = eval_spec.input_fn ? eval_spec.input_fn() : train_set;
-        if (evaluator && eval_set.size == 0) throw ConfigError("the evaluator's eval data is empty");
+        if ((rt->is_chief() || evaluator) && eval_spec.stream) {
+          // Read its first chunk now, so that missing or malformed evaluation files are a usage
+          // error before any training, not a failure after all of it.
+          data::Dataset first;
+          if (!eval_spec.stream()(first) && evaluator) throw ConfigError("the evaluator's eval data is empty");
+          eval_set = EvalData(eval_spec.stream);
+        } else if (rt->is_chief() || evaluator) {
+          eval_set = EvalData(eval_spec.input_fn ? eval_spec.input_fn() : train_set);
+          if (evaluator && eval_set.set().size == 0) throw ConfigError("the evaluator's eval data is empty");
+        }
         // Workers (and the evaluator) build the model from the data's shape; PS ranks receive the
         // chief's variable list.
         net = make_model(train_set);
@@ -643,13 +598,22 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
   ctx.epochs = epochs;
   const data::AutoShard policy = data::parse_auto_shard(cfg.shard, "--shard");
   const std::vector<DynamicVariable>& dyn_vars = ctx.dynamic_variables;
-  auto eval_params = [&] {
+  // The dense variables are pulled once per evaluation; the dynamic tables' rows per chunk (the
+  // whole set in memory is one chunk), read-only.
+  auto evaluate_job = [&](bool predictions) {
     Params p = pull_params(*net, strategy, vars);
-    add_dynamic_rows(*net, strategy, dyn_vars, eval_set, eval_spec.steps, p);
-    return p;
+    return evaluate_chunks(*net, eval_set, eval_spec.steps, predictions,
+                           [&](const data::Dataset& chunk, std::int64_t batches_left) -> const Params& {
+                             add_dynamic_rows(*net, strategy, dyn_vars, chunk, batches_left, p);
+                             return p;
+                           });
   };
-  ctx.evaluate = [&](double* loss) { return evaluate_params(*net, eval_params(), eval_set, loss, eval_spec.steps); };
-  ctx.evaluate_all = [&] { return evaluate_metrics(*net, eval_params(), eval_set, eval_spec.steps); };
+  ctx.evaluate = [&](double* loss) {
+    const EvalMetrics m = evaluate_job(false);
+    if (loss) *loss = m.loss;
+    return m.accuracy;
+  };
+  ctx.evaluate_all = [&] { return evaluate_job(true); };
 
   TrainSummary& summary = ctx.summary;
   summary.staleness_tracked = sopt.ps.consistency.mode != ps::Consistency::kSync;

@@ -92,5 +92,28 @@ print('ok auc %.4f rows %d evicted %d distinct ids %d' % (j['auc'], rows, evicte
 " 2>&1)
 [[ "$CHECK" == ok* ]] || fail "dynamic stats: $CHECK"
 echo "  $CHECK"
+AUC_ALONE=$(summary_get 'repr(j["auc"])')
+
+case_begin "the same with an evaluator task, day 2 streamed in chunks of 3000 rows: the evaluator's final row is the chief's"
+# Day 2 is 10,000 rows: chunks of 3000, 3000, 3000 and 1000. The chief looks up each chunk's rows on
+# the PS; the evaluator collects every chunk's ids, reads their rows from the final checkpoint's
+# table chain once, and reads the day again to evaluate: both must give the same figures, and the
+# same as the run above (sync: the same training).
+STRATA_EVAL_CHUNK_ROWS=3000 mpi 3 "$STRATA_BIN" train --jobs ps=1,worker=1,evaluator=1 --model-spec "$D/spec.json" \
+  --data "csv:$DAY0,$DAY1" --eval-data "csv:$DAY2" --streaming --shuffle-buffer 0 --epochs 1 --consistency sync \
+  --checkpoint-dir "$D/ck_eval" --eval-best-metric auc "${QUIET[@]}"
+expect_rc 0
+[ "$(grep -c "^strata train: evaluation data: streamed from 1 file(s), 3000 rows at a time$" "$OUT")" = 2 ] \
+  || fail "expected the evaluation data streamed by the chief and the evaluator: $(grep "evaluation data" "$OUT")"
+CHIEF=$(summary_get '" ".join(repr(j[k]) for k in ("auc", "test_loss", "test_accuracy"))')
+FINAL=$(/usr/bin/python3 -c "
+import json, sys
+rows = [json.loads(l) for l in open('$D/ck_eval/eval.jsonl')]
+r = rows[-1]
+assert r['examples'] == 10000, r
+print(' '.join(repr(r[k]) for k in ('auc', 'loss', 'accuracy')))" 2>&1)
+[ -n "$CHIEF" ] && [ "$CHIEF" = "$FINAL" ] || fail "the chief's evaluation: $CHIEF; the evaluator's final row: $FINAL"
+[ "${CHIEF%% *}" = "$AUC_ALONE" ] || fail "auc with the evaluator ${CHIEF%% *}, without $AUC_ALONE"
+echo "  chief and evaluator: auc loss accuracy $CHIEF"
 
 finish

@@ -91,9 +91,9 @@ mpi 3 "$STRATA_BIN" train --model-spec "$D/wd.json" --data "$ST" --eval-data "cs
   --global-batch 128 --epochs 2 --steps 35 --save-every-steps 30 --checkpoint-dir "$D/ck_stream" "${QUIET[@]}"
 expect_rc 0
 [ "$(summary_get 'j["global_step"]')" = 70 ] || fail "expected global step 70 (2 x 35), got $(summary_get 'j.get("global_step")')"
-# Only the chief reads the evaluation file (the second worker never evaluates).
-[ "$(grep -c "^strata train: evaluation data: $EVAL_ROWS rows from 1 file(s)$" "$OUT")" = 1 ] \
-  || fail "expected the evaluation data read by the chief alone: $(grep "evaluation data" "$OUT")"
+# Only the chief reads the evaluation file (the second worker never evaluates), a chunk at a time.
+[ "$(grep -c "^strata train: evaluation data: streamed from 1 file(s), 64000 rows at a time$" "$OUT")" = 1 ] \
+  || fail "expected the evaluation data streamed by the chief alone: $(grep "evaluation data" "$OUT")"
 mpi 3 "$STRATA_BIN" train --model-spec "$D/wd.json" --data "$ST" --eval-data "csv:$D/eval.tsv" --streaming \
   --global-batch 128 --epochs 2 --checkpoint-dir "$D/ck_stream" --restore latest "${QUIET[@]}"
 expect_rc 0
@@ -102,6 +102,32 @@ expect_stdout_has "resuming at epoch 1, step 35, global step 70"
 [ "$(summary_get 'j["global_step"]')" = 184 ] || fail "expected global step 184 after the resume, got $(summary_get 'j.get("global_step")')"
 [ "$(summary_get 'int(j["auc"] > 0.6)')" = 1 ] || fail "auc after streaming: $(summary_get 'j.get("auc")')"
 echo "  streamed: auc $(summary_get 'j["auc"]'), global step $(summary_get 'j["global_step"]')"
+
+case_begin "--streaming evaluates a chunk at a time: the metrics of the same set read whole, to the last digit"
+# 130,000 rows: two chunks of 64,000 and one of 2,000. The checkpoint above, evaluated without a
+# step (--steps 0) once streamed and once read whole (the same layout: every column is hashed or
+# normalised as the spec says, whatever the sample).
+run "$STRATA_BIN" data synth-ctr --out "$D/big_eval.tsv" --rows 130000 --vocab 50 --seed 3
+expect_rc 0
+cp -r "$D/ck_stream" "$D/ck_stream2"
+mpi 3 "$STRATA_BIN" train --model-spec "$D/wd.json" --data "$ST" --eval-data "csv:$D/big_eval.tsv" --streaming \
+  --global-batch 128 --checkpoint-dir "$D/ck_stream" --restore latest --steps 0 "${QUIET[@]}"
+expect_rc 0
+STREAMED=$(summary_get '" ".join(repr(j[k]) for k in ("test_loss", "test_accuracy", "auc", "log_loss", "precision", "recall"))')
+mpi 3 "$STRATA_BIN" train --model-spec "$D/wd.json" --data "$ST" --eval-data "csv:$D/big_eval.tsv" \
+  --global-batch 128 --checkpoint-dir "$D/ck_stream2" --restore latest --steps 0 "${QUIET[@]}"
+expect_rc 0
+expect_stdout_has "strata train: evaluation data: 130000 rows from 1 file(s)"
+WHOLE=$(summary_get '" ".join(repr(j[k]) for k in ("test_loss", "test_accuracy", "auc", "log_loss", "precision", "recall"))')
+[ -n "$STREAMED" ] && [ "$STREAMED" = "$WHOLE" ] || fail "streamed evaluation: $STREAMED; read whole: $WHOLE"
+echo "  130,000 rows streamed and whole: $STREAMED"
+
+case_begin "--streaming with an --eval-data file that cannot be opened: exit 2 before training"
+mpi 3 "$STRATA_BIN" train --model-spec "$D/wd.json" --data "$ST" --eval-data "csv:$D/eval.tsv,$D/missing.tsv" \
+  --streaming --global-batch 128 --checkpoint-dir "$D/ck_missing" "${QUIET[@]}"
+expect_rc 2
+expect_stderr_has "--eval-data: cannot open '$D/missing.tsv'"
+ls "$D/ck_missing"/ckpt-*.h5 >/dev/null 2>&1 && fail "a checkpoint was written before the usage error"
 
 case_begin "--streaming without --eval-data, or --shuffle-buffer without --streaming: exit 2"
 run "$STRATA_BIN" train --model-spec "$D/wd.json" --data "$ST" --streaming

@@ -124,8 +124,23 @@ struct TrainSpec {
   std::vector<std::shared_ptr<SessionRunHook>> hooks;
 };
 
+// An evaluation set read a chunk at a time (evaluation files larger than a rank should hold):
+// each call of the EvalStreamFn starts a pass over the whole set, and each call of the ChunkReader
+// it returns replaces `chunk` with the next rows, returning false after the last. Every pass must
+// give the same rows in the same order, in chunks that are whole batches of kEvalBatch rows (all
+// but the last), so that a streamed evaluation reads exactly the batches of the whole set. Called
+// on the evaluating rank's thread only. An Error or ConfigError it throws ends that evaluation
+// (the chief's: the job, naming it; the evaluator's: that checkpoint's evaluation, reported).
+inline constexpr std::int64_t kEvalBatch = 1000;
+using ChunkReader = std::function<bool(data::Dataset& chunk)>;
+using EvalStreamFn = std::function<ChunkReader()>;
+
 struct EvalSpec {
   InputFn input_fn;                 // the evaluation set (chief's final evaluation, evaluator task)
+  // Set: the evaluation set is streamed instead (input_fn is then unused): every evaluation reads
+  // it again, so its memory is a chunk's, plus 8 bytes per row for a binary classifier's AUC and
+  // the rows of dynamic tables one chunk (the evaluator: the whole set) reads.
+  EvalStreamFn stream;
   std::int64_t steps = 0;           // evaluate at most this many batches of 1000 (0: all of it)
   double start_delay_secs = 0;      // evaluator: wait this long before the first evaluation
   double throttle_secs = 0;         // evaluator: at least this long between evaluations (the
