@@ -219,6 +219,19 @@ int run_train(const TrainCommand& cmd, int* argc, char*** argv) {
     train_spec.stream.examples = [files, csv, policy](const data::InputContext& ctx) {
       return data::csv_shard_rows(files, csv, policy, ctx.num_input_pipelines, ctx.input_pipeline_id, kStreamChunkRows);
     };
+    // DATA sharding reads every file on every worker; its count need not: each file is counted by
+    // one worker and the counts shared (ParameterServerStrategy::distribute_stream).
+    train_spec.stream.shared_parts = [files, policy](const data::InputContext& ctx) -> std::int64_t {
+      return data::csv_shards_by_line(files.size(), policy, ctx.num_input_pipelines)
+                 ? static_cast<std::int64_t>(files.size())
+                 : 0;
+    };
+    train_spec.stream.count_part = [files, csv](std::int64_t part) {
+      return data::count_csv_rows({files.at(static_cast<std::size_t>(part))}, csv);
+    };
+    train_spec.stream.examples_of = [policy](const data::InputContext& ctx, const std::vector<std::int64_t>& rows) {
+      return data::csv_shard_rows_of(rows, policy, ctx.num_input_pipelines, ctx.input_pipeline_id);
+    };
     train_spec.stream.source = [load, files, csv, policy, batch, shuffle, stream_seed](const data::InputContext& ctx,
                                                                                       int epoch) {
       return data::csv_batch_source(files, csv, *load().transform, batch, true, policy, ctx.num_input_pipelines,

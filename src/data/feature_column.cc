@@ -903,6 +903,26 @@ std::int64_t csv_shard_rows(std::vector<std::string> paths, CsvOptions options, 
   return rows / num_workers + (worker < rows % num_workers ? 1 : 0);
 }
 
+bool csv_shards_by_line(std::size_t files, AutoShard policy, int num_workers) {
+  if (policy == AutoShard::kAuto) policy = files >= static_cast<std::size_t>(num_workers) ? AutoShard::kFile : AutoShard::kData;
+  return policy == AutoShard::kData && num_workers > 1;
+}
+
+std::int64_t csv_shard_rows_of(const std::vector<std::int64_t>& file_rows, AutoShard policy, int num_workers,
+                               int worker) {
+  // csv_share's rules (and its checks): the files' names do not matter, only their order and count.
+  const CsvShare share = csv_share(std::vector<std::string>(file_rows.size()), policy, num_workers, worker);
+  const bool by_file = policy == AutoShard::kFile ||
+                       (policy == AutoShard::kAuto && file_rows.size() >= static_cast<std::size_t>(num_workers));
+  std::int64_t rows = 0;
+  for (std::size_t f = 0; f < file_rows.size(); ++f) {
+    if (file_rows[f] < 0) throw Error("csv stream: file " + std::to_string(f) + " has a negative row count");
+    if (!by_file || f % static_cast<std::size_t>(num_workers) == static_cast<std::size_t>(worker)) rows += file_rows[f];
+  }
+  if (!share.by_line) return rows;
+  return rows / num_workers + (worker < rows % num_workers ? 1 : 0);
+}
+
 BatchIterator::Source csv_batch_source(std::vector<std::string> paths, CsvOptions options, FeatureTransform transform,
                                        int batch_size, bool drop_remainder, AutoShard policy, int num_workers, int worker,
                                        std::int64_t chunk_rows, std::int64_t shuffle_buffer, std::uint64_t seed) {

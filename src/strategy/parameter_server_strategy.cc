@@ -10,6 +10,7 @@
 #include "strata/common/env.h"
 #include "strata/common/error.h"
 #include "strata/common/logging.h"
+#include "strata/common/parse.h"
 #include "strata/common/rank_context.h"
 #include "strata/common/signals.h"
 #include "strata/replica/gpu.h"
@@ -313,8 +314,49 @@ DistributedDataset ParameterServerStrategy::distribute_stream(const StreamingInp
   out.worker_ = out.context_.input_pipeline_id;
   out.replicas_ = num_replicas_in_sync();
   out.policy_ = data::AutoShard::kOff;  // the stream's functions shard for themselves
-  out.examples_ = input.examples(out.context_);
+  const std::int64_t parts = input.shared_parts && input.count_part && input.examples_of
+                                 ? input.shared_parts(out.context_)
+                                 : 0;
+  out.examples_ = parts > 0 ? shared_count(input, out.context_, parts) : input.examples(out.context_);
   return out;
+}
+
+std::int64_t ParameterServerStrategy::shared_count(const StreamingInput& input, const data::InputContext& ctx,
+                                                    std::int64_t parts) {
+  // Each worker counts its parts (p % workers == this worker), then every worker's record goes to
+  // every worker: "C" or "E" (a ConfigError or another Error) and the first failure's message, or
+  // "N" and its counts in part order. One failure is everyone's, so no worker goes on alone.
+  const int workers = ctx.num_input_pipelines, me = ctx.input_pipeline_id;
+  std::string mine = "N";
+  try {
+    for (std::int64_t p = me; p < parts; p += workers) mine += std::to_string(input.count_part(p)) + ",";
+  } catch (const ConfigError& e) {
+    mine = "C" + e.message();
+  } catch (const Error& e) {
+    mine = "E" + e.message();
+  }
+  const std::vector<std::string> all =
+      allgather_strings(runtime_.comms().workers(), mine, options_.ps.timeout_s, "counting the streamed input");
+  for (std::size_t w = 0; w < all.size(); ++w) {
+    if (all[w].empty() || all[w][0] == 'N') continue;
+    const std::string what = "worker " + std::to_string(w) + " counting its part of the input: " + all[w].substr(1);
+    if (all[w][0] == 'C') throw ConfigError(what);
+    throw Error(what);
+  }
+  std::vector<std::int64_t> rows(static_cast<std::size_t>(parts), -1);
+  for (std::size_t w = 0; w < all.size(); ++w) {
+    std::int64_t p = static_cast<std::int64_t>(w);
+    for (const std::string& n : split(all[w].substr(1), ','))
+      if (!n.empty() && p < parts) {
+        rows[static_cast<std::size_t>(p)] = parse_int64(n, "a worker's count");
+        p += workers;
+      }
+  }
+  for (std::int64_t p = 0; p < parts; ++p)
+    if (rows[static_cast<std::size_t>(p)] < 0)
+      throw Error("counting the streamed input: no count of part " + std::to_string(p) + " arrived from worker " +
+                  std::to_string(p % workers));
+  return input.examples_of(ctx, rows);
 }
 
 DistributedDataset ParameterServerStrategy::distribute_datasets_from_function(const data::DatasetFn& fn,

@@ -103,6 +103,24 @@ expect_stdout_has "resuming at epoch 1, step 35, global step 70"
 [ "$(summary_get 'int(j["auc"] > 0.6)')" = 1 ] || fail "auc after streaming: $(summary_get 'j.get("auc")')"
 echo "  streamed: auc $(summary_get 'j["auc"]'), global step $(summary_get 'j["global_step"]')"
 
+case_begin "--streaming --shard data: each file counted by one worker, the counts shared; a bad record names the worker"
+# DATA sharding: every worker reads both files (every other row); the count at the start is shared
+# (file 0 by worker 0, file 1 by worker 1): 6000 rows a worker, 46 steps each.
+mpi 3 "$STRATA_BIN" train --model-spec "$D/wd.json" --data "$ST" --eval-data "csv:$D/eval.tsv" --streaming \
+  --shard data --global-batch 128 --epochs 1 "${QUIET[@]}"
+expect_rc 0
+[ "$(summary_get 'j["global_step"]')" = 92 ] || fail "expected global step 92 (2 x 46), got $(summary_get 'j.get("global_step")')"
+# 3 files of 25,000 rows, a record of 3 fields at the end of the third (past the 65,536 rows the
+# layout is planned on): worker 0 counts file 2 and fails; both workers stop with its line, exit 2.
+run "$STRATA_BIN" data synth-ctr --out "$D/three.tsv" --rows 75000 --vocab 50 --seed 3 --files 3
+expect_rc 0
+printf '1\t2\t3\n' >> "$D/three-00002-of-00003.tsv"
+mpi 3 "$STRATA_BIN" train --model-spec "$D/wd.json" --eval-data "csv:$D/eval.tsv" --streaming --shard data \
+  --data "csv:$D/three-00000-of-00003.tsv,$D/three-00001-of-00003.tsv,$D/three-00002-of-00003.tsv" \
+  --global-batch 128 --epochs 1 "${QUIET[@]}"
+expect_rc 2
+expect_stderr_has "worker 0 counting its part of the input: $D/three-00002-of-00003.tsv:25001: 3 fields, expected 40"
+
 case_begin "--streaming evaluates a chunk at a time: the metrics of the same set read whole, to the last digit"
 # 130,000 rows: two chunks of 64,000 and one of 2,000. The checkpoint above, evaluated without a
 # step (--steps 0) once streamed and once read whole (the same layout: every column is hashed or

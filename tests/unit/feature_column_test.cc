@@ -460,6 +460,23 @@ TEST(CsvStream, BatchSourceMatchesTheInMemoryTransformAndShards) {
                   static_cast<std::int64_t>(collect(policy, workers, w, false).first.size()))
             << static_cast<int>(policy) << " " << workers << " " << w;
       }
+  // The same from the files' counts (each counted by one worker in `strata train`), also for FILE.
+  std::vector<std::int64_t> file_rows;
+  for (const auto& f : files) file_rows.push_back(count_csv_rows({f}, stream_options()));
+  EXPECT_EQ(file_rows, (std::vector<std::int64_t>{7, 6}));
+  for (const AutoShard policy : {AutoShard::kOff, AutoShard::kData, AutoShard::kAuto, AutoShard::kFile})
+    for (int workers = 1; workers <= 3; ++workers) {
+      if (policy == AutoShard::kFile && workers > 2) continue;
+      EXPECT_EQ(csv_shards_by_line(files.size(), policy, workers),
+                workers > 1 && (policy == AutoShard::kData || (policy == AutoShard::kAuto && workers > 2)));
+      for (int w = 0; w < workers; ++w)
+        EXPECT_EQ(csv_shard_rows_of(file_rows, policy, workers, w),
+                  static_cast<std::int64_t>(collect(policy, workers, w, false).first.size()))
+            << static_cast<int>(policy) << " " << workers << " " << w;
+    }
+  EXPECT_TRUE(Contains(config_error([&] { csv_shard_rows_of(file_rows, AutoShard::kFile, 3, 0); }),
+                       "FILE sharding needs at least one file per worker: 2 files for 3 workers"));
+  EXPECT_THROW(csv_shard_rows_of({7, -1}, AutoShard::kData, 2, 0), Error);
   EXPECT_TRUE(Contains(config_error([&] { csv_batch_source(files, stream_options(), ft, 4, false, AutoShard::kFile, 3, 0); }),
                        "FILE sharding needs at least one file per worker: 2 files for 3 workers"));
   // A shuffle buffer permutes the rows (each exactly once), deterministically in the seed.

@@ -291,6 +291,16 @@ BatchIterator::Source csv_batch_source(std::vector<std::string> paths, CsvOption
 std::int64_t csv_shard_rows(std::vector<std::string> paths, CsvOptions options, AutoShard policy = AutoShard::kAuto,
                             int num_workers = 1, int worker = 0, std::int64_t chunk_rows = 65536);
 
+// Whether csv_batch_source's sharding of `files` files over num_workers has every worker read every
+// file (DATA: each keeps every num_workers-th row; AUTO with fewer files than workers), so that
+// counting a share means counting every file.
+bool csv_shards_by_line(std::size_t files, AutoShard policy, int num_workers);
+// csv_shard_rows from every file's row count (file_rows[f] records in the f-th file, counted
+// elsewhere: `strata train` has each file counted by one worker and the counts exchanged); reads
+// no file. The same ConfigErrors for the sharding as csv_shard_rows; Error on a negative count.
+std::int64_t csv_shard_rows_of(const std::vector<std::int64_t>& file_rows, AutoShard policy, int num_workers,
+                               int worker);
+
 // Feature columns from JSON text: an array of column objects, or an object whose
 // "feature_columns" member is that array. Schema (every member but those marked optional is
 // required; unknown members are errors, so a typo never passes silently):

@@ -197,6 +197,14 @@ struct DistributeOptions {
 struct StreamingInput {
   std::function<data::BatchIterator::Source(const data::InputContext& ctx, int epoch)> source;
   std::function<std::int64_t(const data::InputContext& ctx)> examples;
+  // Optional, for an input whose share every worker would otherwise count by reading all of it
+  // (DATA sharding of files): shared_parts(ctx) says how many parts (files) the count splits into
+  // (0: call `examples` instead; the same on every worker), count_part(p) counts part p, and
+  // examples_of(ctx, rows) gives this worker's examples from every part's count. distribute_stream
+  // then has each part counted once, part p by worker p % workers, and exchanges the counts.
+  std::function<std::int64_t(const data::InputContext& ctx)> shared_parts;
+  std::function<std::int64_t(std::int64_t part)> count_part;
+  std::function<std::int64_t(const data::InputContext& ctx, const std::vector<std::int64_t>& part_rows)> examples_of;
 };
 
 // A dataset distributed over the workers (TF's DistributedDataset): each worker iterates its own
@@ -419,7 +427,10 @@ class ParameterServerStrategy {
   // `fn` builds this worker's own dataset from the input context (it does its own sharding, as in
   // TF); the result is owned by the returned DistributedDataset and not sharded again.
   DistributedDataset distribute_datasets_from_function(const data::DatasetFn& fn, const DistributeOptions& options);
-  // A streamed input (see StreamingInput); counts this worker's share once, here. Epochs resume
+  // A streamed input (see StreamingInput); counts this worker's share once, here: collective over
+  // the workers when the input shares its count (StreamingInput::shared_parts), each wait bounded
+  // by the PS options' timeout (TimeoutError naming the missing workers); a part that fails to
+  // count is the same error on every worker (a ConfigError stays one). Epochs resume
   // only at batch boundaries (start_epoch's skip a multiple of the batch; Error otherwise), which
   // is where checkpoints record the position.
   DistributedDataset distribute_stream(const StreamingInput& input, const DistributeOptions& options);
@@ -443,6 +454,8 @@ class ParameterServerStrategy {
   const Runtime& runtime() const { return runtime_; }
 
  private:
+  // distribute_stream's count when the input shares it (see there).
+  std::int64_t shared_count(const StreamingInput& input, const data::InputContext& ctx, std::int64_t parts);
   friend class ReplicaContext;
   void run_replicas(const std::function<void(ReplicaContext&)>& fn);
   void materialize();
