@@ -5,6 +5,7 @@
 // progress lines, metrics, trace, profile, summary, the evaluator task) is the layer's.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -129,11 +130,11 @@ train::EvalStreamFn eval_stream(std::function<const data::FeatureTransform&()> t
       *said = true;
     }
     auto stream = std::make_shared<data::CsvStream>(files, csv);
-    const data::FeatureTransform* plan = &transform();
-    return [stream, plan, chunk_rows](data::Dataset& chunk) {
+    // The reader keeps `transform` (and what it reads the plan from) alive, not a bare pointer.
+    return [stream, transform, chunk_rows](data::Dataset& chunk) {
       data::CsvTable table;
       if (!stream->next(table, chunk_rows)) return false;
-      chunk = plan->apply(table);
+      chunk = transform().apply(table);
       return true;
     };
   };
@@ -231,6 +232,11 @@ int run_train(const TrainCommand& cmd, int* argc, char*** argv) {
     };
     train_spec.stream.examples_of = [policy](const data::InputContext& ctx, const std::vector<std::int64_t>& rows) {
       return data::csv_shard_rows_of(rows, policy, ctx.num_input_pipelines, ctx.input_pipeline_id);
+    };
+    train_spec.stream.part_bytes = [files](std::int64_t part) -> std::uint64_t {
+      std::error_code ec;
+      const std::uintmax_t n = std::filesystem::file_size(files.at(static_cast<std::size_t>(part)), ec);
+      return ec ? 0 : static_cast<std::uint64_t>(n);
     };
     train_spec.stream.source = [load, files, csv, policy, batch, shuffle, stream_seed](const data::InputContext& ctx,
                                                                                       int epoch) {
@@ -365,11 +371,14 @@ int run_train_command(const TrainFlags& f, int* argc, char*** argv) {
   TrainCommand cmd;
   train::RunConfig& cfg = cmd.config;
   cfg = train::RunConfig::from_environment(env);
-  cmd.eval_chunk_rows = env.get_int("STRATA_EVAL_CHUNK_ROWS", kEvalChunkRows);
-  if (cmd.eval_chunk_rows < train::kEvalBatch || cmd.eval_chunk_rows > (std::int64_t{1} << 30) ||
-      cmd.eval_chunk_rows % train::kEvalBatch != 0)
-    throw ConfigError("STRATA_EVAL_CHUNK_ROWS: " + std::to_string(cmd.eval_chunk_rows) + " is not a multiple of " +
-                      std::to_string(train::kEvalBatch) + " in [" + std::to_string(train::kEvalBatch) + ", 2^30]");
+  if (f.streaming) {
+    cmd.eval_chunk_rows = env.get_int("STRATA_EVAL_CHUNK_ROWS", kEvalChunkRows);
+    if (cmd.eval_chunk_rows < train::kEvalBatch || cmd.eval_chunk_rows > (std::int64_t{1} << 30) ||
+        cmd.eval_chunk_rows % train::kEvalBatch != 0)
+      throw ConfigError("STRATA_EVAL_CHUNK_ROWS: " + std::to_string(cmd.eval_chunk_rows) +
+                        " rows; expected a multiple of " + std::to_string(train::kEvalBatch) +
+                        " (the evaluation batch) from " + std::to_string(train::kEvalBatch) + " to 2^30");
+  }
   if (!f.model.empty()) cmd.model = f.model;
   if (!f.data.empty()) cmd.data = f.data;
   if (!f.hidden.empty())

@@ -335,8 +335,17 @@ std::int64_t ParameterServerStrategy::shared_count(const StreamingInput& input, 
   } catch (const Error& e) {
     mine = "E" + e.message();
   }
-  const std::vector<std::string> all =
-      allgather_strings(runtime_.comms().workers(), mine, options_.ps.timeout_s, "counting the streamed input");
+  // The workers arrive as they finish counting: the wait allows the busiest one's count.
+  double allowance_s = 0;
+  if (input.part_bytes) {
+    std::vector<double> bytes(static_cast<std::size_t>(workers), 0.0);
+    for (std::int64_t p = 0; p < parts; ++p)
+      bytes[static_cast<std::size_t>(p % workers)] += static_cast<double>(input.part_bytes(p));
+    allowance_s = *std::max_element(bytes.begin(), bytes.end()) / StreamingInput::kCountBytesPerSecond;
+  }
+  const std::vector<std::string> all = allgather_strings(
+      runtime_.comms().workers(), mine, std::min(options_.ps.timeout_s + allowance_s, kMaxDurationS),
+      "counting the streamed input");
   for (std::size_t w = 0; w < all.size(); ++w) {
     if (all[w].empty() || all[w][0] == 'N') continue;
     const std::string what = "worker " + std::to_string(w) + " counting its part of the input: " + all[w].substr(1);

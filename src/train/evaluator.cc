@@ -354,17 +354,28 @@ std::vector<std::vector<std::int64_t>> eval_rows_needed(const Model& model, cons
 
 std::vector<std::vector<std::int64_t>> eval_rows_needed(const Model& model, const std::vector<std::string>& vars,
                                                         const EvalData& eval, std::int64_t max_batches) {
-  std::vector<std::vector<std::int64_t>> ids(vars.size());
+  std::vector<std::vector<std::int64_t>> ids(vars.size()), pending(vars.size());
   if (vars.empty()) return ids;
+  // Each chunk's ids wait in `pending` until they outnumber the merged ones (and a floor): merges
+  // then cost O(n log n) over the whole set, not one pass over every merged id per chunk.
+  constexpr std::size_t kMergeFloor = std::size_t{1} << 20;
+  auto merge = [&](std::size_t d) {
+    std::sort(pending[d].begin(), pending[d].end());
+    pending[d].erase(std::unique(pending[d].begin(), pending[d].end()), pending[d].end());
+    std::vector<std::int64_t> merged;
+    merged.reserve(ids[d].size() + pending[d].size());
+    std::set_union(ids[d].begin(), ids[d].end(), pending[d].begin(), pending[d].end(), std::back_inserter(merged));
+    ids[d] = std::move(merged);
+    pending[d].clear();
+  };
   eval.for_each_chunk(max_batches, [&](const data::Dataset& chunk, std::int64_t batches_left) {
     std::vector<std::vector<std::int64_t>> more = eval_rows_needed(model, vars, chunk, batches_left);
     for (std::size_t d = 0; d < vars.size(); ++d) {
-      std::vector<std::int64_t> merged;
-      merged.reserve(ids[d].size() + more[d].size());
-      std::set_union(ids[d].begin(), ids[d].end(), more[d].begin(), more[d].end(), std::back_inserter(merged));
-      ids[d] = std::move(merged);
+      pending[d].insert(pending[d].end(), more[d].begin(), more[d].end());
+      if (pending[d].size() > std::max(ids[d].size(), kMergeFloor)) merge(d);
     }
   });
+  for (std::size_t d = 0; d < vars.size(); ++d) merge(d);
   return ids;
 }
 

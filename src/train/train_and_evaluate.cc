@@ -447,8 +447,9 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
                             " examples over " + std::to_string(trainers) + " worker(s)): no step would run; use at most " +
                             std::to_string(train_set.size / trainers));
         if ((rt->is_chief() || evaluator) && eval_spec.stream) {
-          // Read its first chunk now, so that missing or malformed evaluation files are a usage
-          // error before any training, not a failure after all of it.
+          // Open every file and read the first chunk now, so that a missing file or a malformed
+          // start is a usage error before any training, not a failure after all of it (a bad row
+          // further on is found when an evaluation reads it).
           data::Dataset first;
           if (!eval_spec.stream()(first) && evaluator) throw ConfigError("the evaluator's eval data is empty");
           eval_set = EvalData(eval_spec.stream);

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # dynamic_data_plane_test.sh DYN_TESTS DYN_CKPT_TESTS -- issue 22's correctness targets between
 # nodes: the dynamic-table MPI tests (tests/mpi/ps_dynamic_test.cc and
-# ps_dynamic_checkpoint_test.cc) with every PS on cn1 and every worker on cn2, so that each lookup
-# and update crosses the bridge.
+# ps_dynamic_checkpoint_test.cc) with the PS ranks on cn1 and the workers on cn2 (dyn_*), so that
+# each lookup and update crosses the bridge.
 #
 # Run inside run_on_cluster.sh with 2 nodes (it provides STRATA_CLUSTER_DIR):
 #   tests/cluster/run_on_cluster.sh 2 tests/cluster/dynamic_data_plane_test.sh \
@@ -15,35 +15,22 @@
 #             batches (with a capacity, steps crossing 2^32), async updates that lose none, a PS
 #             that refuses requests of the wrong length (the tcp path between nodes takes requests
 #             as messages), malformed words named by writer.
-#   ckpt_np5  the dynamic checkpoint tests, 2 PS on cn1 + 3 ranks on cn2: saves, incremental
-#             chains and restores onto 1, 2 and 3 PS from ranks on two nodes.
+#   ckpt_np5  the dynamic checkpoint tests, ranks 0-1 on cn1 and 2-4 on cn2: the save by 2 PS (on
+#             cn1) for 3 workers (on cn2), its incremental chain, and restores onto 1, 2 and 3 PS
+#             (the restoring jobs' ranks span both nodes).
 # Asserts exit 0 and that the named cases ran and passed (not skipped). Every assertion prints
 # PASS/FAIL; a failing case dumps its output.
 # Environment: STRATA_STEP_TIMEOUT (default 150 s) bounds each command.
 set -uo pipefail   # no -e: every assertion runs and reports, the summary decides
 
+# shellcheck source=tests/cluster/dynamic_test_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/dynamic_test_lib.sh"
 [[ $# -eq 2 ]] || { echo "usage: dynamic_data_plane_test.sh DYN_TESTS DYN_CKPT_TESTS" >&2; exit 2; }
-abs() { echo "$(cd "$(dirname "$1")" && pwd -P)/$(basename "$1")"; }
-DYN=$(abs "$1") CKPT=$(abs "$2")
+DYN=$(dynamic_test_abs "$1") CKPT=$(dynamic_test_abs "$2")
 for b in "$DYN" "$CKPT"; do
   [[ -x $b ]] || { echo "FAIL: not executable: $b" >&2; exit 1; }
 done
-[[ -n ${STRATA_CLUSTER_DIR:-} ]] ||
-  { echo "dynamic_data_plane_test: STRATA_CLUSTER_DIR is not set; run under tests/cluster/run_on_cluster.sh 2" >&2; exit 2; }
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
-STEP_TIMEOUT=${STRATA_STEP_TIMEOUT:-150}
-D=$STRATA_CLUSTER_DIR
-work=$(mktemp -d "$D/dynplane.XXXXXX")
-trap 'rm -rf "$work"' EXIT
-
-failed=0
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
-dump() {
-  echo "---- $1: stdout (last 40 lines) ----"; tail -n 40 "$work/$1.out" | cut -c1-400
-  echo "---- $1: stderr (last 20 lines) ----"; tail -n 20 "$work/$1.err" | cut -c1-400
-  echo "---- end $1 ----"
-}
+STRATA_STEP_TIMEOUT=${STRATA_STEP_TIMEOUT:-150} dynamic_test_setup dynamic_data_plane_test 2 dynplane
 M=("$here/cluster_mpirun" "$D")
 # run NAME HOSTS NP BIN [FILTER]: the tests of BIN without their mpi cases (and FILTER's
 # negative patterns); status in $rc.
@@ -88,7 +75,4 @@ else
   dump ckpt_np5
 fi
 
-echo
-if [[ $failed -eq 0 ]]; then echo "dynamic_data_plane_test: all assertions passed"; exit 0; fi
-echo "dynamic_data_plane_test: $failed assertion(s) failed"
-exit 1
+dynamic_test_finish

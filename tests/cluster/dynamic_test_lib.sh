@@ -1,11 +1,12 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2034  # BIN, SPEC, here, STEP_TIMEOUT, D are for the sourcing test
 # Sourced by the dynamic-table cluster tests (dynamic_churn_test.sh, dynamic_big_test.sh,
-# dynamic_parallel_save_test.sh): their common start (arguments, the cluster directory, a work
+# dynamic_parallel_save_test.sh, dynamic_data_plane_test.sh): their common start (arguments, the cluster directory, a work
 # directory on the nodes' shared file system) and their PASS/FAIL helpers.
 #
 #   source "$(dirname "${BASH_SOURCE[0]}")/dynamic_test_lib.sh"
 #   dynamic_test_init NAME NODES PREFIX "$@"   # NAME.sh STRATA_BIN SPEC, under run_on_cluster.sh NODES
+#   dynamic_test_setup NAME NODES PREFIX       # the same for a test with arguments of its own
 #   step NAME CMD...                           # runs CMD into $work/NAME.out/.err, rc in $rc
 #   pass MSG | fail MSG | dump NAME            # fail counts into $failed
 #   dynamic_test_finish                        # the summary line; exit 0 or 1
@@ -24,6 +25,13 @@ dynamic_test_init() {
   BIN=$(dynamic_test_abs "$1") SPEC=$(dynamic_test_abs "$2")
   [[ -x $BIN ]] || { echo "FAIL: not executable: $BIN" >&2; exit 1; }
   [[ -f $SPEC ]] || { echo "FAIL: no spec file: $SPEC" >&2; exit 1; }
+  dynamic_test_setup "$TEST_NAME" "$nodes" "$prefix"
+}
+
+# The same without the two arguments (a test that takes others checks them itself).
+dynamic_test_setup() {
+  TEST_NAME=$1
+  local nodes=$2 prefix=$3
   [[ -n ${STRATA_CLUSTER_DIR:-} ]] ||
     { echo "$TEST_NAME: STRATA_CLUSTER_DIR is not set; run under tests/cluster/run_on_cluster.sh $nodes" >&2; exit 2; }
   here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)

@@ -501,7 +501,7 @@ TEST_P(DynamicTransport, MessagesOfTheWrongLengthAreRefused) {
   if (comm.size() < 2) GTEST_SKIP() << "needs a PS and a worker";
   // ps:0 is rank 0 and worker:0 rank num_ps (the MPI resolver); they talk over the network when
   // every rank is its own node (STRATA_TCP_FORCE_REMOTE) or when they run on different hosts
-  // (tests/cluster/multinode_test.sh places them so).
+  // (tests/cluster/dynamic_data_plane_test.sh places them so).
   const char* forced = std::getenv("STRATA_TCP_FORCE_REMOTE");
   const int worker0 = comm.size() >= 4 ? 2 : 1;
   const bool remote = (forced && std::string(forced) == "1") || !same_host(comm, 0, worker0);

@@ -202,9 +202,16 @@ struct StreamingInput {
   // (0: call `examples` instead; the same on every worker), count_part(p) counts part p, and
   // examples_of(ctx, rows) gives this worker's examples from every part's count. distribute_stream
   // then has each part counted once, part p by worker p % workers, and exchanges the counts.
+  // part_bytes(p), when set, is part p's size: the exchange then waits, beyond the timeout, one
+  // second per kCountBytesPerSecond that the busiest worker counts (the workers' shares of the
+  // count differ, and an early worker must not take a later one's counting for a lost rank).
   std::function<std::int64_t(const data::InputContext& ctx)> shared_parts;
   std::function<std::int64_t(std::int64_t part)> count_part;
   std::function<std::int64_t(const data::InputContext& ctx, const std::vector<std::int64_t>& part_rows)> examples_of;
+  std::function<std::uint64_t(std::int64_t part)> part_bytes;
+  // A counting rate far below a read's (this machine counts about 450 MB/s from a warm page cache):
+  // a cold or shared file system is allowed that much slower before a worker is taken for lost.
+  static constexpr double kCountBytesPerSecond = 4e6;
 };
 
 // A dataset distributed over the workers (TF's DistributedDataset): each worker iterates its own
@@ -428,9 +435,10 @@ class ParameterServerStrategy {
   // TF); the result is owned by the returned DistributedDataset and not sharded again.
   DistributedDataset distribute_datasets_from_function(const data::DatasetFn& fn, const DistributeOptions& options);
   // A streamed input (see StreamingInput); counts this worker's share once, here: collective over
-  // the workers when the input shares its count (StreamingInput::shared_parts), each wait bounded
-  // by the PS options' timeout (TimeoutError naming the missing workers); a part that fails to
-  // count is the same error on every worker (a ConfigError stays one). Epochs resume
+  // the workers when the input shares its count (StreamingInput::shared_parts), its wait bounded
+  // by the PS options' timeout plus the counting allowance (TimeoutError naming the missing
+  // workers); a part that fails to count is the same error on every worker (a ConfigError stays
+  // one). Epochs resume
   // only at batch boundaries (start_epoch's skip a multiple of the batch; Error otherwise), which
   // is where checkpoints record the position.
   DistributedDataset distribute_stream(const StreamingInput& input, const DistributeOptions& options);

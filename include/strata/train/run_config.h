@@ -138,8 +138,9 @@ using EvalStreamFn = std::function<ChunkReader()>;
 struct EvalSpec {
   InputFn input_fn;                 // the evaluation set (chief's final evaluation, evaluator task)
   // Set: the evaluation set is streamed instead (input_fn is then unused): every evaluation reads
-  // it again, so its memory is a chunk's, plus 8 bytes per row for a binary classifier's AUC and
-  // the rows of dynamic tables one chunk (the evaluator: the whole set) reads.
+  // it again, so its memory is a chunk's, plus a binary classifier's score and label of every row
+  // for its AUC (9 bytes a row, twice that while the AUC is computed) and the rows of dynamic
+  // tables one chunk (the evaluator: the whole set) reads.
   EvalStreamFn stream;
   std::int64_t steps = 0;           // evaluate at most this many batches of 1000 (0: all of it)
   double start_delay_secs = 0;      // evaluator: wait this long before the first evaluation
