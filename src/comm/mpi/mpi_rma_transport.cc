@@ -6,6 +6,7 @@
 #include <cstring>
 #include <exception>
 
+#include "comm/quiet_barrier.h"
 #include "strata/common/env.h"
 #include "strata/common/error.h"
 
@@ -33,7 +34,7 @@ class MpiRegion final : public Region {
  public:
   // `shared`: every rank of `comm` is on this node, so the window is allocated with
   // MPI_Win_allocate_shared and each peer's memory is also reachable through a plain pointer.
-  MpiRegion(MPI_Comm comm, std::size_t local_bytes, bool shared) : local_bytes_(local_bytes) {
+  MpiRegion(MPI_Comm comm, std::size_t local_bytes, bool shared) : comm_(comm), local_bytes_(local_bytes) {
     int size = 0;
     STRATA_CHECK_MPI(MPI_Comm_size(comm, &size));
     // Hints: accumulates need no ordering between them (they are sums), and every rank uses byte
@@ -80,6 +81,9 @@ class MpiRegion final : public Region {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized || win_ == MPI_WIN_NULL || std::uncaught_exceptions() > 0) return;
+    // Every rank arrives here first without spinning (MPI_Win_free's own barrier spins): the
+    // transport's communicator outlives its regions.
+    quiet_barrier(comm_);
     MPI_Win_unlock_all(win_);
     MPI_Win_free(&win_);
   }
@@ -100,6 +104,7 @@ class MpiRegion final : public Region {
   }
 
  private:
+  MPI_Comm comm_;  // the transport's (or its node's): not owned, outlives the region
   std::size_t local_bytes_;
   void* base_ = nullptr;
   MPI_Win win_ = MPI_WIN_NULL;

@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 
+#include "comm/quiet_barrier.h"
 #include "comm/tcp/handshake.h"
 #include "strata/common/env.h"
 #include "strata/common/error.h"
@@ -161,7 +162,7 @@ class TcpRegion final : public Region {
         // region is in flight when the server thread forgets it.
         for (int p = 0; p < t_.size_; ++p)
           if (t_.peers_[p].sock.valid()) t_.flush_remote(p);
-        MPI_Barrier(t_.comm_);
+        quiet_barrier(t_.comm_);
       } catch (const std::exception& e) {
         STRATA_LOG(ERROR) << "tcp transport: freeing a region: " << e.what();
       }
@@ -301,7 +302,7 @@ TcpTransport::~TcpTransport() {
     } catch (const std::exception& e) {
       STRATA_LOG(ERROR) << "tcp transport: final flush: " << e.what();
     }
-    MPI_Barrier(comm_);  // nobody sends us requests after this
+    quiet_barrier(comm_);  // nobody sends us requests after this
   }
   stop_.store(true);
   char c = 1;
