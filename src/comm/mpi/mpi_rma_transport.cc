@@ -104,7 +104,7 @@ class MpiRegion final : public Region {
   }
 
  private:
-  MPI_Comm comm_;  // the transport's (or its node's): not owned, outlives the region
+  MPI_Comm comm_;  // the owning transport's own duplicate: not owned; freed after its regions
   std::size_t local_bytes_;
   void* base_ = nullptr;
   MPI_Win win_ = MPI_WIN_NULL;
