@@ -209,8 +209,8 @@ struct StreamingInput {
   std::function<std::int64_t(std::int64_t part)> count_part;
   std::function<std::int64_t(const data::InputContext& ctx, const std::vector<std::int64_t>& part_rows)> examples_of;
   std::function<std::uint64_t(std::int64_t part)> part_bytes;
-  // A counting rate far below a read's (this machine counts about 450 MB/s from a warm page cache):
-  // a cold or shared file system is allowed that much slower before a worker is taken for lost.
+  // A counting rate about a hundredth of a warm page cache's (docs/DATA.md): a cold or shared file
+  // system is allowed that much slower before a worker is taken for lost.
   static constexpr double kCountBytesPerSecond = 4e6;
 };
 
