@@ -34,12 +34,25 @@
 # in ~3,400 allocations).
 set -uo pipefail
 
-[[ $# -eq 2 ]] || { echo "usage: sanitize_tier.sh SOURCE_DIR BUILD_DIR" >&2; exit 2; }
+# Phases: `build` (configure and build the tree), `unit` and `mpi` (run that tier in the built
+# tree and check for reports), or `all` (the three in order; the default). CTest runs them as three
+# tests (sanitize.build is the fixture of the other two), so the build runs beside the other tiers
+# and its tests start as soon as it is done. STRATA_SANITIZE_NICE (CTest sets 19) lowers the
+# build's priority: on cores it shares with the other tiers' tests it takes only what they leave
+# idle, so their timing-bound cases see the machine as when they run alone.
+# STRATA_SANITIZERS (default address,undefined) and STRATA_SANITIZE_TARGET (default
+# strata_tier_unit_mpi) choose the tree: sanitize.thread_build builds the inproc tier with
+# ThreadSanitizer (STRATA_SANITIZERS=thread, target strata_inproc_tests) in a third tree, and the
+# `inproc` phase runs it there (a data race is a report, and fails the phase).
+phase=all
+case ${1:-} in build|unit|mpi|inproc|all) phase=$1; shift ;; esac
+[[ $# -eq 2 ]] || { echo "usage: sanitize_tier.sh [build|unit|mpi|inproc|all] SOURCE_DIR BUILD_DIR" >&2; exit 2; }
 src=$(cd "$1" && pwd) || exit 2
 mkdir -p "$2" && build=$(cd "$2" && pwd) || exit 2
 start=$SECONDS
 
-configure=(-S "$src" -B "$build" -DSTRATA_SANITIZE=address,undefined
+sanitizers=${STRATA_SANITIZERS:-address,undefined}
+configure=(-S "$src" -B "$build" -DSTRATA_SANITIZE="$sanitizers"
            -DCMAKE_BUILD_TYPE="${STRATA_SANITIZE_BUILD_TYPE:-RelWithDebInfo}"
            # -O1 (what the sanitizers' documentation suggests) and line tables: reports keep
            # file:line, and the tree builds in about half the time of -O2 -g.
@@ -56,37 +69,65 @@ common="halt_on_error=1:abort_on_error=0:print_stacktrace=1:symbolize=1"
 # Set before the build too: gtest_discover_tests runs the unit binary to list its tests.
 export ASAN_OPTIONS="$common:detect_leaks=0:log_path=$reports/asan:check_initialization_order=1"
 export UBSAN_OPTIONS="$common"
+# ThreadSanitizer (the thread tree): every report to a file, and a race fails the process.
+export TSAN_OPTIONS="halt_on_error=1:abort_on_error=0:print_stacktrace=1:symbolize=1:log_path=$reports/tsan"
 
-echo "== sanitize tier: configure $build"
-cmake "${configure[@]}" >"$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
-echo "== sanitize tier: build ($((SECONDS - start)) s)"
-cmake --build "$build" -j"${STRATA_SANITIZE_JOBS:-2}" --target strata_tier_unit_mpi || exit 1
 logs=$build/sanitizer-logs
-rm -rf "$reports" "$logs"
+
+if [[ $phase == build || $phase == all ]]; then
+  echo "== sanitize tier: configure $build"
+  nice_cmd=()
+  [[ -n ${STRATA_SANITIZE_NICE:-} ]] && nice_cmd=(nice -n "$STRATA_SANITIZE_NICE")
+  "${nice_cmd[@]}" cmake "${configure[@]}" >"$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
+  echo "== sanitize tier: build ($((SECONDS - start)) s)"
+  "${nice_cmd[@]}" cmake --build "$build" -j"${STRATA_SANITIZE_JOBS:-2}" --target "${STRATA_SANITIZE_TARGET:-strata_tier_unit_mpi}" || exit 1
+  rm -rf "$reports" "$logs"
+  echo "== sanitize tier: built in $((SECONDS - start)) s"
+  [[ $phase == build ]] && exit 0
+fi
 mkdir -p "$reports" "$logs"
+[[ -f $build/CTestTestfile.cmake ]] || { echo "sanitize tier: $build is not built (run the build phase first)" >&2; exit 1; }
 
 status=0
 cd "$build" || exit 1
 read -r -a extra <<< "${STRATA_SANITIZE_CTEST_ARGS:-}"
-echo "== sanitize tier: unit tests, leaks checked ($((SECONDS - start)) s)"
-# As in tests/run: a failed test runs once more, and tests/run lists those that needed it.
-ASAN_OPTIONS="${ASAN_OPTIONS/detect_leaks=0/detect_leaks=1}" \
-  ctest --output-on-failure --timeout 600 --repeat until-pass:2 -L unit "${extra[@]}" 2>&1 | tee "$logs/ctest-unit.log" || status=1
-cp Testing/Temporary/LastTest.log "$logs/unit.log"
-echo "== sanitize tier: mpi tests ($((SECONDS - start)) s)"
-ctest --output-on-failure --timeout 600 --repeat until-pass:2 -L mpi -LE unit "${extra[@]}" 2>&1 | tee "$logs/ctest-mpi.log" || status=1
-cp Testing/Temporary/LastTest.log "$logs/mpi.log"
-
+# Each phase looks only at what its own tests wrote: reports are named by pid, so a phase
+# remembers which were there before it ran.
 shopt -s nullglob
-banner='runtime error:|==[0-9]+==(ERROR|WARNING): [A-Za-z]+Sanitizer'
-for log in "$logs"/*.log; do
-  if grep -Eq "$banner" "$log"; then
+before=("$reports"/*)
+# As in tests/run: a failed test runs once more, and tests/run lists those that needed it.
+if [[ $phase == unit || $phase == all ]]; then
+  echo "== sanitize tier: unit tests, leaks checked ($((SECONDS - start)) s)"
+  ASAN_OPTIONS="${ASAN_OPTIONS/detect_leaks=0/detect_leaks=1}" \
+    ctest --output-on-failure --timeout 600 --repeat until-pass:2 -L 'unit|inproc' "${extra[@]}" 2>&1 | tee "$logs/ctest-unit.log" || status=1
+  cp Testing/Temporary/LastTest.log "$logs/unit.log"
+fi
+if [[ $phase == inproc ]]; then
+  echo "== sanitize tier: inproc tests ($sanitizers, $((SECONDS - start)) s)"
+  ctest --output-on-failure --timeout 600 --repeat until-pass:2 -L inproc "${extra[@]}" 2>&1 | tee "$logs/ctest-inproc.log" || status=1
+  cp Testing/Temporary/LastTest.log "$logs/inproc.log"
+fi
+if [[ $phase == mpi || $phase == all ]]; then
+  echo "== sanitize tier: mpi tests ($((SECONDS - start)) s)"
+  ctest --output-on-failure --timeout 600 --repeat until-pass:2 -L mpi -LE unit "${extra[@]}" 2>&1 | tee "$logs/ctest-mpi.log" || status=1
+  cp Testing/Temporary/LastTest.log "$logs/mpi.log"
+fi
+
+banner='runtime error:|==[0-9]+==(ERROR|WARNING): [A-Za-z]+Sanitizer|WARNING: ThreadSanitizer'
+tiers=(unit mpi)
+[[ $phase != all ]] && tiers=("$phase")
+for tier in "${tiers[@]}"; do
+  log=$logs/$tier.log
+  if [[ -f $log ]] && grep -Eq "$banner" "$log"; then
     status=1
-    echo "== sanitize tier: sanitizer output in the $(basename "$log" .log) tests:"
+    echo "== sanitize tier: sanitizer output in the $tier tests:"
     grep -En -B2 -A25 "$banner" "$log" | head -n 120
   fi
 done
-found=("$reports"/*)
+found=()
+for f in "$reports"/*; do
+  [[ " ${before[*]} " == *" $f "* ]] || found+=("$f")
+done
 if (( ${#found[@]} > 0 )); then
   status=1
   echo "== sanitize tier: ${#found[@]} sanitizer report(s)"
@@ -95,5 +136,5 @@ if (( ${#found[@]} > 0 )); then
     head -n 60 "$f"
   done
 fi
-echo "== sanitize tier: $([[ $status = 0 ]] && echo passed || echo FAILED) in $((SECONDS - start)) s"
+echo "== sanitize tier ($phase): $([[ $status = 0 ]] && echo passed || echo FAILED) in $((SECONDS - start)) s"
 exit "$status"

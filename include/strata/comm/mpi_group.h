@@ -1,0 +1,31 @@
+// The MPI implementation of comm::Group (strata/comm/group.h): point-to-point messages are
+// MPI_Isend / MPI_Iprobe + MPI_Recv of MPI_BYTE on the communicator, every wait polled against its
+// deadline by comm::wait_until. For the runtime and tools that hold an MPI communicator; the layers
+// above comm/ see only Group.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+
+#include "strata/cluster/runtime.h"
+#include "strata/comm/group.h"
+
+namespace strata::comm {
+
+// A Group over `comm` (borrowed: it must outlive the group; the caller frees it). Ranks and size
+// are the communicator's.
+std::unique_ptr<Group> make_mpi_group(MPI_Comm comm);
+
+// The groups of a bootstrapped runtime's communicators (Communicators in strata/cluster/runtime.h);
+// a member is null where this rank is not in that communicator (ps on a worker, say). The runtime
+// must outlive them.
+struct RuntimeGroups {
+  std::unique_ptr<Group> runtime;  // every rank of the job
+  std::unique_ptr<Group> role;     // the ranks with this rank's role
+  std::unique_ptr<Group> ps;       // the PS ranks
+  std::unique_ptr<Group> workers;  // chief + workers
+};
+RuntimeGroups groups_of(const Runtime& runtime);
+
+}  // namespace strata::comm
