@@ -223,6 +223,19 @@ std::vector<std::string> allgather_strings(MPI_Comm comm, const std::string& min
   return out;
 }
 
+MPI_Comm job_world(MPI_Comm world, const std::string& who) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) throw Error(who + ": MPI is not initialised (create a strata::MpiSession first)");
+  return world == MPI_COMM_NULL ? MPI_COMM_WORLD : world;
+}
+
+int rank_in(MPI_Comm comm) {
+  int rank = 0;
+  STRATA_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  return rank;
+}
+
 MpiSession::MpiSession(int* argc, char*** argv) {
   // SIGPIPE is ignored: after a preemption save every rank exits with 75, and a rank whose
   // MPI_Finalize (PMIx) or output write meets an end already closed by the step's teardown must

@@ -64,6 +64,7 @@ void wait_until(const std::function<bool()>& done, const Deadline& deadline,
       if (progress()) until = now + bound;
     }
     if (now > until) throw_timeout(deadline, late ? late() : std::vector<int>{});
+    if (deadline.while_waiting) deadline.while_waiting();
     if (now - start < std::chrono::microseconds(50)) continue;
     std::this_thread::sleep_for(step);
     step = std::min(step * 2, std::chrono::microseconds(1000));

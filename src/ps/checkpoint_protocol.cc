@@ -17,6 +17,7 @@
 #include "ps/client_core.h"
 #include "ps/dynamic_checkpoint.h"
 #include "ps/server_core.h"
+#include "strata/comm/mpi_group.h"
 #include "strata/common/error.h"
 #include "strata/common/logging.h"
 #include "strata/common/signals.h"
@@ -263,7 +264,8 @@ SaveStatus ServerCore::save_dynamic(const SaveContext& ctx, bool* wrote) {
     dyn_pending_sketches = result.sketches;
     *wrote = true;
     // The outcome is agreed, so every PS rank is here.
-    STRATA_CHECK_MPI(MPI_Reduce(ps_index == 0 ? MPI_IN_PLACE : rows, rows, 2, MPI_INT64_T, MPI_SUM, 0, dyn_comm));
+    comm::make_mpi_group(dyn_comm)->reduce(rows, 2, comm::ElemType::kI64, comm::ReduceOp::kSum, 0,
+                                           comm::Deadline{options.timeout_s, "the PS ranks' dynamic-table save"});
     if (ps_index == 0) {
       char line[512];
       std::snprintf(line, sizeof line, "checkpoint: saved dynamic tables %s (%s, %lld of %lld rows, %.2f MiB, %d PS)",

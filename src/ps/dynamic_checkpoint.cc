@@ -3,9 +3,7 @@
 #include "ps/dynamic_checkpoint.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
-#include <thread>
 #include <utility>
 
 #include "strata/common/error.h"
@@ -160,22 +158,16 @@ namespace {
 
 constexpr std::size_t kPiece = std::size_t{1} << 30;
 
-void wait_request(MPI_Request& request, const PeerLink& link) {
-  const auto deadline =
-      std::chrono::steady_clock::now() +
-      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(link.timeout_s));
-  int done = 0;
-  int idle = 0;
-  while (true) {
-    STRATA_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
-    if (done) return;
-    if (std::chrono::steady_clock::now() > deadline) {
-      // The request stays posted: the job ends on this error, and MPI_Abort reclaims it.
-      throw TimeoutError(link.what + ": rank " + std::to_string(link.blame) + " did not answer within " +
-                             std::to_string(link.timeout_s) + " s",
-                         {link.blame});
-    }
-    if (++idle > 64) std::this_thread::sleep_for(std::chrono::microseconds(std::min(500, idle)));
+// A wait of the link's that passed its deadline names the peer's rank in the job.
+template <typename F>
+auto blaming(const PeerLink& link, F&& f) {
+  try {
+    return f();
+  } catch (const TimeoutError&) {
+    // The message stays posted: the job ends on this error, and MPI_Abort reclaims it.
+    throw TimeoutError(link.what + ": rank " + std::to_string(link.blame) + " did not answer within " +
+                           std::to_string(link.timeout_s) + " s",
+                       {link.blame});
   }
 }
 
@@ -183,9 +175,10 @@ void send_bytes(const void* data, std::size_t bytes, const PeerLink& link) {
   const char* p = static_cast<const char*>(data);
   do {
     const std::size_t n = std::min(bytes, kPiece);
-    MPI_Request request;
-    STRATA_CHECK_MPI(MPI_Isend(p, static_cast<int>(n), MPI_BYTE, link.peer, kDynamicSaveTag, link.comm, &request));
-    wait_request(request, link);
+    blaming(link, [&] {
+      link.group->send(link.peer, kDynamicSaveTag, p, n, comm::Deadline{link.timeout_s, link.what});
+      return 0;
+    });
     p += n;
     bytes -= n;
   } while (bytes > 0);
@@ -195,9 +188,11 @@ void recv_bytes(void* data, std::size_t bytes, const PeerLink& link) {
   char* p = static_cast<char*>(data);
   do {
     const std::size_t n = std::min(bytes, kPiece);
-    MPI_Request request;
-    STRATA_CHECK_MPI(MPI_Irecv(p, static_cast<int>(n), MPI_BYTE, link.peer, kDynamicSaveTag, link.comm, &request));
-    wait_request(request, link);
+    const auto m = blaming(link, [&] { return link.group->recv(link.peer, kDynamicSaveTag, comm::Deadline{link.timeout_s, link.what}); });
+    if (m.size() != n)
+      throw Error(link.what + ": rank " + std::to_string(link.blame) + " sent a piece of " + std::to_string(m.size()) +
+                  " bytes where " + std::to_string(n) + " were due");
+    std::memcpy(p, m.data(), n);
     p += n;
     bytes -= n;
   } while (bytes > 0);

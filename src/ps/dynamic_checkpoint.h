@@ -16,10 +16,10 @@
 #include <string_view>
 #include <vector>
 
-#include <mpi.h>
 
 #include "ps/dynamic_table.h"
 #include "strata/checkpoint/dynamic.h"
+#include "strata/comm/group.h"
 
 namespace strata::ps {
 
@@ -48,15 +48,15 @@ checkpoint::DynamicTableState union_of_shards(std::vector<checkpoint::DynamicTab
 // The checkpoint table name of dynamic variable `variable`: checkpoint::dynamic_table_name().
 std::string table_name(std::string_view variable);
 
-// Point-to-point transfer of one state over `comm` (tag kDynamicSaveTag), in pieces of at most
+// Point-to-point transfer of one state over `group` (tag kDynamicSaveTag), in pieces of at most
 // 1 GiB, each wait bounded by `timeout_s` (TimeoutError naming `what` and blaming `blame`, the
 // peer's rank in the job). recv_state checks the header against what the receiver expects (dim, slot
 // count, sketch width, row and evicted counts within the table's limits) before allocating:
 // Error naming the peer otherwise.
 inline constexpr int kDynamicSaveTag = 0x5d7a;
 struct PeerLink {
-  MPI_Comm comm = MPI_COMM_NULL;
-  int peer = -1;  // the peer's rank in comm
+  comm::Group* group = nullptr;
+  int peer = -1;  // the peer's rank in group
   int blame = -1;  // the peer's rank in the job (named by a timeout)
   double timeout_s = 60;
   std::string what;  // what the transfer is for, in messages

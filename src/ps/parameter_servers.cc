@@ -17,6 +17,7 @@
 #include "ps/server_core.h"
 #include "ps/test_peer.h"
 #include "strata/cluster/runtime.h"
+#include "strata/comm/mpi_group.h"
 #include "strata/comm/registry.h"
 #include "strata/common/error.h"
 #include "strata/common/logging.h"
@@ -131,22 +132,9 @@ std::string PsEndpoint::transport_description() const {
 
 void PsEndpoint::barrier() {
   PsCore& m = *core_;
-  MPI_Request request;
-  STRATA_CHECK_MPI(MPI_Ibarrier(m.comm, &request));
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(m.options.timeout_s));
-  Backoff backoff;
-  int done = 0;
-  while (true) {
-    STRATA_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
-    if (done) return;
-    if (Clock::now() > deadline)
-      throw TimeoutError("parameter servers: barrier did not complete within " + std::to_string(m.options.timeout_s) +
-                             " s; some rank of the job did not arrive (MPI_Ibarrier cannot say which)",
-                         {});
-    m.transport->progress();
-    backoff.pause();
-  }
+  // The transport is driven while waiting: a peer's operations may need this rank's progress.
+  m.group->barrier(comm::Deadline{m.options.timeout_s, "parameter servers: barrier",
+                                  [&m] { m.transport->progress(); }});
 }
 
 void PsEndpoint::report_preemption() { core_->report_preemption(); }
@@ -183,6 +171,8 @@ ParameterServers ParameterServers::materialize(const Runtime& runtime, const PsO
   impl->options.optimizer.validate();
   MPI_Comm comm = runtime.comms().runtime();
   impl->comm = comm;
+  impl->group = comm::make_mpi_group(comm);
+  comm::Group& group = *impl->group;
   const double timeout = options.timeout_s;
 
   // Who is who: PS index -> rank, worker index (chief first, then workers by index).
@@ -225,7 +215,7 @@ ParameterServers ParameterServers::materialize(const Runtime& runtime, const PsO
 
   // Between-graph replication check: every worker must have created the same variable sequence.
   const std::string mine = worker >= 0 ? specs_to_json(specs) : std::string();
-  std::vector<std::string> all = allgather_strings(comm, mine, timeout, "variable creation check");
+  std::vector<std::string> all = group.allgather_strings(mine, comm::Deadline{timeout, "variable creation check"});
   const std::string& reference = all[worker_ranks[0]];
   std::vector<VariableSpec> ref_specs = specs_from_json(reference);
   std::string mismatch;
@@ -244,7 +234,7 @@ ParameterServers ParameterServers::materialize(const Runtime& runtime, const PsO
   // (dynamic_specs_from_json), so a bad spec is the same ConfigError everywhere.
   {
     const std::string dyn_mine = worker >= 0 ? dynamic_specs_to_json(dynamic) : std::string();
-    std::vector<std::string> dyn_all = allgather_strings(comm, dyn_mine, timeout, "dynamic variable check");
+    std::vector<std::string> dyn_all = group.allgather_strings(dyn_mine, comm::Deadline{timeout, "dynamic variable check"});
     const std::string& dyn_reference = dyn_all[worker_ranks[0]];
     std::string dyn_mismatch;
     for (int w = 1; w < impl->num_workers; ++w)
@@ -302,7 +292,7 @@ ParameterServers ParameterServers::materialize(const Runtime& runtime, const PsO
                 " bytes but its node has " + std::to_string(avail) + " bytes available";
   }
   std::string refusals;
-  for (const auto& v : allgather_strings(comm, verdict, timeout, "arena size check"))
+  for (const auto& v : group.allgather_strings(verdict, comm::Deadline{timeout, "arena size check"}))
     if (!v.empty()) refusals += (refusals.empty() ? "" : "; ") + v;
   if (!refusals.empty()) throw ConfigError("cannot place the variables: " + refusals);
   // A pending restore is checked the same way, before allocation: every PS looks at the checkpoint
@@ -314,7 +304,7 @@ ParameterServers ParameterServers::materialize(const Runtime& runtime, const PsO
   if (is_ps && restore_verdict.empty() && !impl->dynamic.empty() && options.checkpoint.dynamic_restore_step >= 0)
     restore_verdict = server->restore_dynamic();
   std::vector<std::string> complaints;
-  for (const auto& v : allgather_strings(comm, restore_verdict, timeout, "checkpoint restore check"))
+  for (const auto& v : group.allgather_strings(restore_verdict, comm::Deadline{timeout, "checkpoint restore check"}))
     if (!v.empty() && std::find(complaints.begin(), complaints.end(), v) == complaints.end()) complaints.push_back(v);
   if (!complaints.empty()) {
     std::string all;

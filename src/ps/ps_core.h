@@ -20,6 +20,7 @@
 #include "ps/arena_checks.h"
 #include "ps/arena_layout.h"
 #include "ps/wake_word.h"
+#include "strata/comm/group.h"
 #include "strata/comm/transport.h"
 #include "strata/common/error.h"
 #include "strata/ps/parameter_servers.h"
@@ -80,6 +81,7 @@ struct PsCore {
   std::unique_ptr<comm::Transport> transport;
   std::unique_ptr<comm::Region> region;
   MPI_Comm comm = MPI_COMM_NULL;  // the runtime's communicator (borrowed; outlives this object)
+  std::unique_ptr<comm::Group> group;  // the same ranks as a process group (barriers, agreements)
   int num_workers = 0;
   int chief_rank = -1;     // worker 0's transport rank (the chief, which requests every save)
   bool uses_inbox = false;  // pushes go through the PS's inboxes (a stateful optimizer or sync)

@@ -30,6 +30,8 @@
 #include "strata/checkpoint/checkpoint.h"
 #include "strata/cluster/liveness.h"
 #include "strata/cluster/runtime.h"
+#include "strata/comm/group.h"
+#include "strata/comm/mpi_group.h"
 #include "strata/common/error.h"
 #include "strata/common/logging.h"
 #include "strata/common/signals.h"
@@ -212,7 +214,8 @@ void ParameterServerStrategy::prepare_checkpoint_hooks() {
       mine = j.dump();
     }
     nlohmann::json verdict;
-    for (const auto& s : allgather_strings(runtime_.comms().runtime(), mine, timeout, "checkpoint restore path"))
+    for (const auto& s : comm::make_mpi_group(runtime_.comms().runtime())
+                              ->allgather_strings(mine, comm::Deadline{timeout, "checkpoint restore path"}))
       if (!s.empty()) verdict = nlohmann::json::parse(s);
     if (verdict.contains("error")) throw ConfigError(verdict["error"].get<std::string>());
     if (verdict.contains("none")) {
@@ -304,7 +307,7 @@ void ParameterServerStrategy::prepare_checkpoint_hooks() {
       const CheckpointOptions copts = checkpoint_;
       const Runtime* rt = &runtime_;
       // Called from serve(), i.e. after materialisation: ps_ is set by then.
-      hooks.save = [this, st, copts, rt](const ps::SaveContext& ctx) -> ps::SaveStatus {
+      hooks.save = [this, st, copts, rt, timeout](const ps::SaveContext& ctx) -> ps::SaveStatus {
         // The heartbeat says "checkpoint save" while this PS writes, then "serve" again.
         struct SavePhase {
           SavePhase() { liveness::set_phase(liveness::Phase::kSave); }
@@ -320,17 +323,18 @@ void ParameterServerStrategy::prepare_checkpoint_hooks() {
           return ps::SaveStatus::kSkipped;
         }
         const ps::ShardMap& map = ps_->endpoint().shard_map();
-        MPI_Comm comm = rt->comms().ps();
+        MPI_Comm comm = rt->comms().ps();  // the collective HDF5 writer's
+        const auto ps_group = comm::make_mpi_group(comm);
+        const comm::Deadline agree{timeout, "the PS ranks' checkpoint save"};
         // Per-variable optimizer step: the largest over this variable's shards (all equal for dense
         // variables at a quiesced boundary; sparse shards only count the pushes that touched them).
         std::map<std::string, std::size_t> index;
         for (std::size_t i = 0; i < map.variables().size(); ++i) index[map.variables()[i].name] = i;
-        std::vector<std::int64_t> steps(map.variables().size(), 0), max_steps(steps.size(), 0);
+        std::vector<std::int64_t> max_steps(map.variables().size(), 0);
         for (const auto& b : ctx.shards)
-          steps[index.at(b.shard->variable)] = std::max(steps[index.at(b.shard->variable)], b.optimizer_step);
-        if (!steps.empty())
-          STRATA_CHECK_MPI(MPI_Allreduce(steps.data(), max_steps.data(), static_cast<int>(steps.size()),
-                                         MPI_INT64_T, MPI_MAX, comm));
+          max_steps[index.at(b.shard->variable)] = std::max(max_steps[index.at(b.shard->variable)], b.optimizer_step);
+        if (!max_steps.empty())
+          ps_group->allreduce(max_steps.data(), max_steps.size(), comm::ElemType::kI64, comm::ReduceOp::kMax, agree);
         checkpoint::SaveRequest req;
         std::uint64_t bytes = 0;
         for (std::size_t i = 0; i < map.variables().size(); ++i) {
@@ -383,8 +387,8 @@ void ParameterServerStrategy::prepare_checkpoint_hooks() {
         const double dt = now_s() - t0;
         st->last_saved_step = ctx.global_step;
         st->last_saved_path = path;
-        unsigned long long total = 0, mine = bytes;
-        STRATA_CHECK_MPI(MPI_Reduce(&mine, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, comm));
+        std::int64_t total = static_cast<std::int64_t>(bytes);
+        ps_group->reduce(&total, 1, comm::ElemType::kI64, comm::ReduceOp::kSum, 0, agree);
         if (reporter) {
           char line[512];
           std::snprintf(line, sizeof line, "checkpoint: saved %s (global step %lld, %.1f MiB in %.2f s, %.0f MB/s%s)",
@@ -434,7 +438,8 @@ void ParameterServerStrategy::gather_restore_report() {
     mine = j.dump();
   }
   nlohmann::json j;
-  for (const auto& s : allgather_strings(runtime_.comms().runtime(), mine, options_.ps.timeout_s, "restore report"))
+  for (const auto& s : comm::make_mpi_group(runtime_.comms().runtime())
+                              ->allgather_strings(mine, comm::Deadline{options_.ps.timeout_s, "restore report"}))
     if (!s.empty()) j = nlohmann::json::parse(s);
   if (j.is_null()) return;  // the directory had no checkpoint
   RestoreReport r;

@@ -7,6 +7,8 @@
 #include <thread>
 
 #include "strata/cluster/runtime.h"
+#include "strata/comm/group.h"
+#include "strata/comm/mpi_group.h"
 #include "strata/common/env.h"
 #include "strata/common/error.h"
 #include "strata/common/logging.h"
@@ -343,9 +345,9 @@ std::int64_t ParameterServerStrategy::shared_count(const StreamingInput& input, 
       bytes[static_cast<std::size_t>(p % workers)] += static_cast<double>(input.part_bytes(p));
     allowance_s = *std::max_element(bytes.begin(), bytes.end()) / StreamingInput::kCountBytesPerSecond;
   }
-  const std::vector<std::string> all = allgather_strings(
-      runtime_.comms().workers(), mine, std::min(options_.ps.timeout_s + allowance_s, kMaxDurationS),
-      "counting the streamed input");
+  const std::vector<std::string> all = comm::make_mpi_group(runtime_.comms().workers())
+                                           ->allgather_strings(mine, comm::Deadline{std::min(options_.ps.timeout_s + allowance_s, kMaxDurationS),
+                                                                                    "counting the streamed input"});
   for (std::size_t w = 0; w < all.size(); ++w) {
     if (all[w].empty() || all[w][0] == 'N') continue;
     const std::string what = "worker " + std::to_string(w) + " counting its part of the input: " + all[w].substr(1);
@@ -412,8 +414,8 @@ std::vector<int> choose_replica_gpus(const Runtime& runtime, const Env& env, Dev
     const std::optional<std::string> cvd = env.get("CUDA_VISIBLE_DEVICES");
     mine = cvd ? "=" + *cvd : "-";
   }
-  const std::vector<std::string> all =
-      allgather_strings(runtime.comms().runtime(), mine, timeout_s, "replica device selection");
+  const std::vector<std::string> all = comm::make_mpi_group(runtime.comms().runtime())
+                                           ->allgather_strings(mine, comm::Deadline{timeout_s, "replica device selection"});
   if (!worker) return {};
   const int gpus = replica::visible_gpu_count();
   if (gpus == 0) {

@@ -248,15 +248,8 @@ EvaluatorOutcome run_evaluator(const Model& model, const EvalData& eval, const E
     // 1. Has training ended? The final checkpoint was committed before the message was sent, so
     //    the listing below sees it.
     if (!done) {
-      int flag = 0;
-      MPI_Status st;
-      STRATA_CHECK_MPI(MPI_Iprobe(opts.chief_rank, kEvaluatorTag, opts.comm, &flag, &st));
-      if (flag) {
-        int n = 0;
-        STRATA_CHECK_MPI(MPI_Get_count(&st, MPI_CHAR, &n));
-        std::string msg(static_cast<std::size_t>(n), '\0');
-        STRATA_CHECK_MPI(
-            MPI_Recv(msg.data(), n, MPI_CHAR, opts.chief_rank, kEvaluatorTag, opts.comm, MPI_STATUS_IGNORE));
+      if (auto m = opts.group->try_recv(opts.chief_rank, kEvaluatorTag)) {
+        const std::string msg(reinterpret_cast<const char*>(m->data()), m->size());
         const auto j = nlohmann::json::parse(msg);
         out.status = j.at("status").get<int>();
         final_name = j.at("final").get<std::string>();
@@ -379,31 +372,13 @@ std::vector<std::vector<std::int64_t>> eval_rows_needed(const Model& model, cons
   return ids;
 }
 
-void notify_evaluators(const Runtime& runtime, MPI_Comm comm, const std::string& final_checkpoint, int status,
+void notify_evaluators(const Runtime& runtime, comm::Group& group, const std::string& final_checkpoint, int status,
                        double timeout_s) {
   const std::string msg = nlohmann::json{{"status", status}, {"final", final_checkpoint}}.dump();
-  std::vector<int> targets;
   for (const auto& info : runtime.ranks())
-    if (info.task.type == "evaluator") targets.push_back(info.rank);
-  std::vector<MPI_Request> requests(targets.size());
-  for (std::size_t i = 0; i < targets.size(); ++i)
-    STRATA_CHECK_MPI(MPI_Isend(msg.data(), static_cast<int>(msg.size()), MPI_CHAR, targets[i], kEvaluatorTag, comm,
-                               &requests[i]));
-  const auto deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
-  while (true) {
-    int all = 0;
-    STRATA_CHECK_MPI(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &all, MPI_STATUSES_IGNORE));
-    if (all) return;
-    if (Clock::now() > deadline) {
-      std::string who;
-      for (int r : targets) who += (who.empty() ? "" : ",") + std::to_string(r);
-      throw TimeoutError("the evaluator rank(s) " + who + " did not take the end-of-training message within " +
-                             std::to_string(timeout_s) + " s",
-                         targets);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+    if (info.task.type == "evaluator")
+      group.send(info.rank, kEvaluatorTag, msg.data(), msg.size(),
+                 comm::Deadline{timeout_s, "the end-of-training message to the evaluator (" + info.task.str() + ")"});
 }
 
 }  // namespace strata::train

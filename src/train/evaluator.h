@@ -6,13 +6,12 @@
 // evaluator polls for it between looks at model_dir; nothing else of the workers involves it.
 #pragma once
 
-#include <mpi.h>
-
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "strata/cluster/runtime.h"
+#include "strata/comm/group.h"
 #include "strata/data/dataset.h"
 #include "strata/train/model.h"
 #include "strata/train/run_config.h"
@@ -25,7 +24,7 @@ inline constexpr int kEvaluatorTag = 0x5e7a;
 struct EvaluatorOptions {
   std::string model_dir;
   EvalSpec eval_spec;
-  MPI_Comm comm = MPI_COMM_NULL;  // where the chief's message arrives
+  comm::Group* group = nullptr;   // where the chief's message arrives (the runtime's group)
   int chief_rank = 0;
   double poll_s = 0.2;            // how often model_dir is looked at
 };
@@ -60,7 +59,7 @@ std::vector<std::vector<std::int64_t>> eval_rows_needed(const Model& model, cons
 
 // Chief: tells every evaluator rank that training is over. Waits (at most timeout_s, then a
 // TimeoutError naming the evaluator ranks) until each message is delivered.
-void notify_evaluators(const Runtime& runtime, MPI_Comm comm, const std::string& final_checkpoint, int status,
+void notify_evaluators(const Runtime& runtime, comm::Group& group, const std::string& final_checkpoint, int status,
                        double timeout_s);
 
 }  // namespace strata::train

@@ -37,6 +37,8 @@
 #include <vector>
 
 #include "strata/cluster/liveness.h"
+#include "strata/comm/group.h"
+#include "strata/comm/mpi_group.h"
 #include "strata/common/env.h"
 #include "strata/common/error.h"
 #include "strata/common/logging.h"
@@ -143,34 +145,15 @@ std::vector<long long> pack_dynamic_stats(const ps::PsServer& server) {
   return out;
 }
 
-void wait_request(MPI_Request& req, double timeout_s, const std::string& what, int peer) {
-  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
-  int done = 0;
-  while (true) {
-    STRATA_CHECK_MPI(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
-    if (done) return;
-    if (Clock::now() > deadline) {
-      MPI_Cancel(&req);
-      MPI_Request_free(&req);
-      throw TimeoutError(what + " did not complete within " + std::to_string(timeout_s) + " s", {peer});
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-}
-
-void send_dynamic_stats(const Runtime& rt, const ps::PsServer& server, double timeout_s) {
-  std::vector<long long> mine = pack_dynamic_stats(server);
-  MPI_Request req;
-  STRATA_CHECK_MPI(MPI_Isend(mine.data(), static_cast<int>(mine.size()), MPI_LONG_LONG, rt.chief_rank(),
-                             kDynamicStatsTag, rt.comms().runtime(), &req));
-  wait_request(req, timeout_s,
-               "sending the dynamic-table statistics to the chief (rank " + std::to_string(rt.chief_rank()) + ")",
-               rt.chief_rank());
+void send_dynamic_stats(comm::Group& group, const Runtime& rt, const ps::PsServer& server, double timeout_s) {
+  const std::vector<long long> mine = pack_dynamic_stats(server);
+  group.send(rt.chief_rank(), kDynamicStatsTag, mine.data(), mine.size() * sizeof(long long),
+             comm::Deadline{timeout_s, "sending the dynamic-table statistics to the chief"});
 }
 
 // The "dynamic" member of the summary: per variable, the sums over the PS ranks and "per_ps".
-nlohmann::ordered_json gather_dynamic_stats(const Runtime& rt, const std::vector<DynamicVariable>& dyn,
-                                            double timeout_s) {
+nlohmann::ordered_json gather_dynamic_stats(comm::Group& group, const Runtime& rt,
+                                            const std::vector<DynamicVariable>& dyn, double timeout_s) {
   std::vector<std::pair<int, int>> ps;  // (PS index, rank)
   for (const auto& info : rt.ranks())
     if (info.task.type == "ps") ps.emplace_back(info.task.index, info.rank);
@@ -178,13 +161,11 @@ nlohmann::ordered_json gather_dynamic_stats(const Runtime& rt, const std::vector
   const std::size_t n = dyn.size() * kDynamicStatsFields;
   std::vector<std::vector<long long>> got(ps.size(), std::vector<long long>(n, 0));
   for (std::size_t p = 0; p < ps.size(); ++p) {
-    MPI_Request req;
-    STRATA_CHECK_MPI(MPI_Irecv(got[p].data(), static_cast<int>(n), MPI_LONG_LONG, ps[p].second, kDynamicStatsTag,
-                               rt.comms().runtime(), &req));
-    wait_request(req, timeout_s,
-                 "the dynamic-table statistics of ps:" + std::to_string(ps[p].first) + " (rank " +
-                     std::to_string(ps[p].second) + ")",
-                 ps[p].second);
+    const std::string what = "the dynamic-table statistics of ps:" + std::to_string(ps[p].first);
+    const auto m = group.recv(ps[p].second, kDynamicStatsTag, comm::Deadline{timeout_s, what});
+    if (m.size() != n * sizeof(long long))
+      throw Error(what + ": " + std::to_string(m.size()) + " bytes, not " + std::to_string(n * sizeof(long long)));
+    std::memcpy(got[p].data(), m.data(), m.size());
   }
   static const char* const kNames[kDynamicStatsFields] = {"rows",  "admitted",         "evicted_ttl",
                                                          "evicted_capacity", "bytes", "rejected_lookups",
@@ -224,91 +205,65 @@ nlohmann::ordered_json gather_dynamic_stats(const Runtime& rt, const std::vector
 // every other worker, then releases them all; past the bound it names the workers that never
 // arrived (task and host) and the others name worker 0. Collective over `workers`; the calling
 // thread must own the PS client (no replica thread runs).
-void final_barrier(MPI_Comm workers, const Runtime& rt, double timeout_s,
-                   const std::function<std::int64_t()>& global_step) {
+void final_barrier(comm::Group& workers, const std::vector<int>& runtime_rank_of, const Runtime& rt,
+                   double timeout_s, const std::function<std::int64_t()>& global_step) {
   constexpr int kTag = 0x5346;  // "SF"
-  int me = 0, n = 1;
-  STRATA_CHECK_MPI(MPI_Comm_rank(workers, &me));
-  STRATA_CHECK_MPI(MPI_Comm_size(workers, &n));
+  const int me = workers.rank(), n = workers.size();
   if (n == 1) return;
-  // Who worker r is, for the message: its rank in the runtime communicator indexes rt.ranks().
+  // Who worker r is, for the message: its rank in the runtime group indexes rt.ranks().
   auto describe = [&](int r) {
-    MPI_Group wg, rg;
-    int out = MPI_UNDEFINED;
-    MPI_Comm_group(workers, &wg);
-    MPI_Comm_group(rt.comms().runtime(), &rg);
-    MPI_Group_translate_ranks(wg, 1, &r, rg, &out);
-    MPI_Group_free(&wg);
-    MPI_Group_free(&rg);
-    if (out == MPI_UNDEFINED || out < 0 || out >= static_cast<int>(rt.ranks().size()))
-      return "worker rank " + std::to_string(r);
+    const int out = r < static_cast<int>(runtime_rank_of.size()) ? runtime_rank_of[static_cast<std::size_t>(r)] : -1;
+    if (out < 0 || out >= static_cast<int>(rt.ranks().size())) return "worker rank " + std::to_string(r);
     const RankInfo& info = rt.ranks()[static_cast<std::size_t>(out)];
     return "rank " + std::to_string(out) + " (" + info.task.str() + " on " + info.host + ")";
   };
-  char token = 1;
-  std::vector<MPI_Request> requests;
+  const char token = 1;
   std::vector<char> inbox(static_cast<std::size_t>(n), 0);
-  if (me == 0) {
-    for (int r = 1; r < n; ++r) {
-      requests.emplace_back();
-      STRATA_CHECK_MPI(MPI_Irecv(&inbox[static_cast<std::size_t>(r)], 1, MPI_CHAR, r, kTag, workers, &requests.back()));
-    }
-  } else {
-    requests.resize(2);
-    STRATA_CHECK_MPI(MPI_Isend(&token, 1, MPI_CHAR, 0, kTag, workers, &requests[0]));
-    STRATA_CHECK_MPI(MPI_Irecv(&inbox[0], 1, MPI_CHAR, 0, kTag, workers, &requests[1]));
-  }
   // Worker 0, which can name the missing, gives up first; the others wait 5 s longer.
-  auto wait_all = [&](std::vector<MPI_Request>& reqs, bool collecting) {
-    const double limit = me == 0 ? timeout_s : timeout_s + 5;
-    const auto bound = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
-    auto deadline = Clock::now() + bound;
-    auto next_look = Clock::now();
-    std::int64_t last_step = -1;
-    int last_done = -1;
-    while (true) {
-      int done_count = 0;
-      for (auto& req : reqs) {
-        int flag = 0;
-        if (req != MPI_REQUEST_NULL) STRATA_CHECK_MPI(MPI_Test(&req, &flag, MPI_STATUS_IGNORE));
-        if (req == MPI_REQUEST_NULL) ++done_count;
+  const double limit = me == 0 ? timeout_s : timeout_s + 5;
+  const comm::Deadline deadline{limit, "the workers' end-of-training barrier"};
+  std::int64_t last_step = global_step();
+  int arrived = 0, arrived_seen = 0;
+  // The deadline restarts whenever a worker arrives or the global step moves.
+  auto moved = [&] {
+    const std::int64_t step = global_step();
+    const bool any = step != last_step || arrived != arrived_seen;
+    last_step = step;
+    arrived_seen = arrived;
+    return any;
+  };
+  auto wait = [&](const std::function<bool()>& done, bool collecting) {
+    try {
+      comm::wait_until(done, deadline, {}, moved);
+    } catch (const TimeoutError&) {
+      std::string missing;
+      if (collecting) {
+        for (int r = 1; r < n; ++r)
+          if (!inbox[static_cast<std::size_t>(r)]) missing += (missing.empty() ? "" : ", ") + describe(r);
+      } else {
+        missing = describe(0);
       }
-      if (done_count == static_cast<int>(reqs.size())) return;
-      const auto now = Clock::now();
-      if (done_count != last_done) {
-        last_done = done_count;
-        deadline = now + bound;
-      }
-      if (now >= next_look) {
-        next_look = now + std::chrono::milliseconds(500);
-        const std::int64_t step = global_step();
-        if (step != last_step) {
-          last_step = step;
-          deadline = now + bound;
-        }
-      }
-      if (now > deadline) {
-        std::string missing;
-        if (collecting) {
-          for (int r = 1; r < n; ++r)
-            if (!inbox[static_cast<std::size_t>(r)]) missing += (missing.empty() ? "" : ", ") + describe(r);
-        } else {
-          missing = describe(0);
-        }
-        throw TimeoutError("the workers' end-of-training barrier: no worker arrived and the global step (" +
-                               std::to_string(last_step) + ") did not move for " + std::to_string(static_cast<int>(limit)) +
-                               " s (--timeout / STRATA_TIMEOUT_S); still waiting for " + missing,
-                           {});
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      throw TimeoutError("the workers' end-of-training barrier: no worker arrived and the global step (" +
+                             std::to_string(last_step) + ") did not move for " + std::to_string(static_cast<int>(limit)) +
+                             " s (--timeout / STRATA_TIMEOUT_S); still waiting for " + missing,
+                         {});
     }
   };
-  wait_all(requests, me == 0);
   if (me == 0) {
-    std::vector<MPI_Request> releases(static_cast<std::size_t>(n - 1));
-    for (int r = 1; r < n; ++r)
-      STRATA_CHECK_MPI(MPI_Isend(&token, 1, MPI_CHAR, r, kTag, workers, &releases[static_cast<std::size_t>(r - 1)]));
-    wait_all(releases, false);
+    wait(
+        [&] {
+          for (int r = 1; r < n; ++r)
+            if (!inbox[static_cast<std::size_t>(r)] && workers.try_recv(r, kTag)) {
+              inbox[static_cast<std::size_t>(r)] = 1;
+              ++arrived;
+            }
+          return arrived == n - 1;
+        },
+        true);
+    for (int r = 1; r < n; ++r) workers.send(r, kTag, &token, 1, deadline);
+  } else {
+    workers.send(0, kTag, &token, 1, deadline);
+    wait([&] { return workers.try_recv(0, kTag).has_value(); }, false);
   }
 }
 
@@ -363,18 +318,14 @@ TrainResult train_and_evaluate(Model& model, const RunConfig& config, const Trai
 
 TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, const TrainSpec& train_spec,
                                const EvalSpec& eval_spec) {
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (!initialized) throw Error("train_and_evaluate: MPI is not initialised (create a strata::MpiSession first)");
-  MPI_Comm world = cfg.world == MPI_COMM_NULL ? MPI_COMM_WORLD : cfg.world;
+  const MPI_Comm world = job_world(cfg.world, "train_and_evaluate");
   Env env = Env::from_process();
   const double t_start = now_s();
   BootstrapOptions boot;
   boot.timeout_s = cfg.timeout_s;
   if (cfg.num_ps >= 0) boot.resolve.num_ps = cfg.num_ps;
   boot.resolve.jobs = cfg.jobs;
-  int world_rank = 0;
-  MPI_Comm_rank(world, &world_rank);
+  const int world_rank = rank_in(world);
   // Heartbeats from the start of the job, the bootstrap included: a stopped or frozen rank ends the
   // job within seconds, named (strata/cluster/liveness.h). Before the bootstrap has assigned roles
   // a rank is named by its host. Declared before the runtime, so it still watches while the
@@ -392,6 +343,9 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
   }
   live.name_ranks(*rt);
   liveness::set_phase(liveness::Phase::kRestore);
+  // The process groups of the runtime's communicators: every exchange of this layer goes through
+  // them, each wait bounded and naming who is late (strata/comm/group.h).
+  const comm::RuntimeGroups groups = comm::groups_of(*rt);
 
   const Role role = rt->role();
   const bool trains = role == Role::kChief || role == Role::kWorker;
@@ -477,14 +431,14 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
     }
   // Agree on the verdict: the first rank's error, in one line, on every rank.
   std::vector<std::string> verdicts =
-      allgather_strings(rt->comms().runtime(), config_error, cfg.timeout_s, "train config");
+      groups.runtime->allgather_strings(config_error, comm::Deadline{cfg.timeout_s, "train config"});
   for (std::size_t r = 0; r < verdicts.size(); ++r)
     if (!verdicts[r].empty()) return config_failure(verdicts[r], rt->rank() == static_cast<int>(r));
   // The optimizer is the chief's (its model's default when none is configured): the PS ranks
   // apply it without a model of their own.
   {
     const std::string mine = rt->is_chief() && net ? optimizer_spec(cfg, net.get()) : std::string();
-    for (const auto& s : allgather_strings(rt->comms().runtime(), mine, cfg.timeout_s, "optimizer"))
+    for (const auto& s : groups.runtime->allgather_strings(mine, comm::Deadline{cfg.timeout_s, "optimizer"}))
       if (!s.empty()) sopt.ps.optimizer = ps::OptimizerConfig::parse(s);
   }
 
@@ -531,7 +485,7 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
     const bool preempted = strategy.serve();
     // The chief's summary carries every PS's dynamic-table counters (the chief waits for them).
     if (!strategy.ps_server().dynamic_variables().empty())
-      send_dynamic_stats(*rt, strategy.ps_server(), cfg.timeout_s);
+      send_dynamic_stats(*groups.runtime, *rt, strategy.ps_server(), cfg.timeout_s);
     result.status = strategy.save_error_stopped() ? kStatusFailure : preempted ? kStatusPreempted : kStatusOk;
     return result;
   }
@@ -547,7 +501,7 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
     EvaluatorOptions eo;
     eo.model_dir = cfg.model_dir;
     eo.eval_spec = eval_spec;
-    eo.comm = rt->comms().runtime();
+    eo.group = groups.runtime.get();
     eo.chief_rank = rt->chief_rank();
     const EvaluatorOutcome out = run_evaluator(*net, eval_set, eo);
     result.status = out.status;
@@ -560,7 +514,7 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
   const int replicas = strategy.num_replicas_in_sync();
   // Every worker's replicas ("gpu:0,1" or "cpu:K"), in worker order, for the startup line and the
   // summary (workers of one job may differ: --devices auto on a mix of GPU and CPU nodes).
-  ctx.worker_devices = allgather_strings(rt->comms().workers(), strategy.devices(), cfg.timeout_s, "worker devices");
+  ctx.worker_devices = groups.workers->allgather_strings(strategy.devices(), comm::Deadline{cfg.timeout_s, "worker devices"});
   ctx.devices_kind = ctx.worker_devices.front().substr(0, 3);
   for (const auto& d : ctx.worker_devices)
     if (d.compare(0, 3, ctx.devices_kind) != 0) ctx.devices_kind = "mixed";
@@ -648,8 +602,9 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
   // different epochs (one just past an epoch's end, another still finishing it).
   if (!streaming) dist.start_epoch(0);  // (a stream counted its share when distributed)
   long long my_batches = data::BatchIterator::num_batches(dist.examples_this_epoch(), cfg.global_batch, true);
-  long long epoch_batches = 0;
-  STRATA_CHECK_MPI(MPI_Allreduce(&my_batches, &epoch_batches, 1, MPI_LONG_LONG, MPI_MIN, rt->comms().workers()));
+  // Bounded like the exchange of devices above: every worker got here from it without a wait.
+  const long long epoch_batches = groups.workers->allreduce(
+      std::int64_t{my_batches}, comm::ReduceOp::kMin, comm::Deadline{cfg.timeout_s, "the workers' steps per epoch"});
   if (epoch_batches == 0 && rt->is_chief()) {
     STRATA_LOG(WARN) << "no step per epoch: the smallest worker's share of the training data holds fewer than "
                      << "--global-batch " << cfg.global_batch << " examples (this worker's: "
@@ -868,7 +823,7 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
                                                    : kStatusOk;
   // The evaluator tasks learn that training is over and which checkpoint is the final one.
   if (ctx.is_chief && rt->count_role(Role::kEvaluator) > 0)
-    notify_evaluators(*rt, rt->comms().runtime(), strategy.final_checkpoint(), status, cfg.timeout_s);
+    notify_evaluators(*rt, *groups.runtime, strategy.final_checkpoint(), status, cfg.timeout_s);
 
   // Every worker's pushes must be applied before the chief evaluates the final model (and reads
   // the PS statistics): each worker waits for its own acks, then all meet.
@@ -878,17 +833,17 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
   // workers' final barrier, a worker alive but late.
   if (const double delay = test_hook_delay(env, "STRATA_TEST_FINAL_DELAY_RANK", rt->rank()); delay > 0)
     std::this_thread::sleep_for(std::chrono::duration<double>(delay));
-  final_barrier(rt->comms().workers(), *rt, cfg.timeout_s, [&strategy] { return strategy.global_step(); });
+  final_barrier(*groups.workers, groups.worker_ranks, *rt, cfg.timeout_s,
+                [&strategy] { return strategy.global_step(); });
+  // The job's figures, right after the barrier: every worker is here.
+  const comm::Deadline figures{cfg.timeout_s, "the job's figures over the workers"};
   // Sum of every worker's throughput: the job's examples/s.
   double my_eps = examples / std::max(summary.train_s, 1e-9);
-  STRATA_CHECK_MPI(
-      MPI_Allreduce(&my_eps, &summary.job_examples_per_sec, 1, MPI_DOUBLE, MPI_SUM, rt->comms().workers()));
+  summary.job_examples_per_sec = groups.workers->allreduce(my_eps, comm::ReduceOp::kSum, figures);
   // Update staleness over every worker's steps: sums and counts add, maxima take the max.
-  long long stale_sums[2] = {summary.staleness_sum, summary.staleness_count}, stale_tot[2] = {0, 0};
-  long long stale_max = summary.staleness_max;
-  STRATA_CHECK_MPI(MPI_Allreduce(stale_sums, stale_tot, 2, MPI_LONG_LONG, MPI_SUM, rt->comms().workers()));
-  STRATA_CHECK_MPI(
-      MPI_Allreduce(&stale_max, &summary.job_staleness_max, 1, MPI_LONG_LONG, MPI_MAX, rt->comms().workers()));
+  std::int64_t stale_tot[2] = {summary.staleness_sum, summary.staleness_count};
+  groups.workers->allreduce(stale_tot, 2, comm::ElemType::kI64, comm::ReduceOp::kSum, figures);
+  summary.job_staleness_max = groups.workers->allreduce(std::int64_t{summary.staleness_max}, comm::ReduceOp::kMax, figures);
   summary.job_staleness_sum = stale_tot[0];
   summary.job_staleness_count = stale_tot[1];
   if (!strategy.checkpoint_options().directory.empty()) {
@@ -897,7 +852,7 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
     const ps::PsClient::SavePauses mine = strategy.ps_client().save_pauses();
     const double local[2] = {mine.total_s, mine.max_s};
     std::vector<double> all(2 * static_cast<std::size_t>(strategy.num_workers()));
-    STRATA_CHECK_MPI(MPI_Allgather(local, 2, MPI_DOUBLE, all.data(), 2, MPI_DOUBLE, rt->comms().workers()));
+    groups.workers->allgather(local, sizeof local, all.data(), figures);
     for (std::size_t w = 0; w < all.size() / 2; ++w) {
       summary.save_pause_s.push_back(all[2 * w]);
       summary.save_pause_max_s.push_back(all[2 * w + 1]);
@@ -909,7 +864,7 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
   strategy.finish(ctx.position);
   if (ctx.is_chief && !dyn_vars.empty()) {
     auto line = nlohmann::ordered_json::parse(ctx.deferred_summary.empty() ? "{}" : ctx.deferred_summary);
-    line["dynamic"] = gather_dynamic_stats(*rt, dyn_vars, cfg.timeout_s);
+    line["dynamic"] = gather_dynamic_stats(*groups.runtime, *rt, dyn_vars, cfg.timeout_s);
     if (!ctx.deferred_summary.empty()) std::cout << line.dump() << std::endl;
   }
   result.status = strategy.save_error_stopped() ? kStatusFailure : strategy.stopped() ? kStatusPreempted : kStatusOk;

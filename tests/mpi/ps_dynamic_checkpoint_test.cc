@@ -22,6 +22,7 @@
 #include "ps/dynamic_checkpoint.h"
 #include "ps/dynamic_table.h"
 #include "ps/test_peer.h"
+#include "strata/comm/mpi_group.h"
 #include "strata/checkpoint/dynamic.h"
 #include "strata/cluster/runtime.h"
 #include "strata/comm/transport.h"
@@ -103,8 +104,9 @@ checkpoint::DynamicTableState gather_union(MPI_Comm world, const checkpoint::Dyn
   int rank = 0, size = 1;
   MPI_Comm_rank(world, &rank);
   MPI_Comm_size(world, &size);
+  const auto group = comm::make_mpi_group(world);
   PeerLink link;
-  link.comm = world;
+  link.group = group.get();
   link.timeout_s = 60;
   link.what = "test gather";
   if (rank != 0) {

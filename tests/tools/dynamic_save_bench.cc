@@ -23,6 +23,7 @@
 
 #include "ps/dynamic_checkpoint.h"
 #include "ps/dynamic_table.h"
+#include "strata/comm/mpi_group.h"
 #include "strata/checkpoint/dynamic.h"
 #include "strata/common/error.h"
 
@@ -98,8 +99,9 @@ int run(int argc, char** argv) {
   if (mode == "parallel") {
     bytes = strata::checkpoint::write_dynamic_checkpoint(comm, dir, 1, tables).file_bytes;
   } else {
+    const auto group = strata::comm::make_mpi_group(comm);
     strata::ps::PeerLink link;
-    link.comm = comm;
+    link.group = group.get();
     link.timeout_s = 600;
     link.what = "bench gather";
     if (rank != 0) {

@@ -69,6 +69,12 @@ class MpiSession {
 // its peers waiting. Open MPI's mpirun exits with `code`.
 void abort_job(int code);
 
+// The communicator a job runs on: `world`, or MPI_COMM_WORLD when it is MPI_COMM_NULL. Throws
+// Error("<who>: MPI is not initialised (create a strata::MpiSession first)") before MPI_Init.
+MPI_Comm job_world(MPI_Comm world, const std::string& who);
+// This process's rank in `comm`.
+int rank_in(MPI_Comm comm);
+
 // One rank as seen by everyone after the bootstrap exchange.
 struct RankInfo {
   int rank = -1;

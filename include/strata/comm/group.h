@@ -34,6 +34,9 @@ const char* to_string(ReduceOp op);
 struct Deadline {
   double timeout_s = 60;
   std::string what;
+  // Called between polls while the wait goes on (e.g. a transport's progress(), for a rank whose
+  // peers need it to serve them while it waits). Optional.
+  std::function<void()> while_waiting = {};
 };
 
 // The one waiting loop of the layers above comm/: polls `done` (first for about 50 us, then with

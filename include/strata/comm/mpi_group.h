@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include <memory>
+#include <vector>
 
 #include "strata/cluster/runtime.h"
 #include "strata/comm/group.h"
@@ -25,6 +26,10 @@ struct RuntimeGroups {
   std::unique_ptr<Group> role;     // the ranks with this rank's role
   std::unique_ptr<Group> ps;       // the PS ranks
   std::unique_ptr<Group> workers;  // chief + workers
+  // The runtime rank of each member of ps / workers, in that group's rank order (empty where this
+  // rank is not a member): for naming a member in messages.
+  std::vector<int> ps_ranks;
+  std::vector<int> worker_ranks;
 };
 RuntimeGroups groups_of(const Runtime& runtime);
 

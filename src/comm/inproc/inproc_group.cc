@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -72,8 +73,12 @@ class InprocGroup final : public Group {
         seen = state_->generation[me];
       }
       if (done()) return;
+      if (deadline.while_waiting) deadline.while_waiting();
       std::unique_lock<std::mutex> lock(state_->mu);
-      const bool moved = state_->arrived[me].wait_until(lock, until, [&] { return state_->generation[me] != seen; });
+      // With work to do while waiting, sleep at most 1 ms at a time.
+      const auto wake = deadline.while_waiting ? std::min(until, Clock::now() + std::chrono::milliseconds(1)) : until;
+      const bool moved = state_->arrived[me].wait_until(lock, wake, [&] { return state_->generation[me] != seen; });
+      if (!moved && Clock::now() < until) continue;
       if (!moved) {
         lock.unlock();
         if (done()) return;

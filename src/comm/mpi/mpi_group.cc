@@ -66,10 +66,36 @@ std::unique_ptr<Group> make_mpi_group(MPI_Comm comm) {
   return std::make_unique<MpiGroup>(comm);
 }
 
+namespace {
+
+// The rank in `to` of every rank of `from` (both communicators of this process).
+std::vector<int> translate_all(MPI_Comm from, MPI_Comm to) {
+  if (from == MPI_COMM_NULL) return {};
+  int n = 0;
+  STRATA_CHECK_MPI(MPI_Comm_size(from, &n));
+  std::vector<int> in(static_cast<std::size_t>(n)), out(static_cast<std::size_t>(n), MPI_UNDEFINED);
+  for (int r = 0; r < n; ++r) in[static_cast<std::size_t>(r)] = r;
+  MPI_Group gf, gt;
+  STRATA_CHECK_MPI(MPI_Comm_group(from, &gf));
+  STRATA_CHECK_MPI(MPI_Comm_group(to, &gt));
+  const int rc = MPI_Group_translate_ranks(gf, n, in.data(), gt, out.data());
+  MPI_Group_free(&gf);
+  MPI_Group_free(&gt);
+  STRATA_CHECK_MPI(rc);
+  for (int& r : out)
+    if (r == MPI_UNDEFINED) r = -1;
+  return out;
+}
+
+}  // namespace
+
 RuntimeGroups groups_of(const Runtime& runtime) {
   auto maybe = [](MPI_Comm c) { return c == MPI_COMM_NULL ? nullptr : make_mpi_group(c); };
   const Communicators& c = runtime.comms();
-  return RuntimeGroups{maybe(c.runtime()), maybe(c.role()), maybe(c.ps()), maybe(c.workers())};
+  RuntimeGroups g{maybe(c.runtime()), maybe(c.role()), maybe(c.ps()), maybe(c.workers()), {}, {}};
+  g.ps_ranks = translate_all(c.ps(), c.runtime());
+  g.worker_ranks = translate_all(c.workers(), c.runtime());
+  return g;
 }
 
 }  // namespace strata::comm
