@@ -172,7 +172,7 @@ void Group::reduce(void* data, std::size_t count, ElemType type, ReduceOp op, in
                   " bytes to a reduction of " + std::to_string(bytes));
     combine_bytes(acc.data(), m.data(), count, type, op);
   }
-  std::memcpy(data, acc.data(), bytes);
+  if (bytes > 0) std::memcpy(data, acc.data(), bytes);
 }
 
 void Group::allreduce(void* data, std::size_t count, ElemType type, ReduceOp op, const Deadline& deadline) {
@@ -191,7 +191,7 @@ void Group::allgather(const void* mine, std::size_t bytes, void* all, const Dead
       if (m.size() != bytes)
         throw Error(deadline.what + ": rank " + std::to_string(r) + " sent " + std::to_string(m.size()) +
                     " bytes to an allgather of " + std::to_string(bytes));
-      std::memcpy(out + static_cast<std::size_t>(r) * bytes, m.data(), bytes);
+      if (bytes > 0) std::memcpy(out + static_cast<std::size_t>(r) * bytes, m.data(), bytes);
     }
   }
   broadcast(all, total, 0, deadline);
@@ -235,7 +235,7 @@ void Group::broadcast(void* data, std::size_t bytes, int root, const Deadline& d
   if (m.size() != bytes)
     throw Error(deadline.what + ": rank " + std::to_string(root) + " broadcast " + std::to_string(m.size()) +
                 " bytes, not " + std::to_string(bytes));
-  std::memcpy(data, m.data(), bytes);
+  if (bytes > 0) std::memcpy(data, m.data(), bytes);  // (an empty message's data() may be null)
 }
 
 std::int64_t Group::allreduce(std::int64_t value, ReduceOp op, const Deadline& deadline) {

@@ -192,7 +192,7 @@ void recv_bytes(void* data, std::size_t bytes, const PeerLink& link) {
     if (m.size() != n)
       throw Error(link.what + ": rank " + std::to_string(link.blame) + " sent a piece of " + std::to_string(m.size()) +
                   " bytes where " + std::to_string(n) + " were due");
-    std::memcpy(p, m.data(), n);
+    if (n > 0) std::memcpy(p, m.data(), n);  // (an empty vector's data() may be null)
     p += n;
     bytes -= n;
   } while (bytes > 0);

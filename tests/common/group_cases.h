@@ -128,4 +128,93 @@ inline void group_late_rank_case(comm::Group& g) {
   }
 }
 
+
+// Many collectives of every kind in a row, with roots that move: every rank sees the same
+// results in the same order (no message of one collective is taken by another).
+inline void group_mixed_sequence_case(comm::Group& g) {
+  const int n = g.size(), r = g.rank();
+  for (int i = 0; i < 60; ++i) {
+    const int root = i % n;
+    switch (i % 4) {
+      case 0: {
+        const std::int64_t sum = g.allreduce(std::int64_t{r + i}, comm::ReduceOp::kSum, quick_deadline("mixed sum"));
+        EXPECT_EQ(sum, static_cast<std::int64_t>(n) * i + n * (n - 1) / 2) << "iteration " << i;
+        break;
+      }
+      case 1: {
+        std::int64_t v = r == root ? 1000 + i : -1;
+        g.broadcast(&v, sizeof v, root, quick_deadline("mixed broadcast"));
+        EXPECT_EQ(v, 1000 + i) << "iteration " << i;
+        break;
+      }
+      case 2: {
+        const auto all = g.allgather_strings(std::to_string(r * i), quick_deadline("mixed strings"));
+        for (int k = 0; k < n; ++k) EXPECT_EQ(all[static_cast<std::size_t>(k)], std::to_string(k * i));
+        break;
+      }
+      default: g.barrier(quick_deadline("mixed barrier"));
+    }
+  }
+}
+
+// Messages with different tags between the same pair are kept apart, whatever order they are
+// received in; a large message arrives whole.
+inline void group_tags_and_sizes_case(comm::Group& g) {
+  const int n = g.size(), r = g.rank();
+  if (n < 2) return;
+  const int peer = r ^ 1;
+  if (peer >= n) {
+    g.barrier(quick_deadline("odd rank out"));
+    return;
+  }
+  std::vector<std::uint8_t> big(1 << 20);
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<std::uint8_t>((i * 7 + static_cast<std::size_t>(r)) & 0xff);
+  for (int tag = 1; tag <= 3; ++tag) {
+    const std::int32_t v = r * 10 + tag;
+    g.send(peer, tag, &v, sizeof v, quick_deadline("tagged send"));
+  }
+  // A large send may wait for its receiver (MPI's rendezvous): the lower rank sends first.
+  std::vector<std::byte> large;
+  if (r < peer) {
+    g.send(peer, 4, big.data(), big.size(), quick_deadline("large send"));
+    large = g.recv(peer, 4, quick_deadline("large recv"));
+  } else {
+    large = g.recv(peer, 4, quick_deadline("large recv"));
+    g.send(peer, 4, big.data(), big.size(), quick_deadline("large send"));
+  }
+  ASSERT_EQ(large.size(), big.size());
+  bool same = true;
+  for (std::size_t i = 0; i < large.size() && same; ++i)
+    same = static_cast<std::uint8_t>(large[i]) == static_cast<std::uint8_t>((i * 7 + static_cast<std::size_t>(peer)) & 0xff);
+  EXPECT_TRUE(same);
+  for (int tag = 3; tag >= 1; --tag) {
+    const auto m = g.recv(peer, tag, quick_deadline("tagged recv"));
+    ASSERT_EQ(m.size(), sizeof(std::int32_t));
+    std::int32_t v = 0;
+    std::memcpy(&v, m.data(), sizeof v);
+    EXPECT_EQ(v, peer * 10 + tag);
+  }
+  g.barrier(quick_deadline("after tags"));
+}
+
+// A reduction whose ranks disagree on the size is refused with the rank named, not misread.
+inline void group_size_mismatch_case(comm::Group& g) {
+  const int n = g.size(), r = g.rank();
+  if (n < 2) return;
+  std::int64_t v[2] = {1, 2};
+  const std::size_t count = r == n - 1 ? 2 : 1;
+  try {
+    g.allreduce(v, count, comm::ElemType::kI64, comm::ReduceOp::kSum, comm::Deadline{0.5, "mismatched sum"});
+    if (r == 0) ADD_FAILURE() << "rank 0 combined a reduction of mismatched sizes";
+  } catch (const TimeoutError&) {
+    // The others wait for rank 0's result, which never comes: named as rank 0.
+    EXPECT_NE(r, 0);
+  } catch (const Error& e) {
+    EXPECT_EQ(r, 0);
+    EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(n - 1) + " sent 16 bytes to a reduction of 8"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace strata::test

@@ -23,6 +23,9 @@ TEST_P(InprocGroupTest, ReduceAtEveryRoot) { run_case(GetParam(), test::group_re
 TEST_P(InprocGroupTest, GatherAndBroadcast) { run_case(GetParam(), test::group_gather_broadcast_case); }
 TEST_P(InprocGroupTest, PointToPointInOrder) { run_case(GetParam(), test::group_point_to_point_case); }
 TEST_P(InprocGroupTest, LateRankIsNamed) { run_case(GetParam(), test::group_late_rank_case); }
+TEST_P(InprocGroupTest, MixedSequenceKeepsCollectivesApart) { run_case(GetParam(), test::group_mixed_sequence_case); }
+TEST_P(InprocGroupTest, TagsAndLargeMessages) { run_case(GetParam(), test::group_tags_and_sizes_case); }
+TEST_P(InprocGroupTest, SizeMismatchIsRefusedNamingTheRank) { run_case(GetParam(), test::group_size_mismatch_case); }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, InprocGroupTest, ::testing::Values(1, 2, 3, 4, 5),
                          [](const auto& info) { return "np" + std::to_string(info.param); });

@@ -71,7 +71,9 @@ class Group {
 
   // ---- point to point: tagged byte messages -------------------------------------------------------
   // Sends `bytes` to `peer`; returns once the bytes may be reused and the message is on its way
-  // (delivered, for the in-process group), or throws TimeoutError past the deadline.
+  // (delivered, for the in-process group), or throws TimeoutError past the deadline. A large
+  // message over MPI may wait until the peer receives it, so two ranks that each send one to the
+  // other before receiving wait for each other until the deadline.
   virtual void send(int peer, int tag, const void* data, std::size_t bytes, const Deadline& deadline) = 0;
   // The next message from `peer` with `tag`, waiting until the deadline.
   virtual std::vector<std::byte> recv(int peer, int tag, const Deadline& deadline);
