@@ -320,27 +320,12 @@ int Runtime::count_role(Role role) const {
   return n;
 }
 
-std::unique_ptr<Runtime> Runtime::bootstrap(MPI_Comm world, const Env& env, const BootstrapOptions& options) {
+std::unique_ptr<Runtime> Runtime::resolve_and_agree(int rank, int size, const Env& env,
+                                                    const BootstrapOptions& options, const Exchange& exchange) {
   std::unique_ptr<Runtime> rt(new Runtime());
-  const double timeout = options.timeout_s;
-  STRATA_CHECK_MPI(MPI_Comm_rank(world, &rt->rank_));
-  STRATA_CHECK_MPI(MPI_Comm_size(world, &rt->size_));
+  rt->rank_ = rank;
+  rt->size_ = size;
   const std::string host = short_hostname();
-  set_rank_context(RankContext{rt->rank_, rt->size_, "", host});
-
-  guarded(world, "MPI_Comm_dup of the world communicator", timeout,
-          [&] { STRATA_CHECK_MPI(MPI_Comm_dup(world, &rt->comms_.runtime_)); });
-  MPI_Comm comm = rt->comms_.runtime_;
-  set_errors_return(comm);
-
-  // The job's first phase (strata/cluster/liveness.h); with STRATA_TEST_PHASE_DIR set it also marks
-  // this rank as inside the bootstrap for tests/fault.
-  liveness::set_phase(liveness::Phase::kBootstrap);
-
-  // Test hook (documented in the env table): delay chosen ranks so tests can show that a late rank
-  // is named instead of hanging the job.
-  if (const double delay = test_hook_delay(env, "STRATA_TEST_DELAY_RANK", rt->rank_); delay > 0)
-    std::this_thread::sleep_for(std::chrono::duration<double>(delay));
 
   // Exchange 1: host names, which the MPI resolver needs for addresses.
   cluster::ProcessInfo process;
@@ -348,7 +333,15 @@ std::unique_ptr<Runtime> Runtime::bootstrap(MPI_Comm world, const Env& env, cons
   process.size = rt->size_;
   process.hostname = host;
   process.physical_gpus = cluster::count_physical_gpus();
-  process.rank_hosts = gather_hostnames(comm, timeout);
+  {
+    char mine_host[64] = {};
+    host.copy(mine_host, sizeof mine_host - 1);
+    const std::vector<char> hosts = exchange(mine_host, sizeof mine_host, "bootstrap (host names)");
+    for (int r = 0; r < size; ++r) {
+      const char* h = hosts.data() + sizeof mine_host * static_cast<std::size_t>(r);
+      process.rank_hosts.emplace_back(h, strnlen(h, sizeof mine_host));
+    }
+  }
 
   // Each rank resolves on its own; an error travels in the record instead of being thrown now, so
   // that every rank can report who failed.
@@ -374,7 +367,7 @@ std::unique_ptr<Runtime> Runtime::bootstrap(MPI_Comm world, const Env& env, cons
   copy_field(mine.error, my_error);
 
   // Exchange 2: the records. Every rank then runs the same pure check over the same table.
-  std::vector<char> raw = exchange(comm, &mine, sizeof(WireRecord), timeout, "bootstrap (cluster records)");
+  std::vector<char> raw = exchange(&mine, sizeof(WireRecord), "bootstrap (cluster records)");
   std::vector<cluster::RankRecord> records(rt->size_);
   for (int r = 0; r < rt->size_; ++r) {
     WireRecord w;
@@ -410,7 +403,6 @@ std::unique_ptr<Runtime> Runtime::bootstrap(MPI_Comm world, const Env& env, cons
   rt->num_nodes_ = static_cast<int>(node_of_host.size());
   rt->local_size_ = count_on_host[host];
   rt->role_ = role_of_job(rt->resolved_.task.type);
-  set_rank_context(RankContext{rt->rank_, rt->size_, rt->resolved_.task.str(), host});
 
   rt->chief_rank_ = 0;
   for (const auto& info : rt->ranks_) {
@@ -420,6 +412,50 @@ std::unique_ptr<Runtime> Runtime::bootstrap(MPI_Comm world, const Env& env, cons
     }
     if (info.task.type == "worker" && info.task.index == 0) rt->chief_rank_ = info.rank;
   }
+  return rt;
+}
+
+std::unique_ptr<Runtime> Runtime::bootstrap(std::shared_ptr<comm::Group> group, int rank, int size, const Env& env,
+                                            const BootstrapOptions& options, const Exchange& exchange) {
+  std::unique_ptr<Runtime> rt = resolve_and_agree(rank, size, env, options, exchange);
+  rt->group_ = std::move(group);
+  return rt;
+}
+
+std::unique_ptr<Runtime> Runtime::bootstrap(MPI_Comm world, const Env& env, const BootstrapOptions& options) {
+  int rank = 0, size = 0;
+  const double timeout = options.timeout_s;
+  STRATA_CHECK_MPI(MPI_Comm_rank(world, &rank));
+  STRATA_CHECK_MPI(MPI_Comm_size(world, &size));
+  const std::string host = short_hostname();
+  set_rank_context(RankContext{rank, size, "", host});
+
+  MPI_Comm comm = MPI_COMM_NULL;
+  guarded(world, "MPI_Comm_dup of the world communicator", timeout,
+          [&] { STRATA_CHECK_MPI(MPI_Comm_dup(world, &comm)); });
+  set_errors_return(comm);
+
+  // The job's first phase (strata/cluster/liveness.h); with STRATA_TEST_PHASE_DIR set it also marks
+  // this rank as inside the bootstrap for tests/fault.
+  liveness::set_phase(liveness::Phase::kBootstrap);
+
+  // Test hook (documented in the env table): delay chosen ranks so tests can show that a late rank
+  // is named instead of hanging the job.
+  if (const double delay = test_hook_delay(env, "STRATA_TEST_DELAY_RANK", rank); delay > 0)
+    std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+
+  std::unique_ptr<Runtime> rt;
+  try {
+    rt = resolve_and_agree(rank, size, env, options, [&](const void* mine, int bytes, const std::string& what) {
+      return exchange(comm, mine, bytes, timeout, what);
+    });
+  } catch (...) {
+    // The dup would have been the runtime's; without one it is freed here.
+    free_comm(comm);
+    throw;
+  }
+  rt->comms_.runtime_ = comm;
+  set_rank_context(RankContext{rt->rank_, rt->size_, rt->resolved_.task.str(), host});
 
   // Communicators. Role colours: ps 0, chief+workers 1, evaluator 2. Keys put the chief first and
   // then tasks in index order, so a communicator's rank is the task index (+1 for workers under a

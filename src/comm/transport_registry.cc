@@ -5,8 +5,10 @@
 #include <cstring>
 #include <thread>
 
+#include "comm/inproc/inproc_transport.h"
 #include "comm/mpi/mpi_rma_transport.h"
 #include "comm/tcp/tcp_transport.h"
+#include "strata/comm/mpi_group.h"
 #include "strata/comm/registry.h"
 #include "strata/common/error.h"
 #include "strata/config.h"
@@ -159,6 +161,18 @@ std::unique_ptr<Transport> create_transport(const std::string& name, MPI_Comm co
   for (const auto& n : compiled_transports()) known += n + ", ";
   known += "and auto";
   throw ConfigError("unknown transport '" + name + "' (this build has: " + known + ")");
+}
+
+std::unique_ptr<Transport> create_transport(const std::string& name, Group& group) {
+  if (const MPI_Comm comm = mpi_comm(group); comm != MPI_COMM_NULL) return create_transport(name, comm);
+  if (std::string(group.kind()) != "inproc")
+    throw Error(std::string("create_transport: a group of kind '") + group.kind() + "' has no transport");
+  if (name != "auto" && name != "inproc")
+    throw ConfigError("transport '" + name + "' needs an MPI job; ranks that are threads of one process use the "
+                      "in-process transport (auto or inproc)");
+  auto t = inproc::make_inproc_transport(group);
+  if (name == "auto") t->set_why("auto: ranks are threads of one process");
+  return t;
 }
 
 }  // namespace strata::comm

@@ -169,9 +169,13 @@ ParameterServers ParameterServers::materialize(const Runtime& runtime, const PsO
   }
   impl->options = options;
   impl->options.optimizer.validate();
+  // An MPI runtime's communicator, or a runtime over a process group (the in-process ranks).
   MPI_Comm comm = runtime.comms().runtime();
   impl->comm = comm;
-  impl->group = comm::make_mpi_group(comm);
+  if (runtime.group())
+    impl->group = runtime.group();
+  else
+    impl->group = comm::make_mpi_group(comm);
   comm::Group& group = *impl->group;
   const double timeout = options.timeout_s;
 
@@ -260,9 +264,15 @@ ParameterServers ParameterServers::materialize(const Runtime& runtime, const PsO
     // (dynamic_dir is set on every rank), rather than at its first save.
     if (!options.checkpoint.dynamic_dir.empty())
       for (const auto& d : impl->dynamic) table_name(d.name);
-    MPI_Comm dyn_comm = MPI_COMM_NULL;
-    STRATA_CHECK_MPI(MPI_Comm_split(comm, is_ps ? 0 : MPI_UNDEFINED, is_ps ? server->ps_index : 0, &dyn_comm));
-    if (server) server->dyn_comm = dyn_comm;
+    if (comm != MPI_COMM_NULL) {
+      MPI_Comm dyn_comm = MPI_COMM_NULL;
+      STRATA_CHECK_MPI(MPI_Comm_split(comm, is_ps ? 0 : MPI_UNDEFINED, is_ps ? server->ps_index : 0, &dyn_comm));
+      if (server) server->dyn_comm = dyn_comm;
+    } else if (!options.checkpoint.dynamic_dir.empty()) {
+      // The dynamic tables' writer is parallel HDF5 over the PS ranks' communicator.
+      throw ConfigError("dynamic tables are saved with parallel HDF5 over MPI: a job of in-process ranks cannot "
+                        "save them (leave the dynamic checkpoint directory unset)");
+    }
   }
 
   // A variable with its own optimizer is updated by its PS, so its pushes go through the inboxes;
@@ -312,7 +322,7 @@ ParameterServers ParameterServers::materialize(const Runtime& runtime, const PsO
     throw ConfigError(all);
   }
 
-  impl->transport = comm::create_transport(options.transport, comm);
+  impl->transport = comm::create_transport(options.transport, group);
   impl->region = impl->transport->allocate_region(is_ps ? impl->layout.arena_bytes(server->ps_index) : 0);
   const std::size_t shards = impl->map.shards().size();
   impl->map_wake_words(server ? server->ps_index : -1, client ? client->worker : -1);
@@ -335,7 +345,12 @@ ParameterServers ParameterServers::materialize(const Runtime& runtime, const PsO
   }
   // Values must be in place before any worker pulls, and stream consumers registered before any
   // worker pushes.
-  STRATA_CHECK_MPI(MPI_Barrier(comm));
+  // An MPI job waits without a deadline here as before (a PS may restore a large checkpoint
+  // first); the in-process group's barrier has the job's timeout.
+  if (comm != MPI_COMM_NULL)
+    STRATA_CHECK_MPI(MPI_Barrier(comm));
+  else
+    group.barrier(comm::Deadline{timeout, "parameter servers: materialising the variables"});
   STRATA_LOG(DEBUG) << "materialised " << impl->map.variables().size() << " variables, "
                     << impl->map.shards().size() << " shards on " << impl->ps_rank.size() << " PS";
   ParameterServers out;

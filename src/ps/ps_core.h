@@ -78,10 +78,12 @@ struct PsCore {
   ShardMap map;
   ArenaLayout layout;
   std::vector<int> ps_rank;  // PS index -> transport rank
+  // The runtime's ranks as a process group (barriers, agreements): declared before the transport,
+  // whose regions' destruction is collective over it (the in-process transport's is).
+  std::shared_ptr<comm::Group> group;
+  MPI_Comm comm = MPI_COMM_NULL;  // the runtime's communicator (borrowed); MPI_COMM_NULL in-process
   std::unique_ptr<comm::Transport> transport;
   std::unique_ptr<comm::Region> region;
-  MPI_Comm comm = MPI_COMM_NULL;  // the runtime's communicator (borrowed; outlives this object)
-  std::unique_ptr<comm::Group> group;  // the same ranks as a process group (barriers, agreements)
   int num_workers = 0;
   int chief_rank = -1;     // worker 0's transport rank (the chief, which requests every save)
   bool uses_inbox = false;  // pushes go through the PS's inboxes (a stateful optimizer or sync)

@@ -17,6 +17,8 @@
 
 #include "mpi/mpi_test.h"
 #include "strata/cluster/runtime.h"
+#include "strata/comm/mpi_group.h"
+#include "strata/comm/registry.h"
 #include "strata/common/env.h"
 #include "strata/common/watchdog.h"
 
@@ -30,7 +32,30 @@ TestComm::TestComm() {
 }
 
 TestComm::~TestComm() {
+  group_.reset();
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+comm::Group& TestComm::group() {
+  if (!group_) group_ = comm::make_mpi_group(comm_);
+  return *group_;
+}
+
+std::vector<std::string> tier_transports() { return comm::compiled_transports(); }
+
+std::unique_ptr<Runtime> bootstrap_runtime(TestComm& comm, const Env& env, const BootstrapOptions& options) {
+  return Runtime::bootstrap(comm.get(), env, options);
+}
+
+std::vector<int> node_of_every_rank(TestComm& comm) {
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(comm.get(), MPI_COMM_TYPE_SHARED, comm.rank(), MPI_INFO_NULL, &node);
+  int leader = comm.rank();
+  MPI_Bcast(&leader, 1, MPI_INT, 0, node);
+  MPI_Comm_free(&node);
+  std::vector<int> all(static_cast<std::size_t>(comm.size()));
+  MPI_Allgather(&leader, 1, MPI_INT, all.data(), 1, MPI_INT, comm.get());
+  return all;
 }
 
 std::vector<int> failing_ranks(MPI_Comm comm, bool ok) {

@@ -20,6 +20,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,10 @@
 #include "strata/common/env.h"
 
 namespace strata {
+
+namespace comm {
+class Group;  // strata/comm/group.h
+}
 
 enum class Role { kChief, kWorker, kPs, kEvaluator };
 const char* to_string(Role role);
@@ -129,7 +134,19 @@ class Runtime {
   // every rank when the cluster is inconsistent, TimeoutError naming the missing ranks when some
   // rank does not arrive before the deadline.
   static std::unique_ptr<Runtime> bootstrap(MPI_Comm world, const Env& env, const BootstrapOptions& options);
+
+  // Steps a-d of the protocol over ranks that are not an MPI job (comm::bootstrap_over, for the
+  // in-process group): `exchange(mine, bytes, what)` gives every rank's `bytes` bytes in rank order
+  // or throws TimeoutError naming the late ranks. The runtime has no communicators (every member
+  // of comms() is MPI_COMM_NULL); group() is `group`, the ranks' process group.
+  using Exchange = std::function<std::vector<char>(const void* mine, int bytes, const std::string& what)>;
+  static std::unique_ptr<Runtime> bootstrap(std::shared_ptr<comm::Group> group, int rank, int size, const Env& env,
+                                            const BootstrapOptions& options, const Exchange& exchange);
   ~Runtime();
+
+  // The process group of a runtime bootstrapped over one (above); null for an MPI runtime, whose
+  // layers make their groups from comms() (comm::groups_of).
+  const std::shared_ptr<comm::Group>& group() const { return group_; }
 
   const cluster::ResolvedCluster& resolved() const { return resolved_; }
   const cluster::TaskId& task() const { return resolved_.task; }
@@ -151,6 +168,9 @@ class Runtime {
 
  private:
   Runtime() = default;
+  // Steps a-d (resolution, the two exchanges, the check, the shared table), common to both bootstraps.
+  static std::unique_ptr<Runtime> resolve_and_agree(int rank, int size, const Env& env,
+                                                    const BootstrapOptions& options, const Exchange& exchange);
   cluster::ResolvedCluster resolved_;
   Role role_ = Role::kWorker;
   int rank_ = 0;
@@ -160,6 +180,7 @@ class Runtime {
   int chief_rank_ = 0;
   std::vector<RankInfo> ranks_;
   Communicators comms_;
+  std::shared_ptr<comm::Group> group_;
 };
 
 }  // namespace strata

@@ -17,6 +17,8 @@ namespace strata::comm {
 // A Group over `comm` (borrowed: it must outlive the group; the caller frees it). Ranks and size
 // are the communicator's.
 std::unique_ptr<Group> make_mpi_group(MPI_Comm comm);
+// The communicator of a group made by make_mpi_group, MPI_COMM_NULL for any other group.
+MPI_Comm mpi_comm(const Group& group);
 
 // The groups of a bootstrapped runtime's communicators (Communicators in strata/cluster/runtime.h);
 // a member is null where this rank is not in that communicator (ps on a worker, say). The runtime

@@ -26,5 +26,10 @@ int count_nodes(MPI_Comm comm);
 // Collective over `comm`. Throws ConfigError for a name not compiled into this build, listing the
 // names that are.
 std::unique_ptr<Transport> create_transport(const std::string& name, MPI_Comm comm);
+// The same over a process group (strata/comm/group.h): an MPI group's communicator as above; the
+// in-process group gets the in-process transport ("auto" or "inproc"; any other name is a
+// ConfigError, since those need an MPI job). The group must outlive the transport.
+class Group;
+std::unique_ptr<Transport> create_transport(const std::string& name, Group& group);
 
 }  // namespace strata::comm

@@ -20,6 +20,7 @@ class MpiGroup final : public Group {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* kind() const override { return "mpi"; }
+  MPI_Comm comm() const { return comm_; }
 
   void send(int peer, int tag, const void* data, std::size_t bytes, const Deadline& deadline) override {
     if (bytes > static_cast<std::size_t>(INT_MAX))
@@ -61,6 +62,11 @@ class MpiGroup final : public Group {
 std::unique_ptr<Group> make_mpi_group(MPI_Comm comm) {
   if (comm == MPI_COMM_NULL) throw Error("comm::make_mpi_group: MPI_COMM_NULL");
   return std::make_unique<MpiGroup>(comm);
+}
+
+MPI_Comm mpi_comm(const Group& group) {
+  const auto* g = dynamic_cast<const MpiGroup*>(&group);
+  return g ? g->comm() : MPI_COMM_NULL;
 }
 
 namespace {

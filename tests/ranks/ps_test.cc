@@ -3,9 +3,11 @@
 // reference, sparse pushes with repeated rows, partitioned pulls, the global step, the staleness
 // bound, and the errors (creation-order mismatch, unknown variable, wrong sizes, bad rows, arena cap).
 // The data-plane tests (PsTransport, SyncOptimizer) run over every compiled transport; their names
-// end in it (.../mpi, .../ucx).
+// end in it (.../mpi, .../ucx). The same cases run in the inproc tier on 2-5 thread ranks over the
+// in-process transport (tests/common/rank_test.h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -14,9 +16,7 @@
 #include <tuple>
 #include <vector>
 
-#include <mpi.h>
-
-#include "mpi/mpi_test.h"
+#include "common/rank_test.h"
 #include "ps/test_peer.h"
 #include "strata/cluster/runtime.h"
 #include "strata/comm/transport.h"
@@ -34,14 +34,14 @@ struct Job {
   int workers = 0;
 };
 
-Job start(const TestComm& comm) {
+Job start(TestComm& comm) {
   Job job;
   job.num_ps = comm.size() >= 4 ? 2 : 1;
   BootstrapOptions options;
   options.resolve.resolver = cluster::ResolverKind::kMpi;
   options.resolve.num_ps = job.num_ps;
   options.timeout_s = 30;
-  job.runtime = Runtime::bootstrap(comm.get(), Env(), options);
+  job.runtime = testing::bootstrap_runtime(comm, Env(), options);
   job.workers = comm.size() - job.num_ps;
   return job;
 }
@@ -75,8 +75,10 @@ float grad_of(int w, int t, std::size_t i) {
   if ((comm).size() < 2) GTEST_SKIP() << "needs a PS and a worker"
 
 class PsTransport : public ::testing::TestWithParam<std::string> {};
+STRATA_RANK_SUITE(Compiled, PsTransport, ::testing::ValuesIn(testing::tier_transports()),
+                  [](const auto& info) { return info.param; });
 
-TEST_P(PsTransport, ConcurrentSgdPushesSumExactly) {
+STRATA_RANK_TEST_P(PsTransport, ConcurrentSgdPushesSumExactly) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   Job job = start(comm);
@@ -142,8 +144,16 @@ std::vector<float> reference(const OptimizerConfig& config, const Initializer& i
 
 // (optimizer, transport)
 class SyncOptimizer : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+STRATA_RANK_SUITE(Optimizers, SyncOptimizer,
+                  ::testing::Combine(::testing::Values("sgd:lr=0.5", "momentum:lr=0.1,momentum=0.9", "adagrad:lr=0.1",
+                                                       "adam:lr=0.01", "rmsprop:lr=0.01", "ftrl:lr=0.1,l1=0.001"),
+                                     ::testing::ValuesIn(testing::tier_transports())),
+                  [](const auto& info) {
+                    const std::string& opt = std::get<0>(info.param);
+                    return opt.substr(0, opt.find(':')) + "_" + std::get<1>(info.param);
+                  });
 
-TEST_P(SyncOptimizer, MatchesSingleProcessReferenceBitForBit) {
+STRATA_RANK_TEST_P(SyncOptimizer, MatchesSingleProcessReferenceBitForBit) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   Job job = start(comm);
@@ -171,15 +181,6 @@ TEST_P(SyncOptimizer, MatchesSingleProcessReferenceBitForBit) {
   STRATA_EXPECT_ALL(comm.get(), ok);
 }
 
-INSTANTIATE_TEST_SUITE_P(Optimizers, SyncOptimizer,
-                         ::testing::Combine(::testing::Values("sgd:lr=0.5", "momentum:lr=0.1,momentum=0.9",
-                                                              "adagrad:lr=0.1", "adam:lr=0.01", "rmsprop:lr=0.01",
-                                                              "ftrl:lr=0.1,l1=0.001"),
-                                            ::testing::ValuesIn(strata::comm::compiled_transports())),
-                         [](const auto& info) {
-                           const std::string& opt = std::get<0>(info.param);
-                           return opt.substr(0, opt.find(':')) + "_" + std::get<1>(info.param);
-                         });
 
 // Sync pulls in place (PsClient::PullTarget::in_place): a variable held in one shard by a PS on
 // this node is read where the PS keeps it, with the bits a copy would give (and the
@@ -187,8 +188,10 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, SyncOptimizer,
 // copied. Which transports give a view: mpi's shared windows and tcp's co-located peers; tcp's
 // network path (STRATA_TCP_FORCE_REMOTE) and ucx give none.
 class PullInPlace : public ::testing::TestWithParam<std::string> {};
+STRATA_RANK_SUITE(Transports, PullInPlace, ::testing::ValuesIn(testing::tier_transports()),
+                  [](const auto& info) { return info.param; });
 
-TEST_P(PullInPlace, SyncReadsOneShardVariablesWhereThePsKeepsThem) {
+STRATA_RANK_TEST_P(PullInPlace, SyncReadsOneShardVariablesWhereThePsKeepsThem) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   const std::string transport = GetParam();
@@ -196,12 +199,8 @@ TEST_P(PullInPlace, SyncReadsOneShardVariablesWhereThePsKeepsThem) {
   const char* shared = std::getenv("STRATA_MPI_SHARED");
   // Views need the PS on this rank's node: required only when every rank shares one node (not
   // between emulated nodes, where a worker on the PS's node may still get one).
-  MPI_Comm node = MPI_COMM_NULL;
-  MPI_Comm_split_type(comm.get(), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  int node_size = 0;
-  MPI_Comm_size(node, &node_size);
-  MPI_Comm_free(&node);
-  const bool one_node = node_size == comm.size();
+  const std::vector<int> nodes = testing::node_of_every_rank(comm);
+  const bool one_node = std::count(nodes.begin(), nodes.end(), nodes[0]) == comm.size();
   const bool views_expected = one_node && ((transport == "mpi" && !(shared && std::string(shared) == "0")) ||
                                            (transport == "tcp" && !(remote && std::string(remote) == "1")));
   const bool views_allowed = views_expected || !one_node;
@@ -268,13 +267,11 @@ TEST_P(PullInPlace, SyncReadsOneShardVariablesWhereThePsKeepsThem) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, PullInPlace, ::testing::ValuesIn(strata::comm::compiled_transports()),
-                         [](const auto& info) { return info.param; });
 
 // --ps-threads: a sync round's shard large enough to be split over the PS's apply team (2 x 2^15
 // elements and more: the mean of the workers' gradients and the update, fused, apply_mean_team)
 // gets exactly the bits of the single-threaded reference.
-TEST(ParameterServers, ApplyThreadsGiveTheSameBits) {
+STRATA_RANK_TEST(ParameterServers, ApplyThreadsGiveTheSameBits) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   Job job = start(comm);
@@ -313,7 +310,7 @@ TEST(ParameterServers, ApplyThreadsGiveTheSameBits) {
   STRATA_EXPECT_ALL(comm.get(), ok);
 }
 
-TEST(ParameterServers, AsyncStatefulOptimizerAppliesEveryPush) {
+STRATA_RANK_TEST(ParameterServers, AsyncStatefulOptimizerAppliesEveryPush) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   Job job = start(comm);
@@ -328,10 +325,10 @@ TEST(ParameterServers, AsyncStatefulOptimizerAppliesEveryPush) {
     for (int k = 0; k < K; ++k) ps.client->push("v", g.data(), g.size() * 4);
     ps.client->done();
   }
-  long long applied = (ps.server ? ps.server->applied_updates() : 0), total = 0;
-  MPI_Allreduce(&applied, &total, 1, MPI_LONG_LONG, MPI_SUM, comm.get());
+  const std::int64_t applied = ps.server ? ps.server->applied_updates() : 0;
+  const std::int64_t total = comm.group().allreduce(applied, comm::ReduceOp::kSum, comm::Deadline{60, "applied updates"});
   // Every worker's K pushes reached both shards.
-  STRATA_EXPECT_ALL(comm.get(), total == static_cast<long long>(job.workers) * K * 2);
+  STRATA_EXPECT_ALL(comm.get(), total == static_cast<std::int64_t>(job.workers) * K * 2);
 }
 
 // Async stateful pushes of a shard of 512 KiB or more are streamed in 256 KiB chunks that the PS
@@ -341,7 +338,7 @@ TEST(ParameterServers, AsyncStatefulOptimizerAppliesEveryPush) {
 // must be the bits of applying each whole gradient in order, including the last, shorter chunk,
 // with an apply team present (a chunk is below its split size, so one thread applies each), and the
 // optimizer step shared by every chunk of a push. Only worker 0 pushes, so the order is defined.
-TEST_P(PsTransport, StreamedPushesMatchTheReferenceBitForBit) {
+STRATA_RANK_TEST_P(PsTransport, StreamedPushesMatchTheReferenceBitForBit) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   Job job = start(comm);
@@ -382,7 +379,7 @@ TEST_P(PsTransport, StreamedPushesMatchTheReferenceBitForBit) {
 // integer gradients, so the result is the same whatever the interleaving, as long as each chunk is
 // applied exactly once and no two applications of an element overlap (the service loop and the
 // transport's thread share the optimizer state under one lock).
-TEST_P(PsTransport, ConcurrentStreamedPushesEachApplyOnce) {
+STRATA_RANK_TEST_P(PsTransport, ConcurrentStreamedPushesEachApplyOnce) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   Job job = start(comm);
@@ -408,7 +405,8 @@ TEST_P(PsTransport, ConcurrentStreamedPushesEachApplyOnce) {
   // Read while the PS still serves (UCX over TCP needs its progress for a large get).
   bool ok = true;
   if (!ps.is_ps()) {
-    MPI_Barrier(job.runtime->comms().workers());  // every worker's pushes are applied
+    // every worker's pushes are applied
+    testing::barrier_among(comm.group(), testing::worker_ranks(*job.runtime), 60);
     std::vector<float> got(n);
     ps.client->pull("w", got.data(), n * 4);
     const int workers = ps.endpoint().num_workers();
@@ -424,7 +422,7 @@ TEST_P(PsTransport, ConcurrentStreamedPushesEachApplyOnce) {
   STRATA_EXPECT_ALL(comm.get(), ok);
 }
 
-TEST_P(PsTransport, SparseRowsWithRepeatsAndPartitionedPulls) {
+STRATA_RANK_TEST_P(PsTransport, SparseRowsWithRepeatsAndPartitionedPulls) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   Job job = start(comm);
@@ -440,7 +438,7 @@ TEST_P(PsTransport, SparseRowsWithRepeatsAndPartitionedPulls) {
     ps.server->serve();
   } else {
     if (ps.client->worker_index() == 0) ps.client->assign("embedding", initial.data(), initial.size() * 4);
-    MPI_Barrier(job.runtime->comms().workers());
+    testing::barrier_among(comm.group(), testing::worker_ranks(*job.runtime), 60);
     const std::vector<std::int64_t> rows = {5, 99, 5, 0, 50, 33, 34};  // 33|34 straddle shards 0|1
     std::vector<float> g(rows.size() * 4, 1.0f);
     ps.client->push_rows("embedding", rows, g.data(), g.size() * 4);
@@ -467,7 +465,7 @@ TEST_P(PsTransport, SparseRowsWithRepeatsAndPartitionedPulls) {
   STRATA_EXPECT_ALL(comm.get(), ok);
 }
 
-TEST_P(PsTransport, GlobalStepCountsEveryIncrement) {
+STRATA_RANK_TEST_P(PsTransport, GlobalStepCountsEveryIncrement) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   Job job = start(comm);
@@ -494,7 +492,7 @@ TEST_P(PsTransport, GlobalStepCountsEveryIncrement) {
 // the other workers wait for every round and the PS for every push of worker 0. Where no word is
 // mapped (tcp's network path, ucx, peers on other nodes) nobody sleeps on one. What each rank
 // expects follows from the job's layout over nodes (the cluster tier runs this across nodes).
-TEST_P(PsTransport, CoLocatedWaitsEndWhenTheWriterRings) {
+STRATA_RANK_TEST_P(PsTransport, CoLocatedWaitsEndWhenTheWriterRings) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   Job job = start(comm);
@@ -503,20 +501,17 @@ TEST_P(PsTransport, CoLocatedWaitsEndWhenTheWriterRings) {
   auto ps = ParameterServers::materialize(*job.runtime, options, {var("w", {64, 2}, Partitioner::fixed_shards(2))});
   const int steps = 12;
   // Every rank's node (the world rank of its node's first rank) and role (-1: PS, else its worker index).
-  MPI_Comm node_comm;
-  ASSERT_EQ(MPI_Comm_split_type(comm.get(), MPI_COMM_TYPE_SHARED, comm.rank(), MPI_INFO_NULL, &node_comm), MPI_SUCCESS);
-  int leader = comm.rank();
-  MPI_Bcast(&leader, 1, MPI_INT, 0, node_comm);
-  int node_size = 0;
-  MPI_Comm_size(node_comm, &node_size);
-  MPI_Comm_free(&node_comm);
   const int n = comm.size();
-  std::vector<int> node_of(static_cast<std::size_t>(n)), role_of(static_cast<std::size_t>(n));
+  const std::vector<int> node_of = testing::node_of_every_rank(comm);
+  const int node_size = static_cast<int>(std::count(node_of.begin(), node_of.end(), node_of[static_cast<std::size_t>(comm.rank())]));
+  std::vector<int> role_of(static_cast<std::size_t>(n));
   const int role = ps.is_ps() ? -1 : ps.client->worker_index();
-  MPI_Allgather(&leader, 1, MPI_INT, node_of.data(), 1, MPI_INT, comm.get());
-  MPI_Allgather(&role, 1, MPI_INT, role_of.data(), 1, MPI_INT, comm.get());
+  comm.group().allgather(&role, sizeof role, role_of.data(), comm::Deadline{60, "roles"});
   const bool one_node = node_size == n;
-  const bool words = GetParam() == "mpi" ? one_node : GetParam() == "tcp" && std::getenv("STRATA_TCP_FORCE_REMOTE") == nullptr;
+  // In-process ranks share every word; mpi's shared windows on one node; tcp's co-located peers.
+  const bool words = GetParam() == "inproc" ? true
+                     : GetParam() == "mpi"  ? one_node
+                                            : GetParam() == "tcp" && std::getenv("STRATA_TCP_FORCE_REMOTE") == nullptr;
   const int me = comm.rank();
   bool any_ps_here = false, every_ps_here = true;
   int worker0 = -1;
@@ -563,10 +558,8 @@ TEST_P(PsTransport, CoLocatedWaitsEndWhenTheWriterRings) {
   STRATA_EXPECT_ALL(comm.get(), ok);
 }
 
-INSTANTIATE_TEST_SUITE_P(Compiled, PsTransport, ::testing::ValuesIn(strata::comm::compiled_transports()),
-                         [](const auto& info) { return info.param; });
 
-TEST(ParameterServers, StalenessBoundIsNeverExceeded) {
+STRATA_RANK_TEST(ParameterServers, StalenessBoundIsNeverExceeded) {
   TestComm comm;
   if (comm.size() < 3) GTEST_SKIP() << "needs 2 workers";
   Job job = start(comm);
@@ -592,12 +585,11 @@ TEST(ParameterServers, StalenessBoundIsNeverExceeded) {
   }
   STRATA_EXPECT_ALL(comm.get(), observed <= 1 && worst <= 1);
   // The slow worker held the others back at the bound at least once (the test can fail).
-  std::int64_t job_worst = 0;
-  MPI_Allreduce(&worst, &job_worst, 1, MPI_INT64_T, MPI_MAX, comm.get());
+  const std::int64_t job_worst = comm.group().allreduce(worst, comm::ReduceOp::kMax, comm::Deadline{60, "staleness"});
   EXPECT_EQ(job_worst, 1);
 }
 
-TEST(ParameterServers, PlacementIsIdenticalOnEveryRank) {
+STRATA_RANK_TEST(ParameterServers, PlacementIsIdenticalOnEveryRank) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   Job job = start(comm);
@@ -609,7 +601,7 @@ TEST(ParameterServers, PlacementIsIdenticalOnEveryRank) {
   for (const auto& sh : ps.endpoint().shard_map().shards())
     mine += sh.name + "@" + std::to_string(sh.ps) + "[" + std::to_string(sh.row_begin) + "," +
             std::to_string(sh.row_end) + ");";
-  auto all = allgather_strings(comm.get(), mine, 30, "placement test");
+  auto all = comm.group().allgather_strings(mine, comm::Deadline{30, "placement test"});
   bool same = true;
   for (const auto& other : all) same = same && other == all[0];
   STRATA_EXPECT_ALL(comm.get(), same);
@@ -620,7 +612,7 @@ TEST(ParameterServers, PlacementIsIdenticalOnEveryRank) {
     ps.client->done();
 }
 
-TEST(ParameterServers, DifferentCreationOrderOnOneWorkerIsNamed) {
+STRATA_RANK_TEST(ParameterServers, DifferentCreationOrderOnOneWorkerIsNamed) {
   TestComm comm;
   if (comm.size() < 3) GTEST_SKIP() << "needs 2 workers";
   Job job = start(comm);
@@ -639,7 +631,7 @@ TEST(ParameterServers, DifferentCreationOrderOnOneWorkerIsNamed) {
   STRATA_EXPECT_ALL(comm.get(), error.find("variable #1") != std::string::npos);
 }
 
-TEST(ParameterServers, BadRequestsAreClearLocalErrors) {
+STRATA_RANK_TEST(ParameterServers, BadRequestsAreClearLocalErrors) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   Job job = start(comm);
@@ -669,7 +661,7 @@ TEST(ParameterServers, BadRequestsAreClearLocalErrors) {
   STRATA_EXPECT_ALL(comm.get(), ok);
 }
 
-TEST(ParameterServers, ArenaAboveTheCapIsRefusedEverywhere) {
+STRATA_RANK_TEST(ParameterServers, ArenaAboveTheCapIsRefusedEverywhere) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   Job job = start(comm);
@@ -688,8 +680,10 @@ TEST(ParameterServers, ArenaAboveTheCapIsRefusedEverywhere) {
 // one on its own FTRL (partitioned over 2 shards) and one on its own Adagrad each end with exactly
 // the bits of the single-process reference of their own optimizer.
 class MixedOptimizers : public ::testing::TestWithParam<std::string> {};
+STRATA_RANK_SUITE(Compiled, MixedOptimizers, ::testing::ValuesIn(testing::tier_transports()),
+                  [](const auto& info) { return info.param; });
 
-TEST_P(MixedOptimizers, EachVariableMatchesItsOwnReferenceBitForBit) {
+STRATA_RANK_TEST_P(MixedOptimizers, EachVariableMatchesItsOwnReferenceBitForBit) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   Job job = start(comm);
@@ -725,13 +719,11 @@ TEST_P(MixedOptimizers, EachVariableMatchesItsOwnReferenceBitForBit) {
   STRATA_EXPECT_ALL(comm.get(), ok);
 }
 
-INSTANTIATE_TEST_SUITE_P(Compiled, MixedOptimizers, ::testing::ValuesIn(strata::comm::compiled_transports()),
-                         [](const auto& info) { return info.param; });
 
 // A job on async SGD (pushes as remote accumulates) with one variable on its own Adagrad: the
 // pushes go through the PS, which applies each variable's optimizer. Only worker 0 pushes, so the
 // order is defined and both variables match their references bit for bit.
-TEST(ParameterServers, AsyncSgdJobWithOneOwnOptimizer) {
+STRATA_RANK_TEST(ParameterServers, AsyncSgdJobWithOneOwnOptimizer) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   Job job = start(comm);
@@ -769,7 +761,7 @@ TEST(ParameterServers, AsyncSgdJobWithOneOwnOptimizer) {
 }
 
 // Workers that disagree on a variable's optimizer fail the creation check naming it.
-TEST(ParameterServers, DifferentOptimizerOnOneWorkerIsNamed) {
+STRATA_RANK_TEST(ParameterServers, DifferentOptimizerOnOneWorkerIsNamed) {
   TestComm comm;
   if (comm.size() < 3) GTEST_SKIP() << "needs 2 workers";
   Job job = start(comm);
