@@ -26,6 +26,11 @@ namespace strata::testing {
 // naming the members that did not arrive.
 void barrier_among(comm::Group& group, const std::vector<int>& members, double timeout_s);
 
+// The element-wise sum of every member's `values` (same length everywhere), on every member; the
+// other ranks take no part. Throws TimeoutError naming the members that did not arrive.
+std::vector<double> sum_among(comm::Group& group, const std::vector<int>& members, const std::vector<double>& values,
+                              double timeout_s);
+
 // The ranks of `runtime` that are the chief or workers, ascending.
 std::vector<int> worker_ranks(const Runtime& runtime);
 

@@ -3,6 +3,8 @@
 // node): sync rounds bit-equal to one DynamicTable fed the same batches in worker order, async
 // updates that lose nothing (exact per-row sums), batches split over several requests, every
 // int64 id usable, malformed request words refused by the PS naming the writer, and the errors.
+// The same cases run in the inproc tier on 3 and 4 thread ranks (tests/common/rank_test.h).
+#define STRATA_INPROC_RANKS 3, 4
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "mpi/mpi_test.h"
+#include "common/rank_test.h"
 #include "ps/dynamic_table.h"
 #include "ps/test_peer.h"
 #include "strata/cluster/runtime.h"
@@ -35,14 +37,14 @@ struct Job {
   int workers = 0;
 };
 
-Job start(const TestComm& comm) {
+Job start(TestComm& comm) {
   Job job;
   job.num_ps = comm.size() >= 4 ? 2 : 1;
   BootstrapOptions options;
   options.resolve.resolver = cluster::ResolverKind::kMpi;
   options.resolve.num_ps = job.num_ps;
   options.timeout_s = 30;
-  job.runtime = Runtime::bootstrap(comm.get(), Env(), options);
+  job.runtime = testing::bootstrap_runtime(comm, Env(), options);
   job.workers = comm.size() - job.num_ps;
   return job;
 }
@@ -57,15 +59,19 @@ DynamicVariableSpec dyn(const std::string& name, std::int64_t dim, std::int64_t 
   return s;
 }
 
-// Whether ranks a and b of `comm` run on the same host (by MPI_Get_processor_name). Collective.
-bool same_host(const TestComm& comm, int a, int b) {
-  char name[MPI_MAX_PROCESSOR_NAME] = {};
-  int len = 0;
-  MPI_Get_processor_name(name, &len);
-  std::vector<char> all(static_cast<std::size_t>(comm.size()) * MPI_MAX_PROCESSOR_NAME);
-  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm.get());
-  return std::strncmp(&all[static_cast<std::size_t>(a) * MPI_MAX_PROCESSOR_NAME],
-                      &all[static_cast<std::size_t>(b) * MPI_MAX_PROCESSOR_NAME], MPI_MAX_PROCESSOR_NAME) == 0;
+// Whether ranks a and b of `comm` share a node. Collective.
+bool same_host(TestComm& comm, int a, int b) {
+  const std::vector<int> node_of = testing::node_of_every_rank(comm);
+  return node_of[static_cast<std::size_t>(a)] == node_of[static_cast<std::size_t>(b)];
+}
+
+// Sums `values` over the group's ranks, the result on every rank.
+void sum_all(TestComm& comm, std::vector<double>& values) {
+  comm.group().allreduce(values.data(), values.size(), comm::ElemType::kF64, comm::ReduceOp::kSum,
+                         comm::Deadline{60, "test sums"});
+}
+double sum_all(TestComm& comm, double value) {
+  return comm.group().allreduce(value, comm::ReduceOp::kSum, comm::Deadline{60, "test sums"});
 }
 
 // A small pool of ids spread over the whole int64 range, extremes included.
@@ -104,6 +110,13 @@ std::vector<float> grads_of(int w, int t, std::size_t n, std::int64_t dim) {
 
 // (transport, admit_after, capacity per PS; 0: the default, never reached)
 class DynamicSync : public ::testing::TestWithParam<std::tuple<std::string, int, int>> {};
+STRATA_RANK_SUITE(Compiled, DynamicSync,
+                         ::testing::Combine(::testing::ValuesIn(testing::tier_transports()),
+                                            ::testing::Values(0, 2), ::testing::Values(0, 200)),
+                         [](const auto& info) {
+                           return "admit" + std::to_string(std::get<1>(info.param)) + "_cap" +
+                                  std::to_string(std::get<2>(info.param)) + "_" + std::get<0>(info.param);
+                         });
 
 // The reference: one DynamicTable per PS (capacity is per PS), each id in its PS's table.
 struct ShardedReference {
@@ -236,7 +249,7 @@ void run_sync_case(const std::string& transport, int admit_after, int capacity, 
   STRATA_EXPECT_ALL(comm.get(), ok);
 }
 
-TEST_P(DynamicSync, MatchesOneTableBitForBit) {
+STRATA_RANK_TEST_P(DynamicSync, MatchesOneTableBitForBit) {
   TestComm comm;
   SKIP_WITHOUT_TWO_WORKERS(comm);
   const int capacity = std::get<2>(GetParam());
@@ -248,7 +261,7 @@ TEST_P(DynamicSync, MatchesOneTableBitForBit) {
 
 // The same with requests large enough for the PS to split its table's lookups and updates over two
 // threads (--ps-threads 2): still bit-equal to one table per PS on one thread.
-TEST_P(DynamicSync, SplitOverThePsThreadsMatchesOneTableBitForBit) {
+STRATA_RANK_TEST_P(DynamicSync, SplitOverThePsThreadsMatchesOneTableBitForBit) {
   TestComm comm;
   SKIP_WITHOUT_TWO_WORKERS(comm);
   const int capacity = std::get<2>(GetParam());
@@ -256,15 +269,10 @@ TEST_P(DynamicSync, SplitOverThePsThreadsMatchesOneTableBitForBit) {
                 capacity > 0 ? 26000 : 20000, true);
 }
 
-INSTANTIATE_TEST_SUITE_P(Compiled, DynamicSync,
-                         ::testing::Combine(::testing::ValuesIn(strata::comm::compiled_transports()),
-                                            ::testing::Values(0, 2), ::testing::Values(0, 200)),
-                         [](const auto& info) {
-                           return "admit" + std::to_string(std::get<1>(info.param)) + "_cap" +
-                                  std::to_string(std::get<2>(info.param)) + "_" + std::get<0>(info.param);
-                         });
 
 class DynamicTransport : public ::testing::TestWithParam<std::string> {};
+STRATA_RANK_SUITE(Compiled, DynamicTransport, ::testing::ValuesIn(testing::tier_transports()),
+                         [](const auto& info) { return info.param; });
 
 // Async SGD with lr 1 on zero rows and gradients of 1: a row ends at minus the number of times it
 // was listed in any worker's batch, exactly (small integers in float), if and only if no update
@@ -273,14 +281,13 @@ class DynamicTransport : public ::testing::TestWithParam<std::string> {};
 // count (DynamicTable's per-row counter, read from every PS's table) equals the number of batches
 // that named its id, and the PS's table-wide update counters add up to the distinct ids of every
 // batch.
-TEST_P(DynamicTransport, AsyncUpdatesAreNeverLost) {
+STRATA_RANK_TEST_P(DynamicTransport, AsyncUpdatesAreNeverLost) {
   TestComm comm;
   if (comm.size() < 2) GTEST_SKIP() << "needs a PS and a worker";
   Job job = start(comm);
   // The workers agree among themselves that all updates are in before reading (the PS ranks keep
-  // serving meanwhile): ranks >= num_ps are the workers.
-  MPI_Comm workers = MPI_COMM_NULL;
-  MPI_Comm_split(comm.get(), comm.rank() >= job.num_ps ? 1 : MPI_UNDEFINED, comm.rank(), &workers);
+  // serving meanwhile).
+  const std::vector<int> workers = testing::worker_ranks(*job.runtime);
   PsOptions options;
   options.transport = GetParam();
   options.optimizer = OptimizerConfig::parse("sgd:lr=1");
@@ -310,23 +317,22 @@ TEST_P(DynamicTransport, AsyncUpdatesAreNeverLost) {
   }
   bool ok = true;
   if (ps.client) {
-    MPI_Allreduce(MPI_IN_PLACE, count.data(), static_cast<int>(count.size()), MPI_DOUBLE, MPI_SUM, workers);
+    count = testing::sum_among(comm.group(), workers, count, 60);
     std::vector<float> got(pool.size() * 3);
     ps.client->lookup_dynamic("item/emb", pool.data(), pool.size(), got.data(), DynamicLookup::kInference);
     for (std::size_t i = 0; i < pool.size(); ++i)
       for (int c = 0; c < 3; ++c) ok = ok && got[i * 3 + static_cast<std::size_t>(c)] == static_cast<float>(-count[i]);
     ps.client->done();
-    MPI_Comm_free(&workers);
   }
   ps.endpoint().barrier();
-  MPI_Allreduce(MPI_IN_PLACE, &distinct_updates, 1, MPI_DOUBLE, MPI_SUM, comm.get());
+  distinct_updates = sum_all(comm, distinct_updates);
   double updates = 0;
   if (ps.server) updates = static_cast<double>(ps.server->dynamic_stats("item/emb").updates);
   ps.endpoint().barrier();
-  MPI_Allreduce(MPI_IN_PLACE, &updates, 1, MPI_DOUBLE, MPI_SUM, comm.get());
+  updates = sum_all(comm, updates);
   // Per-row update counts: every PS checks each of its rows against the batches that named the id
   // (summed over the workers), and the rows of all PS together are exactly the ids pushed.
-  MPI_Allreduce(MPI_IN_PLACE, named.data(), static_cast<int>(named.size()), MPI_DOUBLE, MPI_SUM, comm.get());
+  sum_all(comm, named);
   bool counts_ok = true;
   std::string first_bad;
   double rows_held = 0;
@@ -342,7 +348,7 @@ TEST_P(DynamicTransport, AsyncUpdatesAreNeverLost) {
     }
     rows_held = static_cast<double>(snap.ids.size());
   }
-  MPI_Allreduce(MPI_IN_PLACE, &rows_held, 1, MPI_DOUBLE, MPI_SUM, comm.get());
+  rows_held = sum_all(comm, rows_held);
   const auto ids_pushed = static_cast<double>(std::count_if(named.begin(), named.end(), [](double c) { return c > 0; }));
   EXPECT_TRUE(counts_ok) << first_bad;
   EXPECT_EQ(rows_held, ids_pushed);
@@ -356,7 +362,7 @@ TEST_P(DynamicTransport, AsyncUpdatesAreNeverLost) {
 // for its id (row_seed), whichever PS holds it; ids of a batch larger than a request go in several.
 // Calls of shrinking and growing sizes follow (the client reuses its grouping buffers across calls:
 // nothing of an earlier batch may leak into a later one).
-TEST_P(DynamicTransport, LookupScattersRowsInCallerOrder) {
+STRATA_RANK_TEST_P(DynamicTransport, LookupScattersRowsInCallerOrder) {
   TestComm comm;
   if (comm.size() < 2) GTEST_SKIP() << "needs a PS and a worker";
   Job job = start(comm);
@@ -397,7 +403,7 @@ TEST_P(DynamicTransport, LookupScattersRowsInCallerOrder) {
 }
 
 // Misuse on the worker side is one Error naming the variable; nothing reaches the PS.
-TEST_P(DynamicTransport, BadCallsAreErrors) {
+STRATA_RANK_TEST_P(DynamicTransport, BadCallsAreErrors) {
   TestComm comm;
   if (comm.size() < 2) GTEST_SKIP() << "needs a PS and a worker";
   Job job = start(comm);
@@ -439,7 +445,7 @@ TEST_P(DynamicTransport, BadCallsAreErrors) {
 
 // A malformed request (written raw, as a hostile worker would) makes the PS's serve() throw one
 // Error naming the writer, the variable and the value, before it touches its table.
-TEST_P(DynamicTransport, MalformedRequestsAreRefused) {
+STRATA_RANK_TEST_P(DynamicTransport, MalformedRequestsAreRefused) {
   TestComm comm;
   if (comm.size() < 2) GTEST_SKIP() << "needs a PS and a worker";
   using Peer = ParameterServersTestPeer;
@@ -496,7 +502,7 @@ TEST_P(DynamicTransport, MalformedRequestsAreRefused) {
 // Between nodes over tcp a request is one put_notify that the PS serves on its transport's
 // thread: a message shorter or longer than its header says is refused there, and serve() throws
 // it naming the writer. (Elsewhere the message lands in the area and its length is not visible.)
-TEST_P(DynamicTransport, MessagesOfTheWrongLengthAreRefused) {
+STRATA_RANK_TEST_P(DynamicTransport, MessagesOfTheWrongLengthAreRefused) {
   TestComm comm;
   if (comm.size() < 2) GTEST_SKIP() << "needs a PS and a worker";
   // ps:0 is rank 0 and worker:0 rank num_ps (the MPI resolver); they talk over the network when
@@ -546,12 +552,10 @@ TEST_P(DynamicTransport, MessagesOfTheWrongLengthAreRefused) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Compiled, DynamicTransport, ::testing::ValuesIn(strata::comm::compiled_transports()),
-                         [](const auto& info) { return info.param; });
 
 // Dynamic variable lists that differ between workers, or a bad spec, are one ConfigError on every
 // rank before anything is allocated.
-TEST(DynamicVariables, MismatchAndBadSpecsAreConfigErrors) {
+STRATA_RANK_TEST(DynamicVariables, MismatchAndBadSpecsAreConfigErrors) {
   TestComm comm;
   SKIP_WITHOUT_TWO_WORKERS(comm);
   auto expect_config_error = [&](const std::function<std::vector<DynamicVariableSpec>(int rank)>& specs_of,
