@@ -20,7 +20,14 @@ std::unique_ptr<Runtime> bootstrap_over(std::shared_ptr<Group> group, const Env&
     return all;
   };
   const int rank = g.rank(), size = g.size();
-  return Runtime::bootstrap(std::move(group), rank, size, env, options, exchange);
+  std::unique_ptr<Runtime> rt = Runtime::bootstrap(std::move(group), rank, size, env, options, exchange);
+  // The role groups, coloured and keyed as Runtime::bootstrap splits its communicators: ps 0,
+  // chief + workers 1, evaluator 2; the chief first, then tasks in index order.
+  const Role role = rt->role();
+  const int color = role == Role::kPs ? 0 : (role == Role::kEvaluator ? 2 : 1);
+  const int key = role == Role::kChief ? 0 : rt->task().index + 1;
+  rt->set_role_group(g.split(color, key, Deadline{timeout, "bootstrap (groups by role)"}));
+  return rt;
 }
 
 }  // namespace strata::comm

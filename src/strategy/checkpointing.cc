@@ -214,7 +214,7 @@ void ParameterServerStrategy::prepare_checkpoint_hooks() {
       mine = j.dump();
     }
     nlohmann::json verdict;
-    for (const auto& s : comm::make_mpi_group(runtime_.comms().runtime())
+    for (const auto& s : comm::runtime_group(runtime_)
                               ->allgather_strings(mine, comm::Deadline{timeout, "checkpoint restore path"}))
       if (!s.empty()) verdict = nlohmann::json::parse(s);
     if (verdict.contains("error")) throw ConfigError(verdict["error"].get<std::string>());
@@ -438,7 +438,7 @@ void ParameterServerStrategy::gather_restore_report() {
     mine = j.dump();
   }
   nlohmann::json j;
-  for (const auto& s : comm::make_mpi_group(runtime_.comms().runtime())
+  for (const auto& s : comm::runtime_group(runtime_)
                               ->allgather_strings(mine, comm::Deadline{options_.ps.timeout_s, "restore report"}))
     if (!s.empty()) j = nlohmann::json::parse(s);
   if (j.is_null()) return;  // the directory had no checkpoint

@@ -345,7 +345,7 @@ std::int64_t ParameterServerStrategy::shared_count(const StreamingInput& input, 
       bytes[static_cast<std::size_t>(p % workers)] += static_cast<double>(input.part_bytes(p));
     allowance_s = *std::max_element(bytes.begin(), bytes.end()) / StreamingInput::kCountBytesPerSecond;
   }
-  const std::vector<std::string> all = comm::make_mpi_group(runtime_.comms().workers())
+  const std::vector<std::string> all = comm::workers_group(runtime_)
                                            ->allgather_strings(mine, comm::Deadline{std::min(options_.ps.timeout_s + allowance_s, kMaxDurationS),
                                                                                     "counting the streamed input"});
   for (std::size_t w = 0; w < all.size(); ++w) {
@@ -414,7 +414,7 @@ std::vector<int> choose_replica_gpus(const Runtime& runtime, const Env& env, Dev
     const std::optional<std::string> cvd = env.get("CUDA_VISIBLE_DEVICES");
     mine = cvd ? "=" + *cvd : "-";
   }
-  const std::vector<std::string> all = comm::make_mpi_group(runtime.comms().runtime())
+  const std::vector<std::string> all = comm::runtime_group(runtime)
                                            ->allgather_strings(mine, comm::Deadline{timeout_s, "replica device selection"});
   if (!worker) return {};
   const int gpus = replica::visible_gpu_count();

@@ -217,4 +217,45 @@ inline void group_size_mismatch_case(comm::Group& g) {
   }
 }
 
+// split: even and odd ranks form two groups ranked by descending rank (the key), rank 3 joins
+// none; each new group runs its own collectives and messages, the parent stays usable between
+// and after, and a second split gets groups of its own.
+inline void group_split_case(comm::Group& g) {
+  const int n = g.size(), r = g.rank();
+  const int color = r == 3 ? -1 : r % 2;
+  auto sub = g.split(color, n - r, quick_deadline("split"));
+  if (r == 3) {
+    EXPECT_EQ(sub, nullptr);
+  } else {
+    ASSERT_NE(sub, nullptr);
+    std::vector<int> members;  // my colour's ranks, by descending rank
+    for (int k = n - 1; k >= 0; --k)
+      if (k != 3 && k % 2 == color) members.push_back(k);
+    EXPECT_EQ(sub->size(), static_cast<int>(members.size()));
+    EXPECT_EQ(members[static_cast<std::size_t>(sub->rank())], r);
+    EXPECT_EQ(sub->allreduce(std::int64_t{r}, comm::ReduceOp::kSum, quick_deadline("sum in a split")),
+              [&] {
+                std::int64_t t = 0;
+                for (int k : members) t += k;
+                return t;
+              }());
+    if (sub->size() > 1) {
+      const int next = (sub->rank() + 1) % sub->size(), prev = (sub->rank() + sub->size() - 1) % sub->size();
+      sub->send(next, 7, &r, sizeof r, quick_deadline("ring in a split"));
+      const auto got = sub->recv(prev, 7, quick_deadline("ring in a split"));
+      int from = -1;
+      ASSERT_EQ(got.size(), sizeof from);
+      std::memcpy(&from, got.data(), sizeof from);
+      EXPECT_EQ(from, members[static_cast<std::size_t>(prev)]);
+    }
+  }
+  EXPECT_EQ(g.allreduce(std::int64_t{1}, comm::ReduceOp::kSum, quick_deadline("parent after split")), n);
+  auto again = g.split(0, r, quick_deadline("second split"));
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->rank(), r);
+  EXPECT_EQ(again->size(), n);
+  again->barrier(quick_deadline("barrier in a second split"));
+  if (sub) sub->barrier(quick_deadline("first split still works"));
+}
+
 }  // namespace strata::test

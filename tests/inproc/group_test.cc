@@ -26,6 +26,7 @@ TEST_P(InprocGroupTest, LateRankIsNamed) { run_case(GetParam(), test::group_late
 TEST_P(InprocGroupTest, MixedSequenceKeepsCollectivesApart) { run_case(GetParam(), test::group_mixed_sequence_case); }
 TEST_P(InprocGroupTest, TagsAndLargeMessages) { run_case(GetParam(), test::group_tags_and_sizes_case); }
 TEST_P(InprocGroupTest, SizeMismatchIsRefusedNamingTheRank) { run_case(GetParam(), test::group_size_mismatch_case); }
+TEST_P(InprocGroupTest, SplitByColourAndKey) { run_case(GetParam(), test::group_split_case); }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, InprocGroupTest, ::testing::Values(1, 2, 3, 4, 5),
                          [](const auto& info) { return "np" + std::to_string(info.param); });

@@ -25,6 +25,7 @@ TEST(MpiGroup, GatherAndBroadcast) { run_case(test::group_gather_broadcast_case)
 TEST(MpiGroup, PointToPointInOrder) { run_case(test::group_point_to_point_case); }
 TEST(MpiGroup, MixedSequenceKeepsCollectivesApart) { run_case(test::group_mixed_sequence_case); }
 TEST(MpiGroup, TagsAndLargeMessages) { run_case(test::group_tags_and_sizes_case); }
+TEST(MpiGroup, SplitByColourAndKey) { run_case(test::group_split_case); }
 // Last: a case that leaves ranks behind in a failed exchange.
 TEST(MpiGroup, LateRankIsNamed) { run_case(test::group_late_rank_case); }
 

@@ -147,6 +147,14 @@ class Runtime {
   // The process group of a runtime bootstrapped over one (above); null for an MPI runtime, whose
   // layers make their groups from comms() (comm::groups_of).
   const std::shared_ptr<comm::Group>& group() const { return group_; }
+  // The groups split from it by role, as the communicators of an MPI runtime are (null where this
+  // rank is not a member, and in an MPI runtime): set by comm::bootstrap_over.
+  const std::shared_ptr<comm::Group>& role_group() const { return role_group_; }
+  std::shared_ptr<comm::Group> ps_group() const { return role_ == Role::kPs ? role_group_ : nullptr; }
+  std::shared_ptr<comm::Group> workers_group() const {
+    return role_ == Role::kChief || role_ == Role::kWorker ? role_group_ : nullptr;
+  }
+  void set_role_group(std::shared_ptr<comm::Group> group) { role_group_ = std::move(group); }
 
   const cluster::ResolvedCluster& resolved() const { return resolved_; }
   const cluster::TaskId& task() const { return resolved_.task; }
@@ -181,6 +189,7 @@ class Runtime {
   std::vector<RankInfo> ranks_;
   Communicators comms_;
   std::shared_ptr<comm::Group> group_;
+  std::shared_ptr<comm::Group> role_group_;
 };
 
 }  // namespace strata

@@ -97,6 +97,13 @@ class Group {
   std::int64_t allreduce(std::int64_t value, ReduceOp op, const Deadline& deadline);
   double allreduce(double value, ReduceOp op, const Deadline& deadline);
 
+  // Collective, as MPI_Comm_split: the ranks that pass the same `color` (>= 0) form a new group,
+  // ranked by (`key`, rank here); a negative color joins none and gets nullptr. Every rank first
+  // meets the others within the deadline (a late rank is named), so the split itself never waits
+  // for a missing one. The new group is independent of this one (its own messages and
+  // collectives) and may outlive it.
+  virtual std::unique_ptr<Group> split(int color, int key, const Deadline& deadline) = 0;
+
  protected:
   Group() = default;
   // Waits until `done`, against the deadline, naming `late()` when it passes. The default is

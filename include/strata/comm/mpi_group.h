@@ -20,19 +20,23 @@ std::unique_ptr<Group> make_mpi_group(MPI_Comm comm);
 // The communicator of a group made by make_mpi_group, MPI_COMM_NULL for any other group.
 MPI_Comm mpi_comm(const Group& group);
 
-// The groups of a bootstrapped runtime's communicators (Communicators in strata/cluster/runtime.h);
-// a member is null where this rank is not in that communicator (ps on a worker, say). The runtime
-// must outlive them.
+// The groups of a bootstrapped runtime: an MPI runtime's communicators (Communicators in
+// strata/cluster/runtime.h), or the groups of a runtime bootstrapped over a process group
+// (strata/comm/group_runtime.h); a member is null where this rank is not in that group (ps on a
+// worker, say). The runtime must outlive them.
 struct RuntimeGroups {
-  std::unique_ptr<Group> runtime;  // every rank of the job
-  std::unique_ptr<Group> role;     // the ranks with this rank's role
-  std::unique_ptr<Group> ps;       // the PS ranks
-  std::unique_ptr<Group> workers;  // chief + workers
+  std::shared_ptr<Group> runtime;  // every rank of the job
+  std::shared_ptr<Group> role;     // the ranks with this rank's role
+  std::shared_ptr<Group> ps;       // the PS ranks
+  std::shared_ptr<Group> workers;  // chief + workers
   // The runtime rank of each member of ps / workers, in that group's rank order (empty where this
   // rank is not a member): for naming a member in messages.
   std::vector<int> ps_ranks;
   std::vector<int> worker_ranks;
 };
 RuntimeGroups groups_of(const Runtime& runtime);
+// Its runtime group alone, and its workers' group (null on a rank that is not a worker).
+std::shared_ptr<Group> runtime_group(const Runtime& runtime);
+std::shared_ptr<Group> workers_group(const Runtime& runtime);
 
 }  // namespace strata::comm

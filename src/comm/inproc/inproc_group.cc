@@ -28,6 +28,9 @@ struct InprocWorld::State {
   std::vector<std::condition_variable> arrived;
   // One per receiver: messages sent to it so far (a waiter sleeps until this moves).
   std::vector<std::uint64_t> generation;
+  // The worlds of the groups split from this one, by (the split's sequence number, colour): the
+  // first member to arrive creates it, the others find it.
+  std::map<std::pair<std::uint64_t, int>, std::shared_ptr<InprocWorld::State>> splits;
 };
 
 namespace {
@@ -56,6 +59,28 @@ class InprocGroup final : public Group {
   std::optional<std::vector<std::byte>> try_recv(int peer, int tag) override {
     std::lock_guard<std::mutex> lock(state_->mu);
     return pop_locked(peer, tag);
+  }
+
+  std::unique_ptr<Group> split(int color, int key, const Deadline& deadline) override {
+    const std::int32_t mine[2] = {color, key};
+    std::vector<std::int32_t> all(2 * static_cast<std::size_t>(state_->size));
+    allgather(mine, sizeof mine, all.data(), deadline);
+    const std::uint64_t seq = splits_++;  // the same on every rank: splits are collective
+    if (color < 0) return nullptr;
+    std::vector<std::pair<std::int32_t, int>> members;  // (key, rank) of my colour
+    for (int r = 0; r < state_->size; ++r)
+      if (all[2 * static_cast<std::size_t>(r)] == color) members.emplace_back(all[2 * static_cast<std::size_t>(r) + 1], r);
+    std::sort(members.begin(), members.end());
+    int new_rank = 0;
+    while (members[static_cast<std::size_t>(new_rank)].second != rank_) ++new_rank;
+    std::shared_ptr<InprocWorld::State> sub;
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      auto& slot = state_->splits[{seq, color}];
+      if (!slot) slot = std::make_shared<InprocWorld::State>(static_cast<int>(members.size()));
+      sub = slot;
+    }
+    return std::make_unique<InprocGroup>(std::move(sub), new_rank);
   }
 
  protected:
@@ -104,6 +129,7 @@ class InprocGroup final : public Group {
 
   std::shared_ptr<InprocWorld::State> state_;
   const int rank_;
+  std::uint64_t splits_ = 0;  // splits of this group so far
 };
 
 }  // namespace

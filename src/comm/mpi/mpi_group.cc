@@ -2,6 +2,7 @@
 
 #include "strata/comm/mpi_group.h"
 
+#include <algorithm>
 #include <climits>
 #include <string>
 
@@ -12,9 +13,24 @@ namespace {
 
 class MpiGroup final : public Group {
  public:
-  explicit MpiGroup(MPI_Comm comm) : comm_(comm) {
+  // `owned`: the group frees the communicator (one it split off), else it borrows it.
+  explicit MpiGroup(MPI_Comm comm, bool owned = false) : comm_(comm), owned_(owned) {
     STRATA_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
     STRATA_CHECK_MPI(MPI_Comm_size(comm_, &size_));
+  }
+  ~MpiGroup() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (owned_ && !finalized) MPI_Comm_free(&comm_);
+  }
+
+  std::unique_ptr<Group> split(int color, int key, const Deadline& deadline) override {
+    barrier(deadline);  // everyone is here: MPI_Comm_split below does not wait for a missing rank
+    MPI_Comm out = MPI_COMM_NULL;
+    STRATA_CHECK_MPI(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &out));
+    if (out == MPI_COMM_NULL) return nullptr;
+    STRATA_CHECK_MPI(MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN));
+    return std::make_unique<MpiGroup>(out, true);
   }
 
   int rank() const override { return rank_; }
@@ -53,6 +69,7 @@ class MpiGroup final : public Group {
 
  private:
   MPI_Comm comm_;
+  bool owned_ = false;
   int rank_ = 0;
   int size_ = 1;
 };
@@ -92,13 +109,49 @@ std::vector<int> translate_all(MPI_Comm from, MPI_Comm to) {
 
 }  // namespace
 
+namespace {
+
+// The runtime ranks of role `which` in the order of its group's ranks: the key of the role split
+// (bootstrap_over, Runtime::bootstrap) is the task index, the chief first among the workers.
+std::vector<int> ranks_by_key(const Runtime& runtime, bool ps) {
+  std::vector<std::pair<int, int>> keyed;
+  for (const auto& info : runtime.ranks()) {
+    const Role role = role_of_job(info.task.type);
+    if (ps ? role != Role::kPs : role != Role::kChief && role != Role::kWorker) continue;
+    keyed.emplace_back(role == Role::kChief ? 0 : info.task.index + 1, info.rank);
+  }
+  std::sort(keyed.begin(), keyed.end());
+  std::vector<int> out;
+  for (const auto& k : keyed) out.push_back(k.second);
+  return out;
+}
+
+}  // namespace
+
 RuntimeGroups groups_of(const Runtime& runtime) {
-  auto maybe = [](MPI_Comm c) { return c == MPI_COMM_NULL ? nullptr : make_mpi_group(c); };
+  if (runtime.group()) {
+    RuntimeGroups g{runtime.group(), runtime.role_group(), runtime.ps_group(), runtime.workers_group(), {}, {}};
+    if (g.ps) g.ps_ranks = ranks_by_key(runtime, true);
+    if (g.workers) g.worker_ranks = ranks_by_key(runtime, false);
+    return g;
+  }
+  auto maybe = [](MPI_Comm c) { return c == MPI_COMM_NULL ? nullptr : std::shared_ptr<Group>(make_mpi_group(c)); };
   const Communicators& c = runtime.comms();
   RuntimeGroups g{maybe(c.runtime()), maybe(c.role()), maybe(c.ps()), maybe(c.workers()), {}, {}};
   g.ps_ranks = translate_all(c.ps(), c.runtime());
   g.worker_ranks = translate_all(c.workers(), c.runtime());
   return g;
+}
+
+std::shared_ptr<Group> runtime_group(const Runtime& runtime) {
+  if (runtime.group()) return runtime.group();
+  return make_mpi_group(runtime.comms().runtime());
+}
+
+std::shared_ptr<Group> workers_group(const Runtime& runtime) {
+  if (runtime.group()) return runtime.workers_group();
+  if (runtime.comms().workers() == MPI_COMM_NULL) return nullptr;
+  return make_mpi_group(runtime.comms().workers());
 }
 
 }  // namespace strata::comm

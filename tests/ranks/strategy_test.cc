@@ -1,11 +1,15 @@
-// ParameterServerStrategy under mpirun: TF's reduce/axis semantics, replica contexts over K CPU
-// replicas, the scope/materialise lifecycle, and gradients pushed once per worker as the mean over
-// its replicas.
+// ParameterServerStrategy under mpirun (1-3 ranks) and on 1-3 thread ranks in the inproc tier
+// (tests/common/rank_test.h): TF's reduce/axis semantics, replica contexts over K CPU replicas,
+// the scope/materialise lifecycle, gradients pushed once per worker as the mean over its replicas,
+// input sharding over the workers, and dynamic variables.
+#define STRATA_INPROC_RANKS 1, 2, 3
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
 
-#include "mpi/mpi_test.h"
+#include "common/rank_test.h"
+#include "strata/comm/mpi_group.h"
 #include "strata/cluster/runtime.h"
 #include "strata/common/error.h"
 #include "strata/strategy/parameter_server_strategy.h"
@@ -15,17 +19,17 @@ namespace {
 
 using testing::TestComm;
 
-std::unique_ptr<Runtime> start(const TestComm& comm, int num_ps) {
+std::unique_ptr<Runtime> start(TestComm& comm, int num_ps) {
   BootstrapOptions options;
   options.resolve.resolver = cluster::ResolverKind::kMpi;
   options.resolve.num_ps = num_ps;
   options.timeout_s = 30;
-  return Runtime::bootstrap(comm.get(), Env(), options);
+  return testing::bootstrap_runtime(comm, Env(), options);
 }
 
 Tensor tensor(std::vector<float> v, std::vector<std::int64_t> shape) { return Tensor{std::move(v), std::move(shape)}; }
 
-TEST(Strategy, ReduceFollowsTensorFlowAxisSemantics) {
+STRATA_RANK_TEST(Strategy, ReduceFollowsTensorFlowAxisSemantics) {
   TestComm comm;
   auto rt = start(comm, 0);
   StrategyOptions options;
@@ -55,7 +59,7 @@ TEST(Strategy, ReduceFollowsTensorFlowAxisSemantics) {
   STRATA_EXPECT_ALL(comm.get(), ok);
 }
 
-TEST(Strategy, RunGivesEachReplicaItsContext) {
+STRATA_RANK_TEST(Strategy, RunGivesEachReplicaItsContext) {
   TestComm comm;
   auto rt = start(comm, 0);
   StrategyOptions options;
@@ -82,7 +86,7 @@ TEST(Strategy, RunGivesEachReplicaItsContext) {
   STRATA_EXPECT_ALL(comm.get(), ok);
 }
 
-TEST(Strategy, GradientsArePushedOncePerWorkerAsTheReplicaMean) {
+STRATA_RANK_TEST(Strategy, GradientsArePushedOncePerWorkerAsTheReplicaMean) {
   TestComm comm;
   if (comm.size() < 2) GTEST_SKIP() << "needs a PS and a worker";
   auto rt = start(comm, 1);
@@ -127,7 +131,7 @@ TEST(Strategy, GradientsArePushedOncePerWorkerAsTheReplicaMean) {
     strategy.finish();
     ok = last_step >= 1;
   }
-  MPI_Barrier(comm.get());
+  comm.group().barrier(comm::Deadline{60, "test barrier"});
   if (!strategy.is_ps()) {
     std::vector<float> got;
     strategy.read(w, got);
@@ -160,8 +164,10 @@ data::Dataset indexed_dataset(std::int64_t n) {
 }
 
 class Sharding : public ::testing::TestWithParam<data::AutoShard> {};
+STRATA_RANK_SUITE(Policies, Sharding, ::testing::Values(data::AutoShard::kData, data::AutoShard::kFile),
+                         [](const auto& info) { return std::string(data::to_string(info.param)); });
 
-TEST_P(Sharding, EveryExampleOncePerEpochAcrossWorkers) {
+STRATA_RANK_TEST_P(Sharding, EveryExampleOncePerEpochAcrossWorkers) {
   TestComm comm;
   if (comm.size() < 2) GTEST_SKIP() << "needs a PS and a worker";
   auto rt = start(comm, 1);
@@ -188,17 +194,14 @@ TEST_P(Sharding, EveryExampleOncePerEpochAcrossWorkers) {
         for (const auto& p : parts)
           for (int i = 0; i < p.size; ++i) seen.push_back(static_cast<int>(p.features[i]));
       }
-      // Gather every worker's ids of this epoch over the workers communicator.
-      MPI_Comm workers = rt->comms().workers();
-      int count = static_cast<int>(seen.size()), nworkers = 0;
-      MPI_Comm_size(workers, &nworkers);
-      std::vector<int> counts(nworkers), displs(nworkers, 0);
-      MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, workers);
-      for (int w = 1; w < nworkers; ++w) displs[w] = displs[w - 1] + counts[w - 1];
-      std::vector<int> all(static_cast<std::size_t>(displs.back() + counts.back()));
-      MPI_Allgatherv(seen.data(), count, MPI_INT, all.data(), counts.data(), displs.data(), MPI_INT, workers);
+      // Gather every worker's ids of this epoch over the workers' group.
+      const std::string mine(reinterpret_cast<const char*>(seen.data()), seen.size() * sizeof(int));
       std::vector<int> hits(n, 0);
-      for (int id : all) hits[id]++;
+      for (const std::string& theirs : comm::workers_group(*rt)->allgather_strings(mine, comm::Deadline{60, "ids seen"})) {
+        std::vector<int> ids(theirs.size() / sizeof(int));
+        std::memcpy(ids.data(), theirs.data(), ids.size() * sizeof(int));
+        for (int id : ids) hits[id]++;
+      }
       for (int h : hits) ok = ok && h == 1;
     }
     strategy.finish();
@@ -206,10 +209,8 @@ TEST_P(Sharding, EveryExampleOncePerEpochAcrossWorkers) {
   STRATA_EXPECT_ALL(comm.get(), ok);
 }
 
-INSTANTIATE_TEST_SUITE_P(Policies, Sharding, ::testing::Values(data::AutoShard::kData, data::AutoShard::kFile),
-                         [](const auto& info) { return std::string(data::to_string(info.param)); });
 
-TEST(Strategy, DatasetsFromFunctionSeeTheInputContext) {
+STRATA_RANK_TEST(Strategy, DatasetsFromFunctionSeeTheInputContext) {
   TestComm comm;
   if (comm.size() < 2) GTEST_SKIP() << "needs a PS and a worker";
   auto rt = start(comm, 1);
@@ -249,7 +250,7 @@ TEST(Strategy, DatasetsFromFunctionSeeTheInputContext) {
   STRATA_EXPECT_ALL(comm.get(), ok);
 }
 
-TEST(Strategy, DynamicVariablesAreLookedUpAndUpdatedById) {
+STRATA_RANK_TEST(Strategy, DynamicVariablesAreLookedUpAndUpdatedById) {
   TestComm comm;
   if (comm.size() < 2) GTEST_SKIP() << "needs a PS and a worker";
   const int num_ps = comm.size() >= 3 ? 2 : 1;
@@ -310,26 +311,25 @@ TEST(Strategy, DynamicVariablesAreLookedUpAndUpdatedById) {
     ok = ok && errors.find("3 gradient values for 2 id(s) of 2 floats") != std::string::npos;
     // Lookups are served by the PS service loop: read before finish(), once every worker's
     // update returned (each returns once applied).
-    MPI_Barrier(rt->comms().workers());
+    comm::workers_group(*rt)->barrier(comm::Deadline{60, "workers' barrier"});
     std::vector<float> got;
     strategy.lookup(emb, {-7, 1, big, 99}, got, ps::DynamicLookup::kInference);
     const float W = static_cast<float>(workers);
     ok = ok && got == std::vector<float>{-2 * W, -2 * W, -1.5f * W, -1.5f * W, -1.5f * W, -1.5f * W, 0, 0};
     strategy.finish();
   }
-  MPI_Barrier(comm.get());
-  long long rows = 0;
+  comm.group().barrier(comm::Deadline{60, "test barrier"});
+  std::int64_t rows = 0;
   if (strategy.is_ps()) {
     ok = ok && strategy.ps_server().dynamic_variables().size() == 1;
     rows = strategy.ps_server().dynamic_stats("emb").rows;
   }
-  long long total = 0;
-  MPI_Allreduce(&rows, &total, 1, MPI_LONG_LONG, MPI_SUM, comm.get());
+  const std::int64_t total = comm.group().allreduce(rows, comm::ReduceOp::kSum, comm::Deadline{60, "rows"});
   ok = ok && total == 3;  // ids 1, 2^40 and -7 over every PS; the inference lookup of 99 made none
   STRATA_EXPECT_ALL(comm.get(), ok);
 }
 
-TEST(Strategy, CreatingVariablesOutsideScopeIsAnError) {
+STRATA_RANK_TEST(Strategy, CreatingVariablesOutsideScopeIsAnError) {
   TestComm comm;
   auto rt = start(comm, 0);
   ParameterServerStrategy strategy(*rt, StrategyOptions{});
