@@ -440,7 +440,9 @@ struct DynamicTable::Impl {
         // on huge pages: docs/DYNAMIC.md, "Between nodes".)
         std::size_t k = 0;
         if (for_write) {
-          sink = static_cast<std::uint8_t>(sink + *reinterpret_cast<const volatile std::uint8_t*>(rec));
+          // Relaxed atomic: another part of a split update may restamp this record meanwhile
+          // (restamp_shared); the byte's value is not used.
+          sink = static_cast<std::uint8_t>(sink + __atomic_load_n(reinterpret_cast<const std::uint8_t*>(rec), __ATOMIC_RELAXED));
           k = 1;
         }
         for (; k < lines; ++k) {

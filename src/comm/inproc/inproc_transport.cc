@@ -255,7 +255,11 @@ class InprocTransport final : public Transport {
   void flush_all(Region&) override { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
   void sync_local(Region&) override { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
   void progress() override {}
-  bool ordered_to(int) const override { return true; }
+  // Operations do take effect in issue order here, but an ordered peer also promises that a
+  // put_notify_get's answer is read after a consumer of the put has handled it and changes no more
+  // (strata/comm/transport.h): nothing serves requests in this transport, so no peer is ordered,
+  // and callers flush and ring as they do over shared memory.
+  bool ordered_to(int) const override { return false; }
 
  private:
   Group& group_;

@@ -1,8 +1,8 @@
 // The in-process transport: the Transport interface (strata/comm/transport.h) between ranks that
 // are threads of one process (comm::InprocWorld), for the inproc test tier. Every rank's region is
 // plain memory of the process; a get or put is a copy, the atomics are the compiler's atomics on
-// that memory, and every operation is complete when its call returns (ordered_to is true, flush
-// only fences). allocate_region and a region's destruction are collective over the group, as on
+// that memory, and every operation is complete when its call returns (flush only fences; no peer
+// is ordered_to, see the .cc). allocate_region and a region's destruction are collective over the group, as on
 // the other transports (an allgather of the bases; a barrier before the memory is freed).
 //
 // ThreadSanitizer: the copies and atomics on region memory model one-sided access, which the
