@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# The sanitize tier (label `sanitize`): the unit and mpi tiers built once more with
-# AddressSanitizer and UndefinedBehaviorSanitizer, in a second build tree, and run there. Passes
-# only when every one of those tests passes and no sanitizer wrote a report.
+# The sanitize tier (label `sanitize`): the unit and inproc tiers built once more with
+# AddressSanitizer and UndefinedBehaviorSanitizer, in a second build tree, and run there; the
+# inproc tier with ThreadSanitizer in a third. Passes only when every one of those tests passes
+# and no sanitizer wrote a report. The mpi tier can be run the same way by hand (phase mpi, or
+# all); CTest runs the unit and inproc tiers, where the PS protocol, the dynamic tables and the
+# strategy run as thread ranks (tests/ranks/).
 #
 # usage: sanitize_tier.sh SOURCE_DIR BUILD_DIR
 # Environment (set by the ctest registration in tests/CMakeLists.txt; all optional):
@@ -9,14 +12,14 @@
 #   STRATA_SANITIZE_BUILD_TYPE (default RelWithDebInfo), STRATA_SANITIZE_JOBS (default 2),
 #   STRATA_SANITIZE_CTEST_ARGS (extra ctest arguments, e.g. "-R transport" while investigating).
 #
-# What is built: only the unit and mpi test binaries and what they link (target
-# strata_tier_unit_mpi), without CUDA/NCCL (nvcc takes no -fsanitize, and no GPU runs here), without
+# What is built: only the unit and inproc test binaries and what they link (target
+# strata_tier_sanitize; phases mpi and all add the mpi tier's, strata_tier_mpi), without CUDA/NCCL (nvcc takes no -fsanitize, and no GPU runs here), without
 # examples and without the strata tool (the two unit tests that run the tool, hostlist_vs_scontrol
 # and dynamic_ckpt_tool, run in the plain tree only). In this tree the unit binary is one test that
 # runs every unit test in one process (a sanitized process costs ~0.4 s to start and leak-check).
 #
 # By hand, from a configured plain tree:
-#   bash tests/sanitize/sanitize_tier.sh . build/sanitize
+#   bash tests/sanitize/sanitize_tier.sh . build/sanitize        # unit, inproc and mpi
 #   STRATA_SANITIZE_CTEST_ARGS="-R transport" bash tests/sanitize/sanitize_tier.sh . build/sanitize
 #
 # Reports: ASan (and LeakSanitizer) write to BUILD_DIR/sanitizer-reports/asan.<pid> (log_path)
@@ -40,8 +43,8 @@ set -uo pipefail
 # and its tests start as soon as it is done. STRATA_SANITIZE_NICE (CTest sets 19) lowers the
 # build's priority: on cores it shares with the other tiers' tests it takes only what they leave
 # idle, so their timing-bound cases see the machine as when they run alone.
-# STRATA_SANITIZERS (default address,undefined) and STRATA_SANITIZE_TARGET (default
-# strata_tier_unit_mpi) choose the tree: sanitize.thread_build builds the inproc tier with
+# STRATA_SANITIZERS (default address,undefined) and STRATA_SANITIZE_TARGET (targets, space
+# separated; default strata_tier_sanitize, plus strata_tier_mpi for phase all) choose the tree: sanitize.thread_build builds the inproc tier with
 # ThreadSanitizer (STRATA_SANITIZERS=thread, target strata_inproc_tests) in a third tree, and the
 # `inproc` phase runs it there (a data race is a report, and fails the phase).
 phase=all
@@ -84,7 +87,10 @@ if [[ $phase == build || $phase == all ]]; then
   [[ -n ${STRATA_SANITIZE_NICE:-} ]] && nice_cmd=(nice -n "$STRATA_SANITIZE_NICE")
   "${nice_cmd[@]}" cmake "${configure[@]}" >"$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
   echo "== sanitize tier: build ($((SECONDS - start)) s)"
-  "${nice_cmd[@]}" cmake --build "$build" -j"${STRATA_SANITIZE_JOBS:-2}" --target "${STRATA_SANITIZE_TARGET:-strata_tier_unit_mpi}" || exit 1
+  default_targets=strata_tier_sanitize
+  [[ $phase == all ]] && default_targets="strata_tier_sanitize strata_tier_mpi"
+  read -r -a targets <<< "${STRATA_SANITIZE_TARGET:-$default_targets}"
+  "${nice_cmd[@]}" cmake --build "$build" -j"${STRATA_SANITIZE_JOBS:-2}" --target "${targets[@]}" || exit 1
   rm -rf "$reports" "$logs"
   echo "== sanitize tier: built in $((SECONDS - start)) s"
   [[ $phase == build ]] && exit 0

@@ -5,7 +5,9 @@
 // save request run ahead) and rings the doorbell. The PS's service loop must throw out of serve() with an Error naming the
 // writer (task and rank), the shard and the bad value, before applying anything: the variable
 // keeps its values. The other end of the fail-stop path (the job ends with status 1 and that line)
-// is tests/cli/ps_untrusted_inbox_test.sh.
+// is tests/cli/ps_untrusted_inbox_test.sh. The same cases run in the inproc tier on 2 and 3
+// thread ranks (tests/common/rank_test.h).
+#define STRATA_INPROC_RANKS 2, 3
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -13,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "mpi/mpi_test.h"
+#include "common/rank_test.h"
 #include "ps/test_peer.h"
 #include "strata/cluster/runtime.h"
 #include "strata/comm/transport.h"
@@ -27,12 +29,12 @@ using testing::TestComm;
 using Peer = ParameterServersTestPeer;
 
 // 1 PS (rank 0, ps:0) and the other ranks workers (rank r is worker:r-1).
-std::unique_ptr<Runtime> start(const TestComm& comm) {
+std::unique_ptr<Runtime> start(TestComm& comm) {
   BootstrapOptions options;
   options.resolve.resolver = cluster::ResolverKind::kMpi;
   options.resolve.num_ps = 1;
   options.timeout_s = 30;
-  return Runtime::bootstrap(comm.get(), Env(), options);
+  return testing::bootstrap_runtime(comm, Env(), options);
 }
 
 VariableSpec var(const std::string& name, Shape shape, Partitioner part = Partitioner::none()) {
@@ -64,7 +66,7 @@ struct Outcome {
 // Runs one job of `specs` under `optimizer`/`consistency`: worker 0 calls attack(ps) and every
 // worker then calls done(); the PS serves. Afterwards worker 0 pulls `check` (unless empty) and
 // compares it with the initializer's 0.5 everywhere.
-Outcome run_case(const TestComm& comm, const std::string& transport, const std::string& optimizer,
+Outcome run_case(TestComm& comm, const std::string& transport, const std::string& optimizer,
                  const std::vector<VariableSpec>& specs, const std::string& check,
                  const std::function<void(PsClient&)>& attack, const std::string& consistency = "async") {
   auto runtime = start(comm);
@@ -102,6 +104,8 @@ Outcome run_case(const TestComm& comm, const std::string& transport, const std::
   if ((comm).size() < 2) GTEST_SKIP() << "needs a PS and a worker"
 
 class PsUntrusted : public ::testing::TestWithParam<std::string> {};
+STRATA_RANK_SUITE(Compiled, PsUntrusted, ::testing::ValuesIn(testing::tier_transports()),
+                         [](const auto& info) { return info.param; });
 
 // Asserted collectively: the PS reports exactly `want`; worker 0 still reads the initial values.
 #define EXPECT_REFUSED(comm, outcome, want)                                                        \
@@ -114,7 +118,7 @@ class PsUntrusted : public ::testing::TestWithParam<std::string> {};
     STRATA_EXPECT_ALL((comm).get(), (outcome).values_kept);                                        \
   } while (0)
 
-TEST_P(PsUntrusted, RowCountAboveTheInboxCapacity) {
+STRATA_RANK_TEST_P(PsUntrusted, RowCountAboveTheInboxCapacity) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   const Outcome out = run_case(comm, GetParam(), "adam:lr=0.1", {var("dense/kernel", {784, 10})}, "dense/kernel",
@@ -126,7 +130,7 @@ TEST_P(PsUntrusted, RowCountAboveTheInboxCapacity) {
                  "has 784 rows (-1 marks a dense gradient)");
 }
 
-TEST_P(PsUntrusted, RowCountBelowMinusOne) {
+STRATA_RANK_TEST_P(PsUntrusted, RowCountBelowMinusOne) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   const Outcome out = run_case(comm, GetParam(), "adagrad:lr=0.1", {var("dense/kernel", {784, 10})}, "dense/kernel",
@@ -139,7 +143,7 @@ TEST_P(PsUntrusted, RowCountBelowMinusOne) {
 }
 
 // The review's crash: one row at index 2^40.
-TEST_P(PsUntrusted, RowIndexFarOutsideTheShard) {
+STRATA_RANK_TEST_P(PsUntrusted, RowIndexFarOutsideTheShard) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   const Outcome out = run_case(comm, GetParam(), "adam:lr=0.1", {var("dense/kernel", {784, 10})}, "dense/kernel",
@@ -152,7 +156,7 @@ TEST_P(PsUntrusted, RowIndexFarOutsideTheShard) {
                  "'dense/kernel' shard 0, which has 784 rows");
 }
 
-TEST_P(PsUntrusted, NegativeRowIndex) {
+STRATA_RANK_TEST_P(PsUntrusted, NegativeRowIndex) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   const Outcome out = run_case(comm, GetParam(), "momentum:lr=0.1,momentum=0.9", {var("dense/kernel", {784, 10})},
@@ -165,7 +169,7 @@ TEST_P(PsUntrusted, NegativeRowIndex) {
 }
 
 // Row indices are shard-local: 5 is past the 5 rows of the second shard of a 10-row variable.
-TEST_P(PsUntrusted, RowIndexOfTheNextShard) {
+STRATA_RANK_TEST_P(PsUntrusted, RowIndexOfTheNextShard) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   const Outcome out = run_case(comm, GetParam(), "adam:lr=0.1", {var("emb", {10, 4}, Partitioner::fixed_shards(2))},
@@ -178,7 +182,7 @@ TEST_P(PsUntrusted, RowIndexOfTheNextShard) {
 }
 
 // A well-formed message behind a doorbell run 3 ahead: one push in flight per shard, so refused.
-TEST_P(PsUntrusted, DoorbellRunAhead) {
+STRATA_RANK_TEST_P(PsUntrusted, DoorbellRunAhead) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   const Outcome out = run_case(comm, GetParam(), "adam:lr=0.1", {var("dense/kernel", {784, 10})}, "dense/kernel",
@@ -194,7 +198,7 @@ TEST_P(PsUntrusted, DoorbellRunAhead) {
 }
 
 // A streamed shard (512 KiB: 2 chunks a push) whose chunk counter announces 3 chunks at once.
-TEST_P(PsUntrusted, ChunkCounterRunAhead) {
+STRATA_RANK_TEST_P(PsUntrusted, ChunkCounterRunAhead) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   const Outcome out = run_case(comm, GetParam(), "adam:lr=0.1", {var("big", {1024, 128})}, "big",
@@ -212,7 +216,7 @@ TEST_P(PsUntrusted, ChunkCounterRunAhead) {
 // Sync rounds mean every worker's gradient: a dense one from worker 0 and a sparse one from
 // worker 1 for the same round (the others dense too) cannot be combined, and the PS says so
 // instead of dropping one.
-TEST_P(PsUntrusted, SyncRoundMixingDenseAndSparse) {
+STRATA_RANK_TEST_P(PsUntrusted, SyncRoundMixingDenseAndSparse) {
   TestComm comm;
   if (comm.size() < 3) GTEST_SKIP() << "needs 2 workers";
   const Outcome out = run_case(
@@ -233,7 +237,7 @@ TEST_P(PsUntrusted, SyncRoundMixingDenseAndSparse) {
 
 // The save protocol's request id on PS 0 is the chief's: it posts one request at a time. A jump
 // to 5 with no save done is refused by name (checkpoints on, with a save hook that must not run).
-TEST_P(PsUntrusted, SaveRequestRunAhead) {
+STRATA_RANK_TEST_P(PsUntrusted, SaveRequestRunAhead) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   auto runtime = start(comm);
@@ -272,7 +276,7 @@ TEST_P(PsUntrusted, SaveRequestRunAhead) {
 }
 
 // Only a worker advances its own clock word: one moved under it is named at its next end_step.
-TEST_P(PsUntrusted, ClockWordMovedUnderItsWorker) {
+STRATA_RANK_TEST_P(PsUntrusted, ClockWordMovedUnderItsWorker) {
   TestComm comm;
   SKIP_WITHOUT_WORKERS(comm);
   auto runtime = start(comm);
@@ -306,8 +310,6 @@ TEST_P(PsUntrusted, ClockWordMovedUnderItsWorker) {
   STRATA_EXPECT_ALL(comm.get(), !worker0 || error == want);
 }
 
-INSTANTIATE_TEST_SUITE_P(Compiled, PsUntrusted, ::testing::ValuesIn(strata::comm::compiled_transports()),
-                         [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace strata::ps
