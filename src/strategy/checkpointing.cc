@@ -175,6 +175,11 @@ void ParameterServerStrategy::restore(const std::string& path, const RestoreOpti
 }
 
 void ParameterServerStrategy::prepare_checkpoint_hooks() {
+  // Checkpoints are written with parallel HDF5 over the PS ranks' MPI communicator; a runtime of
+  // in-process ranks (comm::bootstrap_over) has none. Refused on every rank alike.
+  if (runtime_.comms().runtime() == MPI_COMM_NULL && (!checkpoint_.directory.empty() || restore_path_))
+    throw ConfigError("checkpoints are saved and restored with parallel HDF5 over MPI: a job of in-process ranks "
+                      "has no checkpoint directory and restores none");
   auto st = std::make_shared<CheckpointState>();
   st->optimizer = options_.ps.optimizer;
   ckpt_state_ = st;

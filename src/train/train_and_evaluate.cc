@@ -30,6 +30,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -38,6 +39,7 @@
 
 #include "strata/cluster/liveness.h"
 #include "strata/comm/group.h"
+#include "strata/comm/group_runtime.h"
 #include "strata/comm/mpi_group.h"
 #include "strata/common/env.h"
 #include "strata/common/error.h"
@@ -318,14 +320,15 @@ TrainResult train_and_evaluate(Model& model, const RunConfig& config, const Trai
 
 TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, const TrainSpec& train_spec,
                                const EvalSpec& eval_spec) {
-  const MPI_Comm world = job_world(cfg.world, "train_and_evaluate");
+  // An MPI job's world, or the ranks of a process group (RunConfig::group).
+  const MPI_Comm world = cfg.group ? MPI_COMM_NULL : job_world(cfg.world, "train_and_evaluate");
   Env env = Env::from_process();
   const double t_start = now_s();
   BootstrapOptions boot;
   boot.timeout_s = cfg.timeout_s;
   if (cfg.num_ps >= 0) boot.resolve.num_ps = cfg.num_ps;
   boot.resolve.jobs = cfg.jobs;
-  const int world_rank = rank_in(world);
+  const int world_rank = cfg.group ? cfg.group->rank() : rank_in(world);
   // Heartbeats from the start of the job, the bootstrap included: a stopped or frozen rank ends the
   // job within seconds, named (strata/cluster/liveness.h). Before the bootstrap has assigned roles
   // a rank is named by its host. Declared before the runtime, so it still watches while the
@@ -334,14 +337,15 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
   live_opt.stop_timeout_s = cfg.stall_timeout_s;
   live_opt.stall_timeout_s = cfg.progress_timeout_s;
   live_opt.setup_timeout_s = cfg.timeout_s;
-  LivenessMonitor live(world, live_opt);
+  std::optional<LivenessMonitor> live;
+  if (!cfg.group) live.emplace(world, live_opt);
   std::unique_ptr<Runtime> rt;
   try {
-    rt = Runtime::bootstrap(world, env, boot);
+    rt = cfg.group ? comm::bootstrap_over(cfg.group, env, boot) : Runtime::bootstrap(world, env, boot);
   } catch (const ConfigError& e) {
     return config_failure(e.message(), world_rank == 0);
   }
-  live.name_ranks(*rt);
+  if (live) live->name_ranks(*rt);
   liveness::set_phase(liveness::Phase::kRestore);
   // The process groups of the runtime's communicators: every exchange of this layer goes through
   // them, each wait bounded and naming who is late (strata/comm/group.h).

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "strata/comm/group.h"
 #include "strata/common/env.h"
 #include "strata/cluster/resolve.h"
 #include "strata/data/dataset.h"
@@ -85,6 +86,11 @@ struct RunConfig {
 
   // The communicator the job runs on (MPI_COMM_NULL: MPI_COMM_WORLD); it is dup'ed, never used.
   MPI_Comm world = MPI_COMM_NULL;
+  // Or the process group of ranks that are not an MPI job (strata/comm/group.h: the in-process
+  // group of the inproc test tier): the runtime is bootstrapped over it (comm::bootstrap_over),
+  // `world` is ignored, and there is no liveness monitor (its heartbeats are MPI messages) and no
+  // checkpoint directory (checkpoints are parallel HDF5).
+  std::shared_ptr<comm::Group> group;
 
   // ---- timeouts ----
   double timeout_s = kDefaultTimeoutS;  // each wait for another rank (--timeout / STRATA_TIMEOUT_S)

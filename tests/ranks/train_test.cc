@@ -2,6 +2,9 @@
 // called in SessionRunHook order on every training worker and only begin() on the PS; stop
 // conditions (max_steps, a user hook's request_stop, a resumed job already past max_steps) end
 // the loop where they should; a user model trains through train_and_evaluate and its loss falls.
+// The inproc tier runs the same cases on 2 and 3 thread ranks (RunConfig::group), except the
+// resumed job, whose checkpoints need MPI (parallel HDF5).
+#define STRATA_INPROC_RANKS 2, 3
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,7 +13,7 @@
 
 #include <unistd.h>
 
-#include "mpi/mpi_test.h"
+#include "common/rank_test.h"
 #include "strata/train/train_and_evaluate.h"
 
 namespace strata {
@@ -110,9 +113,13 @@ class Recorder : public train::SessionRunHook {
   std::int64_t stop_after_;
 };
 
-train::RunConfig quiet_config(const TestComm& comm) {
+train::RunConfig quiet_config(TestComm& comm) {
   train::RunConfig cfg;
+#if defined(STRATA_TEST_TIER_INPROC)
+  cfg.group = std::shared_ptr<comm::Group>(&comm.group(), [](comm::Group*) {});  // borrowed
+#else
   cfg.world = comm.get();
+#endif
   cfg.num_ps = 1;
   cfg.global_batch = 32;
   cfg.timeout_s = 30;
@@ -148,7 +155,7 @@ std::vector<std::string> worker_events(int steps) {
   return e;
 }
 
-TEST(TrainAndEvaluate, HooksRunInSessionRunHookOrderAndMaxStepsStops) {
+STRATA_RANK_TEST(TrainAndEvaluate, HooksRunInSessionRunHookOrderAndMaxStepsStops) {
   TestComm comm;
   LogReg model;
   auto rec = std::make_shared<Recorder>();
@@ -161,7 +168,7 @@ TEST(TrainAndEvaluate, HooksRunInSessionRunHookOrderAndMaxStepsStops) {
   STRATA_EXPECT_ALL(comm.get(), ps || rec->last_loss < rec->first_loss);
 }
 
-TEST(TrainAndEvaluate, AUserHookStopsTraining) {
+STRATA_RANK_TEST(TrainAndEvaluate, AUserHookStopsTraining) {
   TestComm comm;
   LogReg model;
   auto rec = std::make_shared<Recorder>(3);
@@ -171,6 +178,7 @@ TEST(TrainAndEvaluate, AUserHookStopsTraining) {
   STRATA_EXPECT_ALL(comm.get(), ps || rec->events == worker_events(3));
 }
 
+#if !defined(STRATA_TEST_TIER_INPROC)
 TEST(TrainAndEvaluate, AResumedJobPastMaxStepsRunsNoStep) {
   TestComm comm;
   // One directory for the job: rank 0 names it, everyone gets it.
@@ -180,7 +188,7 @@ TEST(TrainAndEvaluate, AResumedJobPastMaxStepsRunsNoStep) {
     std::filesystem::remove_all(p);
     std::snprintf(dir, sizeof dir, "%s", p.c_str());
   }
-  MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, comm.get());
+  comm.group().broadcast(dir, sizeof dir, 0, comm::Deadline{60, "test directory"});
   LogReg model;
   train::RunConfig cfg = quiet_config(comm);
   cfg.model_dir = dir;
@@ -196,11 +204,12 @@ TEST(TrainAndEvaluate, AResumedJobPastMaxStepsRunsNoStep) {
   STRATA_EXPECT_ALL(comm.get(), r2.status == 0);
   STRATA_EXPECT_ALL(comm.get(), ps || second->first_step == 5);
   STRATA_EXPECT_ALL(comm.get(), ps || second->events == worker_events(0));
-  MPI_Barrier(comm.get());
+  comm.group().barrier(comm::Deadline{60, "test barrier"});
   if (comm.rank() == 0) std::filesystem::remove_all(dir);
 }
+#endif
 
-TEST(TrainAndEvaluate, AnAgreedConfigurationErrorIsReportedByOneRank) {
+STRATA_RANK_TEST(TrainAndEvaluate, AnAgreedConfigurationErrorIsReportedByOneRank) {
   TestComm comm;
   LogReg model;
   train::RunConfig cfg = quiet_config(comm);
@@ -209,8 +218,8 @@ TEST(TrainAndEvaluate, AnAgreedConfigurationErrorIsReportedByOneRank) {
   const auto result = train::train_and_evaluate(model, cfg, spec(3, rec), eval_spec());
   STRATA_EXPECT_ALL(comm.get(), result.status == train::kStatusUsage);
   STRATA_EXPECT_ALL(comm.get(), result.error.find("eventually") != std::string::npos);
-  int reporters = result.report_error ? 1 : 0, total = 0;
-  MPI_Allreduce(&reporters, &total, 1, MPI_INT, MPI_SUM, comm.get());
+  const std::int64_t reporters = result.report_error ? 1 : 0;
+  const std::int64_t total = comm.group().allreduce(reporters, comm::ReduceOp::kSum, comm::Deadline{60, "reporters"});
   STRATA_EXPECT_ALL(comm.get(), total == 1);
   STRATA_EXPECT_ALL(comm.get(), rec->events.empty());
 }
