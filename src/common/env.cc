@@ -1,13 +1,13 @@
 #include "strata/common/env.h"
 
+#include <unistd.h>  // environ (declared under _GNU_SOURCE, which g++ defines)
+
 #include <algorithm>
 #include <cstdlib>
 #include <sstream>
 
 #include "strata/common/error.h"
 #include "strata/common/parse.h"
-
-extern char** environ;
 
 namespace strata {
 
