@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # dynamic_data_plane_test.sh DYN_TESTS DYN_CKPT_TESTS -- issue 22's correctness targets between
-# nodes: the dynamic-table MPI tests (tests/mpi/ps_dynamic_test.cc and
+# nodes: the dynamic-table MPI tests (tests/ranks/ps_dynamic_test.cc and
 # ps_dynamic_checkpoint_test.cc) with the PS ranks on cn1 and the workers on cn2 (dyn_*), so that
 # each lookup and update crosses the bridge.
 #

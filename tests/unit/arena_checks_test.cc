@@ -2,7 +2,7 @@
 // crafted values in-process: inbox row counts, row indices, doorbells, chunk counters, streamed
 // pieces and layout sizes. Each bad value must be an Error naming the writer and what was wrong;
 // each good value must pass unchanged (the service loop relies on both). The same checks in a real
-// multi-rank job are in tests/mpi/ps_untrusted_test.cc.
+// multi-rank job are in tests/ranks/ps_untrusted_test.cc.
 #include <gtest/gtest.h>
 
 #include <cstdint>

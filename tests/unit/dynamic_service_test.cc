@@ -1,7 +1,7 @@
 // Unit tests of the dynamic variables' single-process parts: the spec's checks, its exact JSON
 // form (how the chief's list reaches the PS ranks) and what a hostile list gets, and the arena
 // layout of the request areas (after every shard, not overlapping, and absent without dynamic
-// variables). The data plane itself runs under mpirun (tests/mpi/ps_dynamic_test.cc).
+// variables). The data plane itself runs under mpirun and on thread ranks (tests/ranks/ps_dynamic_test.cc).
 #include <gtest/gtest.h>
 
 #include <algorithm>
