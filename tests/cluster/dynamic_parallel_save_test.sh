@@ -31,8 +31,11 @@ step data "$BIN" data synth-ctr --out "$work/all.tsv" --rows 3000 --vocab 50 --s
 if [[ $rc -eq 0 ]]; then pass "data: synth-ctr"; else fail "data: exit status $rc"; dump data; exit 1; fi
 head -n 2500 "$work/all.tsv" > "$work/train.tsv"
 tail -n 500 "$work/all.tsv" > "$work/eval.tsv"
+# --stall-timeout 30: these jobs check saves and restores, not liveness (tests/fault and
+# cluster.partition do), and share the 2 cores with the other cluster tests and the sanitizer
+# builds; under that load a restore onto 3 PS has gone 10 s without a heartbeat reaching rank 0.
 TRAIN=(train --model-spec "$SPEC" --data "csv:$work/train.tsv" --eval-data "csv:$work/eval.tsv" --consistency sync
-       --global-batch 256 --epochs 2 --log-every 0 --log-every-secs 0)
+       --global-batch 256 --epochs 2 --log-every 0 --log-every-secs 0 --stall-timeout 30)
 
 # --map-by node: rank 0 (PS) on cn1, rank 1 (PS) on cn2, then the workers one per node.
 STRATA_NUM_PS=2 STRATA_LOG_LEVEL=debug step save "$here/cluster_mpirun" "$D" --host cn1:2,cn2:2 --map-by node -np 4 \
