@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "strata/common/error.h"
+#include "data/text_util.h"
 #include "strata/data/dataset.h"
 
 namespace strata::data {
@@ -67,10 +68,6 @@ std::string hdf5_message() {
   return message.empty() ? std::string() : " (HDF5: " + message + ")";
 }
 
-[[noreturn]] void fail(const std::string& path, const std::string& problem) {
-  throw ConfigError(path + ": " + problem);
-}
-
 std::string shape_string(const std::vector<hsize_t>& dims) {
   std::string s = "[";
   for (std::size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
@@ -87,9 +84,9 @@ Array describe(const std::string& path, hid_t dataset, const std::string& name) 
   Array a;
   H5Handle space(H5Dget_space(dataset), H5Sclose);
   H5Handle type(H5Dget_type(dataset), H5Tclose);
-  if (!space.valid() || !type.valid()) fail(path, "cannot query dataset '" + name + "'" + hdf5_message());
+  if (!space.valid() || !type.valid()) fail_file(path, "cannot query dataset '" + name + "'" + hdf5_message());
   const int rank = H5Sget_simple_extent_ndims(space.get());
-  if (rank < 0) fail(path, "dataset '" + name + "' has no simple dataspace" + hdf5_message());
+  if (rank < 0) fail_file(path, "dataset '" + name + "' has no simple dataspace" + hdf5_message());
   a.dims.resize(static_cast<std::size_t>(rank));
   if (rank > 0) H5Sget_simple_extent_dims(space.get(), a.dims.data(), nullptr);
   a.type_class = H5Tget_class(type.get());
@@ -98,34 +95,34 @@ Array describe(const std::string& path, hid_t dataset, const std::string& name) 
 
 void read_all(const std::string& path, hid_t dataset, const std::string& name, hid_t memory_type, void* out) {
   if (H5Dread(dataset, memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0)
-    fail(path, "cannot read dataset '" + name + "'" + hdf5_message());
+    fail_file(path, "cannot read dataset '" + name + "'" + hdf5_message());
 }
 
 }  // namespace
 
 Dataset load_hdf5(const std::string& path, const std::string& images_dataset, const std::string& labels_dataset) {
-  if (!std::ifstream(path, std::ios::binary)) fail(path, "no such file or not readable");
+  if (!std::ifstream(path, std::ios::binary)) fail_file(path, "no such file or not readable");
   QuietErrors quiet;
-  if (H5Fis_hdf5(path.c_str()) <= 0) fail(path, "not an HDF5 file");
+  if (H5Fis_hdf5(path.c_str()) <= 0) fail_file(path, "not an HDF5 file");
   H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  if (!file.valid()) fail(path, "cannot open read-only" + hdf5_message());
+  if (!file.valid()) fail_file(path, "cannot open read-only" + hdf5_message());
 
   H5Handle images(H5Dopen2(file.get(), images_dataset.c_str(), H5P_DEFAULT), H5Dclose);
-  if (!images.valid()) fail(path, "has no dataset '" + images_dataset + "'");
+  if (!images.valid()) fail_file(path, "has no dataset '" + images_dataset + "'");
   H5Handle labels(H5Dopen2(file.get(), labels_dataset.c_str(), H5P_DEFAULT), H5Dclose);
-  if (!labels.valid()) fail(path, "has no dataset '" + labels_dataset + "'");
+  if (!labels.valid()) fail_file(path, "has no dataset '" + labels_dataset + "'");
 
   const Array image_info = describe(path, images.get(), images_dataset);
   const Array label_info = describe(path, labels.get(), labels_dataset);
   if (image_info.type_class != H5T_INTEGER && image_info.type_class != H5T_FLOAT)
-    fail(path, "dataset '" + images_dataset + "' is not numeric (integer or float)");
-  if (image_info.dims.empty()) fail(path, "dataset '" + images_dataset + "' is a scalar, expected [n, ...]");
-  if (label_info.type_class != H5T_INTEGER) fail(path, "dataset '" + labels_dataset + "' is not of an integer type");
+    fail_file(path, "dataset '" + images_dataset + "' is not numeric (integer or float)");
+  if (image_info.dims.empty()) fail_file(path, "dataset '" + images_dataset + "' is a scalar, expected [n, ...]");
+  if (label_info.type_class != H5T_INTEGER) fail_file(path, "dataset '" + labels_dataset + "' is not of an integer type");
   const bool labels_column = label_info.dims.size() == 2 && label_info.dims[1] == 1;
   if (label_info.dims.size() != 1 && !labels_column)
-    fail(path, "dataset '" + labels_dataset + "' has shape " + shape_string(label_info.dims) + ", expected [n] or [n, 1]");
+    fail_file(path, "dataset '" + labels_dataset + "' has shape " + shape_string(label_info.dims) + ", expected [n] or [n, 1]");
   if (image_info.dims[0] != label_info.dims[0])
-    fail(path, "dataset '" + images_dataset + "' has " + std::to_string(image_info.dims[0]) + " rows but '" +
+    fail_file(path, "dataset '" + images_dataset + "' has " + std::to_string(image_info.dims[0]) + " rows but '" +
                    labels_dataset + "' has " + std::to_string(label_info.dims[0]));
 
   Dataset d;
@@ -133,7 +130,7 @@ Dataset load_hdf5(const std::string& path, const std::string& images_dataset, co
   std::uint64_t dense_dim = 1;
   for (std::size_t i = 1; i < image_info.dims.size(); ++i) dense_dim *= image_info.dims[i];
   if (dense_dim == 0 || dense_dim > (1u << 30))
-    fail(path, "dataset '" + images_dataset + "' has an unusable shape " + shape_string(image_info.dims));
+    fail_file(path, "dataset '" + images_dataset + "' has an unusable shape " + shape_string(image_info.dims));
   d.dense_dim = static_cast<int>(dense_dim);
   d.features.resize(static_cast<std::size_t>(d.size) * dense_dim);
   d.labels.resize(static_cast<std::size_t>(d.size));
@@ -145,11 +142,11 @@ Dataset load_hdf5(const std::string& path, const std::string& images_dataset, co
   std::int32_t max_label = -1;
   for (std::size_t i = 0; i < d.labels.size(); ++i) {
     if (d.labels[i] < 0)
-      fail(path, "dataset '" + labels_dataset + "' has the negative label " + std::to_string(d.labels[i]) +
+      fail_file(path, "dataset '" + labels_dataset + "' has the negative label " + std::to_string(d.labels[i]) +
                      " at row " + std::to_string(i));
     // HDF5 clips out-of-range values when converting to int32; a huge label is a wrong dataset.
     if (d.labels[i] >= kMaxClasses)
-      fail(path, "dataset '" + labels_dataset + "' has the label " + std::to_string(d.labels[i]) + " at row " +
+      fail_file(path, "dataset '" + labels_dataset + "' has the label " + std::to_string(d.labels[i]) + " at row " +
                      std::to_string(i) + ", above the limit of " + std::to_string(kMaxClasses) + " classes");
     max_label = std::max(max_label, d.labels[i]);
   }

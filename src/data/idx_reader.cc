@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "strata/common/error.h"
+#include "data/text_util.h"
 #include "strata/data/dataset.h"
 
 namespace strata::data {
@@ -27,10 +28,6 @@ constexpr std::uint32_t kImagesMagic = 0x00000803;
 constexpr std::uint32_t kLabelsMagic = 0x00000801;
 constexpr std::uint64_t kMaxElements = std::uint64_t{1} << 40;
 
-[[noreturn]] void fail(const std::string& path, const std::string& problem) {
-  throw ConfigError(path + ": " + problem);
-}
-
 std::string hex32(std::uint32_t v) {
   char buf[16];
   std::snprintf(buf, sizeof buf, "0x%08X", v);
@@ -39,7 +36,7 @@ std::string hex32(std::uint32_t v) {
 
 bool is_gzip(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  if (!in) fail_file(path, std::string("cannot open: ") + std::strerror(errno));
   unsigned char magic[2] = {0, 0};
   in.read(reinterpret_cast<char*>(magic), 2);
   return in.gcount() == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
@@ -47,9 +44,9 @@ bool is_gzip(const std::string& path) {
 
 std::vector<unsigned char> read_raw(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  if (!in) fail_file(path, std::string("cannot open: ") + std::strerror(errno));
   std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) fail(path, "read error");
+  if (in.bad()) fail_file(path, "read error");
   return bytes;
 }
 
@@ -57,7 +54,7 @@ std::vector<unsigned char> read_raw(const std::string& path) {
 // gzerror(), so the error state is checked after the last read, or truncation would pass as EOF.
 std::vector<unsigned char> read_gzip(const std::string& path) {
   gzFile file = gzopen(path.c_str(), "rb");
-  if (file == nullptr) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  if (file == nullptr) fail_file(path, std::string("cannot open: ") + std::strerror(errno));
   std::vector<unsigned char> bytes;
   std::vector<unsigned char> chunk(1 << 20);
   std::string problem;
@@ -74,7 +71,7 @@ std::vector<unsigned char> read_gzip(const std::string& path) {
     if (got == 0) break;
   }
   gzclose(file);
-  if (!problem.empty()) fail(path, problem);
+  if (!problem.empty()) fail_file(path, problem);
   return bytes;
 }
 
@@ -99,13 +96,13 @@ IdxArray read_idx(const std::string& path, std::uint32_t expected_magic, const c
   IdxArray a;
   a.bytes = read_file(path);
   const std::size_t ndims = expected_magic & 0xFF;
-  if (a.bytes.size() < 4) fail(path, "truncated: " + std::to_string(a.bytes.size()) + " bytes, no IDX header");
+  if (a.bytes.size() < 4) fail_file(path, "truncated: " + std::to_string(a.bytes.size()) + " bytes, no IDX header");
   const std::uint32_t magic = be32(a.bytes.data());
   if (magic != expected_magic)
-    fail(path, "bad IDX magic " + hex32(magic) + ", expected " + hex32(expected_magic) + " (" + what + ")");
+    fail_file(path, "bad IDX magic " + hex32(magic) + ", expected " + hex32(expected_magic) + " (" + what + ")");
   a.payload_offset = 4 + 4 * ndims;
   if (a.bytes.size() < a.payload_offset)
-    fail(path, "truncated: the IDX header needs " + std::to_string(a.payload_offset) + " bytes, the file has " +
+    fail_file(path, "truncated: the IDX header needs " + std::to_string(a.payload_offset) + " bytes, the file has " +
                    std::to_string(a.bytes.size()));
   std::uint64_t count = 1;
   std::ostringstream shape;
@@ -114,17 +111,17 @@ IdxArray read_idx(const std::string& path, std::uint32_t expected_magic, const c
     a.dims.push_back(dim);
     shape << (d ? " x " : "") << dim;
     // Bounded before multiplying so a corrupt header cannot overflow the element count.
-    if (dim != 0 && count > kMaxElements / dim) fail(path, "implausible IDX shape " + shape.str() + " ...");
+    if (dim != 0 && count > kMaxElements / dim) fail_file(path, "implausible IDX shape " + shape.str() + " ...");
     count *= dim;
   }
   for (std::size_t d = 1; d < ndims; ++d)
-    if (a.dims[d] == 0) fail(path, "IDX shape " + shape.str() + " has an empty dimension");
+    if (a.dims[d] == 0) fail_file(path, "IDX shape " + shape.str() + " has an empty dimension");
   const std::uint64_t payload = a.bytes.size() - a.payload_offset;
   if (payload < count)
-    fail(path, "truncated: shape " + shape.str() + " needs " + std::to_string(count) + " bytes of data, the file has " +
+    fail_file(path, "truncated: shape " + shape.str() + " needs " + std::to_string(count) + " bytes of data, the file has " +
                    std::to_string(payload));
   if (payload > count)
-    fail(path, std::to_string(payload - count) + " bytes after the data of shape " + shape.str() +
+    fail_file(path, std::to_string(payload - count) + " bytes after the data of shape " + shape.str() +
                    " (not an IDX file of that shape)");
   return a;
 }

@@ -1,9 +1,11 @@
 // Quoting untrusted text (CSV values, column names, vocabulary terms, JSON member names) into
-// error messages. Private to the data layer.
+// error messages, and the readers' refusal of a file. Private to the data layer.
 #pragma once
 
 #include <string>
 #include <string_view>
+
+#include "strata/common/error.h"
 
 namespace strata::data {
 
@@ -21,6 +23,11 @@ inline bool has_control(std::string_view text) {
   for (char c : text)
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return true;
   return false;
+}
+
+// A reader's refusal of the file at `path`: ConfigError "<path>: <problem>".
+[[noreturn]] inline void fail_file(const std::string& path, const std::string& problem) {
+  throw ConfigError(path + ": " + problem);
 }
 
 }  // namespace strata::data

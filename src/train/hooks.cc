@@ -15,15 +15,12 @@
 #include "strata/common/signals.h"
 
 namespace strata::train {
-namespace {
 
-double now_s() {
+double RunContext::clock_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-}  // namespace
-
-double RunContext::elapsed() const { return now_s() - start_time; }
+double RunContext::elapsed() const { return clock_s() - start_time; }
 
 // ---- checkpoint saver, preemption, stop at step ----------------------------------------------
 

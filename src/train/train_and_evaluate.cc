@@ -53,7 +53,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
 
 // A model the caller owns, handed to the ModelFn overload.
 class BorrowedModel : public Model {
@@ -323,7 +322,7 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
   // An MPI job's world, or the ranks of a process group (RunConfig::group).
   const MPI_Comm world = cfg.group ? MPI_COMM_NULL : job_world(cfg.world, "train_and_evaluate");
   Env env = Env::from_process();
-  const double t_start = now_s();
+  const double t_start = RunContext::clock_s();
   BootstrapOptions boot;
   boot.timeout_s = cfg.timeout_s;
   if (cfg.num_ps >= 0) boot.resolve.num_ps = cfg.num_ps;

@@ -105,7 +105,7 @@ struct RunContext {
   // "mixed"); known from after_create_session on.
   std::vector<std::string> worker_devices;
   std::string devices_kind;
-  double start_time = 0;                        // steady clock seconds at train_and_evaluate's start
+  double start_time = 0;                        // clock_s() at train_and_evaluate's start
   // Set by the trace hook: the replicas' spans go there (null: no trace).
   TraceWriter* trace = nullptr;
   TrainSummary summary;
@@ -119,6 +119,8 @@ struct RunContext {
   bool stop_requested() const { return stop_requested_; }
   // Seconds since train_and_evaluate started.
   double elapsed() const;
+  // The steady clock in seconds: the clock of start_time and elapsed().
+  static double clock_s();
 
  private:
   bool stop_requested_ = false;

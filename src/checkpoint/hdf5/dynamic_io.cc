@@ -287,13 +287,6 @@ std::string root_manifest(std::int64_t global_step, const std::vector<const Dyna
 
 // ---- raw verification (no HDF5) ----------------------------------------------------------------
 
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 void pread_all(int fd, void* out, std::uint64_t bytes, std::uint64_t at, const char* what) {
   std::uint64_t got = 0;
   auto* p = static_cast<unsigned char*>(out);
@@ -309,7 +302,7 @@ void pread_all(int fd, void* out, std::uint64_t bytes, std::uint64_t at, const c
 
 // The whole-file CRC-32 and every dataset's CRC-32, before HDF5 sees the file. Returns the table.
 detail::IntegrityBlock verify_raw(const std::string& path) {
-  Fd fd{detail::open_regular_file(path)};
+  detail::Fd fd{detail::open_regular_file(path)};
   struct stat st {};
   if (::fstat(fd.fd, &st) != 0) throw Error("cannot stat: " + std::string(std::strerror(errno)));
   const auto size = static_cast<std::uint64_t>(st.st_size);
@@ -868,7 +861,7 @@ DynamicSaveResult detail::write_dynamic_file(const std::string& final_path, std:
     std::sort(block.regions.begin(), block.regions.end(),
               [](const detail::DataRegion& a, const detail::DataRegion& b) { return a.path < b.path; });
     // Read back: every dataset's bytes on disk must be the bytes in memory.
-    Fd fd{::open(tmp.c_str(), O_RDWR | O_CLOEXEC)};
+    detail::Fd fd{::open(tmp.c_str(), O_RDWR | O_CLOEXEC)};
     if (fd.fd < 0) throw Error("cannot reopen: " + std::string(std::strerror(errno)));
     struct stat st {};
     if (::fstat(fd.fd, &st) != 0) throw Error("cannot stat: " + std::string(std::strerror(errno)));
@@ -1247,7 +1240,7 @@ DynamicSaveResult write_dynamic_checkpoint(MPI_Comm comm, const std::string& dir
       const std::uint64_t span = file_bytes - block_bytes;
       const auto share = [&](int r) { return block_bytes + span * static_cast<std::uint64_t>(r) / static_cast<std::uint64_t>(size); };
       if (share(rank + 1) > share(rank)) {
-        Fd fd{detail::open_regular_file(tmp)};
+        detail::Fd fd{detail::open_regular_file(tmp)};
         for (const auto& p : detail::scan_segments(fd.fd, tmp, share(rank), share(rank + 1), segments))
           got_mine.insert(got_mine.end(), {p.segment, p.begin, p.end, p.crc});
       }
@@ -1279,7 +1272,7 @@ DynamicSaveResult write_dynamic_checkpoint(MPI_Comm comm, const std::string& dir
         }
         block.file_crc = detail::whole_file_crc(detail::encode_integrity_block(block), segments, crcs);
         const std::string encoded = detail::encode_integrity_block(block);
-        Fd fd{::open(tmp.c_str(), O_WRONLY | O_CLOEXEC)};
+        detail::Fd fd{::open(tmp.c_str(), O_WRONLY | O_CLOEXEC)};
         if (fd.fd < 0) throw Error("cannot reopen: " + std::string(std::strerror(errno)));
         if (::pwrite(fd.fd, encoded.data(), encoded.size(), 0) != static_cast<ssize_t>(encoded.size()))
           throw Error("writing the integrity block failed: " + std::string(std::strerror(errno)));

@@ -256,6 +256,10 @@ const char* file_kind(unsigned mode) {
   }
 }
 
+Fd::~Fd() {
+  if (fd >= 0) ::close(fd);
+}
+
 int open_regular_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) throw Error("cannot open: " + std::string(std::strerror(errno)));

@@ -94,6 +94,16 @@ const char* file_kind(unsigned mode);
 // file (a FIFO)" or Error with errno's text.
 int open_regular_file(const std::string& path);
 
+// An open file descriptor (-1: none), closed on scope exit.
+struct Fd {
+  int fd = -1;
+  Fd() = default;
+  explicit Fd(int descriptor) : fd(descriptor) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd();
+};
+
 // ---- manifest ----------------------------------------------------------------------------------
 
 struct ManifestDataset {

@@ -165,14 +165,6 @@ std::string hex32(std::uint32_t v) {
   return buf;
 }
 
-// An open file descriptor, closed on scope exit.
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 // What the first bytes of a file say it is.
 struct Head {
   std::uint64_t size = 0;
@@ -241,7 +233,7 @@ void CheckpointReader::Impl::open() {
   if (!std::filesystem::exists(path, ec)) throw ConfigError("does not exist");
   Head head;
   {
-    Fd fd{detail::open_regular_file(path)};
+    detail::Fd fd{detail::open_regular_file(path)};
     head = read_head(fd.fd, path);
     if (head.block) {
       try {
@@ -516,7 +508,7 @@ Verification verify_checkpoint(const std::string& path, const VerifyOptions& opt
       v.structure_intact = false;
       return v;
     }
-    Fd fd{detail::open_regular_file(path)};
+    detail::Fd fd{detail::open_regular_file(path)};
     const Head head = read_head(fd.fd, path);
     v.file_bytes = head.size;
     if (head.block) {
