@@ -2,7 +2,7 @@
 """A stranger on the cluster network: probes strata's TCP listeners the way another user's process
 could, and reports what came back. Used by tests/cluster/stranger_test.sh (issue 18).
 
-  stranger.py --targets IP:PORT[,IP:PORT...] --hold-file PATH --report PATH
+  stranger.py --targets IP:PORT[,IP:PORT...] --hold-file PATH --report PATH [--active-done-file PATH]
 
 Probes, against every target:
   old_hello_get     the pre-handshake 8-byte hello + a GET of 4096 bytes of region 0
@@ -15,6 +15,7 @@ Probes, against every target:
   huge_requests     GET 2^62 bytes, region 99, offset 2^40, op 77, GET_ROWS of 2^59 rows
   flood             1,100 connections with a valid-looking Hello
   idle, half_header held open (idle / 20 bytes of a header) until --hold-file exists or 120 s
+    (--active-done-file, when given, is created once every other probe has run)
 The probes of each target run on a thread of their own, all targets at once.
 Every byte received is counted. The only bytes a listener may send a stranger are the 64-byte
 Challenge of the handshake (a server nonce and an HMAC over it): `leaked` counts everything else.
@@ -90,6 +91,7 @@ def main():
     ap.add_argument("--targets", required=True)
     ap.add_argument("--hold-file", required=True)
     ap.add_argument("--report", required=True)
+    ap.add_argument("--active-done-file")
     args = ap.parse_args()
     targets = args.targets.split(",")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -182,6 +184,8 @@ def main():
         s.close()
     # Each may get its Challenge (64 bytes), never more.
     note("flood", received, max(0, received - CHALLENGE_BYTES * len(flood)))
+    if args.active_done_file:
+        open(args.active_done_file, "w").close()
 
     deadline = time.time() + 120
     while not os.path.exists(args.hold_file) and time.time() < deadline:
