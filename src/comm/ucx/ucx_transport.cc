@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -405,6 +406,7 @@ void UcxTransport::wait(ucs_status_ptr_t request, int peer, const char* what) {
     if (deadline.passed()) {
       // The request is released by UCX when (if ever) it completes.
       ucp_request_free(request);
+      log_endpoint(peer, what);
       throw TimeoutError(std::string("ucx: ") + what + " with " + to_peer(peer) + " did not complete within " +
                              std::to_string(timeout_s_) + " s (--timeout / STRATA_TIMEOUT_S)",
                          {peer});
@@ -413,6 +415,20 @@ void UcxTransport::wait(ucs_status_ptr_t request, int peer, const char* what) {
   }
   ucp_request_free(request);
   if (st != UCS_OK) fail_ucs(st, std::string(what) + " with " + to_peer(peer), __FILE__, __LINE__);
+}
+
+void UcxTransport::log_endpoint(int peer, const char* what) const {
+  // What UCX says of the endpoint an operation stalled on (its lanes and transports), for the
+  // report of a timeout; UCX prints it only to a stream.
+  char* text = nullptr;
+  std::size_t length = 0;
+  FILE* stream = open_memstream(&text, &length);
+  if (stream == nullptr) return;
+  if (peer >= 0 && static_cast<std::size_t>(peer) < eps_.size() && eps_[peer] != nullptr) ucp_ep_print_info(eps_[peer], stream);
+  std::fclose(stream);
+  STRATA_LOG(ERROR) << "ucx: " << what << " with " << to_peer(peer) << " stalled; its endpoint:\n"
+                    << std::string(text, length);
+  std::free(text);
 }
 
 void UcxTransport::get_done(void* request, ucs_status_t status, void* user_data) {
@@ -435,7 +451,10 @@ void UcxTransport::wait_gets(int peer, const char* what) {
         for (const auto& g : gets_)
           if (g.in_flight > 0 && (peer < 0 || g.peer == peer)) late.push_back(g.peer);
         std::string names;
-        for (int r : late) names += (names.empty() ? "" : ",") + std::to_string(r);
+        for (int r : late) {
+          names += (names.empty() ? "" : ",") + std::to_string(r);
+          log_endpoint(r, what);
+        }
         throw TimeoutError(std::string("ucx: ") + what + ": gets from rank(s) " + names +
                                " did not complete within " + std::to_string(timeout_s_) + " s (--timeout / STRATA_TIMEOUT_S)",
                            late);

@@ -78,6 +78,8 @@ class UcxTransport final : public Transport {
   // Waits for `request` (the return of a *_nbx call) with progress; frees it. Throws UcxError on a
   // failed status and TimeoutError naming `peer` after the deadline.
   void wait(ucs_status_ptr_t request, int peer, const char* what);
+  // Logs UCX's description of the endpoint to `peer` (a stalled operation's report).
+  void log_endpoint(int peer, const char* what) const;
   // Waits until every get this rank issued to `peer` (-1: to anyone) has completed.
   void wait_gets(int peer, const char* what);
   // Remote completion of everything issued to `peer` (ucp_ep_flush_nbx).
