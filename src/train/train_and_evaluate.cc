@@ -501,6 +501,9 @@ TrainResult train_and_evaluate(const ModelFn& make_model, const RunConfig& cfg, 
         setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), getpriority(PRIO_PROCESS, 0) + cfg.evaluator_nice) != 0) {
       STRATA_LOG(WARN) << "evaluator: could not lower its priority by " << cfg.evaluator_nice << ": " << std::strerror(errno);
     }
+    // The evaluator multiplies on this one thread: STRATA_GEMM=auto resolves as for a worker of one
+    // CPU replica, so its figures are bit for bit those of such a chief's final evaluation.
+    model::set_multiplying_threads(1);
     EvaluatorOptions eo;
     eo.model_dir = cfg.model_dir;
     eo.eval_spec = eval_spec;
