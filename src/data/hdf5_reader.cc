@@ -9,10 +9,12 @@
 
 #include <algorithm>
 #include <fstream>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "strata/common/error.h"
+#include "strata/common/hdf5_lock.h"
 #include "data/text_util.h"
 #include "strata/data/dataset.h"
 
@@ -38,11 +40,12 @@ class H5Handle {
   herr_t (*close_)(hid_t);
 };
 
-// Silences HDF5's default error printer (it would print a multi-line stack to stderr for every
-// expected failure, e.g. a missing dataset) and restores the previous handler on exit.
+// Holds the process's HDF5 lock (strata/common/hdf5_lock.h) and silences HDF5's default error
+// printer (it would print a multi-line stack to stderr for every expected failure, e.g. a missing
+// dataset), restoring the previous handler on exit.
 class QuietErrors {
  public:
-  QuietErrors() {
+  QuietErrors() : lock_(hdf5_mutex()) {
     H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   }
@@ -51,6 +54,7 @@ class QuietErrors {
   QuietErrors& operator=(const QuietErrors&) = delete;
 
  private:
+  std::lock_guard<std::recursive_mutex> lock_;
   H5E_auto2_t func_ = nullptr;
   void* data_ = nullptr;
 };

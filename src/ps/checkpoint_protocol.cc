@@ -150,7 +150,7 @@ bool ServerCore::maybe_save() {
     // Dynamic tables first: the dense save commits the checkpoint (its pointer), so once it names
     // this step, the tables of this step are committed already.
     bool dyn_wrote = false;
-    const bool dyn = dyn_comm != MPI_COMM_NULL && !options.checkpoint.dynamic_dir.empty();
+    const bool dyn = dyn_group && !options.checkpoint.dynamic_dir.empty();
     if (dyn) status = save_dynamic(ctx, &dyn_wrote);
     if (!dyn || status != SaveStatus::kFailed) status = options.checkpoint.save(ctx);
     if (dyn) finish_dynamic_save(status, dyn_wrote, ctx.global_step);
@@ -174,10 +174,7 @@ bool ServerCore::maybe_save() {
 
 // ---- dynamic tables in checkpoints (FORMAT.md section 10.7) -------------------------------------
 
-ServerCore::~ServerCore() {
-  int finalized = 1;
-  if (dyn_comm != MPI_COMM_NULL && MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) MPI_Comm_free(&dyn_comm);
-}
+ServerCore::~ServerCore() = default;
 
 std::string ServerCore::restore_dynamic() {
   const CheckpointHooks& hooks = options.checkpoint;
@@ -246,7 +243,7 @@ SaveStatus ServerCore::save_dynamic(const SaveContext& ctx, bool* wrote) {
     }
   }
   // Every PS rank writes its own rows into the one file (parallel HDF5 on the PS ranks'
-  // communicator); nothing is gathered on PS 0 (FORMAT.md 10.7).
+  // communicator; in-process PS ranks send theirs to PS 0, which writes the file) (FORMAT.md 10.7).
   checkpoint::DynamicParallelOptions save;
   if (!full && ps_index == 0) save.parent_sketches = dyn_parent_sketches;
   for (int p = 0; p < num_ps(); ++p)
@@ -259,13 +256,13 @@ SaveStatus ServerCore::save_dynamic(const SaveContext& ctx, bool* wrote) {
     rows[1] += t.total_rows;
   }
   try {
-    const auto result = checkpoint::write_dynamic_checkpoint(dyn_comm, hooks.dynamic_dir, ctx.global_step, mine, save);
+    const auto result = checkpoint::write_dynamic_checkpoint(*dyn_group, hooks.dynamic_dir, ctx.global_step, mine, save);
     dyn_pending_checksums = result.content_checksums;
     dyn_pending_sketches = result.sketches;
     *wrote = true;
     // The outcome is agreed, so every PS rank is here.
-    comm::make_mpi_group(dyn_comm)->reduce(rows, 2, comm::ElemType::kI64, comm::ReduceOp::kSum, 0,
-                                           comm::Deadline{options.timeout_s, "the PS ranks' dynamic-table save"});
+    dyn_group->reduce(rows, 2, comm::ElemType::kI64, comm::ReduceOp::kSum, 0,
+                      comm::Deadline{options.timeout_s, "the PS ranks' dynamic-table save"});
     if (ps_index == 0) {
       char line[512];
       std::snprintf(line, sizeof line, "checkpoint: saved dynamic tables %s (%s, %lld of %lld rows, %.2f MiB, %d PS)",

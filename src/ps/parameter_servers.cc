@@ -264,15 +264,9 @@ ParameterServers ParameterServers::materialize(const Runtime& runtime, const PsO
     // (dynamic_dir is set on every rank), rather than at its first save.
     if (!options.checkpoint.dynamic_dir.empty())
       for (const auto& d : impl->dynamic) table_name(d.name);
-    if (comm != MPI_COMM_NULL) {
-      MPI_Comm dyn_comm = MPI_COMM_NULL;
-      STRATA_CHECK_MPI(MPI_Comm_split(comm, is_ps ? 0 : MPI_UNDEFINED, is_ps ? server->ps_index : 0, &dyn_comm));
-      if (server) server->dyn_comm = dyn_comm;
-    } else if (!options.checkpoint.dynamic_dir.empty()) {
-      // The dynamic tables' writer is parallel HDF5 over the PS ranks' communicator.
-      throw ConfigError("dynamic tables are saved with parallel HDF5 over MPI: a job of in-process ranks cannot "
-                        "save them (leave the dynamic checkpoint directory unset)");
-    }
+    auto dyn_group = group.split(is_ps ? 0 : -1, is_ps ? server->ps_index : 0,
+                                 comm::Deadline{timeout, "the PS ranks' dynamic-table save group"});
+    if (server) server->dyn_group = std::move(dyn_group);
   }
 
   // A variable with its own optimizer is updated by its PS, so its pushes go through the inboxes;

@@ -110,7 +110,7 @@ struct ServerCore final : PsCore {
   bool stopped = false;         // a preemption save happened
 
   // Dynamic tables in checkpoints (checkpoint_protocol.cc, CheckpointHooks' dynamic fields).
-  MPI_Comm dyn_comm = MPI_COMM_NULL;  // the PS ranks by PS index; only in jobs with dynamic variables
+  std::unique_ptr<comm::Group> dyn_group;  // the PS ranks by PS index; only in jobs with dynamic variables
   std::int64_t dyn_saves = 0;         // dynamic saves committed in this job (the full/delta cadence)
   std::int64_t dyn_saved_step = -1;   // the global step of the last one (a delta's parent step)
   std::vector<std::uint32_t> dyn_parent_checksums;  // every PS: per table, its content checksum there
@@ -124,7 +124,7 @@ struct ServerCore final : PsCore {
   // Reads this shard of every table from the chains (dynamic_restore_dir at dynamic_restore_step)
   // into dyn_restored: "" when done, else one line naming the variable and the reason.
   std::string restore_dynamic();
-  // Collective over the PS ranks (dyn_comm): writes every table of this save, full or delta, into
+  // Collective over the PS ranks (dyn_group): writes every table of this save, full or delta, into
   // one file, each PS rank its own rows (parallel HDF5); the same status on every PS rank (kFailed:
   // nothing committed, said once by PS 0 naming the PS that failed). `wrote`: a new file was written (false when this step's tables are saved already).
   SaveStatus save_dynamic(const SaveContext& ctx, bool* wrote);

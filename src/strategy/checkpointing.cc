@@ -175,11 +175,6 @@ void ParameterServerStrategy::restore(const std::string& path, const RestoreOpti
 }
 
 void ParameterServerStrategy::prepare_checkpoint_hooks() {
-  // Checkpoints are written with parallel HDF5 over the PS ranks' MPI communicator; a runtime of
-  // in-process ranks (comm::bootstrap_over) has none. Refused on every rank alike.
-  if (runtime_.comms().runtime() == MPI_COMM_NULL && (!checkpoint_.directory.empty() || restore_path_))
-    throw ConfigError("checkpoints are saved and restored with parallel HDF5 over MPI: a job of in-process ranks "
-                      "has no checkpoint directory and restores none");
   auto st = std::make_shared<CheckpointState>();
   st->optimizer = options_.ps.optimizer;
   ckpt_state_ = st;
@@ -328,8 +323,9 @@ void ParameterServerStrategy::prepare_checkpoint_hooks() {
           return ps::SaveStatus::kSkipped;
         }
         const ps::ShardMap& map = ps_->endpoint().shard_map();
-        MPI_Comm comm = rt->comms().ps();  // the collective HDF5 writer's
-        const auto ps_group = comm::make_mpi_group(comm);
+        // The PS ranks' group: parallel HDF5 over its communicator in an MPI job; in-process PS
+        // ranks send their rows to PS 0, which writes the file (checkpoint::save).
+        const std::shared_ptr<comm::Group> ps_group = comm::groups_of(*rt).ps;
         const comm::Deadline agree{timeout, "the PS ranks' checkpoint save"};
         // Per-variable optimizer step: the largest over this variable's shards (all equal for dense
         // variables at a quiesced boundary; sparse shards only count the pushes that touched them).
@@ -373,7 +369,7 @@ void ParameterServerStrategy::prepare_checkpoint_hooks() {
         const double t0 = now_s();
         std::string path;
         try {
-          path = checkpoint::save(comm, copts.directory, ctx.global_step, req, attrs, sopts);
+          path = checkpoint::save(*ps_group, copts.directory, ctx.global_step, req, attrs, sopts);
         } catch (const checkpoint::SaveError& e) {
           // Raised identically on every PS rank; nothing committed changed.
           if (reporter) {

@@ -1,6 +1,9 @@
-// Checkpoints through ParameterServerStrategy under mpirun: saves at agreed step boundaries,
-// lazy restore into another number of PS ranks and another partitioning (values and optimizer
-// slots identical, value for value), the restore report, and the errors a restore must give.
+// Checkpoints through ParameterServerStrategy under mpirun (2-4 ranks) and on 2-4 thread ranks in
+// the inproc tier (tests/common/rank_test.h): saves at agreed step boundaries, lazy restore into
+// another number of PS ranks and another partitioning (values and optimizer slots identical, value
+// for value), the restore report, and the errors a restore must give. Both tiers write the same
+// files: parallel HDF5 under MPI, PS 0 writing every PS rank's rows in-process.
+#define STRATA_INPROC_RANKS 2, 3, 4
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
@@ -9,10 +12,11 @@
 #include <filesystem>
 #include <fstream>
 
-#include "mpi/mpi_test.h"
+#include "common/rank_test.h"
 #include "strata/checkpoint/checkpoint.h"
 #include "strata/cluster/runtime.h"
 #include "strata/common/error.h"
+#include "strata/common/hdf5_lock.h"
 #include "strata/strategy/parameter_server_strategy.h"
 
 namespace strata {
@@ -20,23 +24,25 @@ namespace {
 
 using testing::TestComm;
 
-std::unique_ptr<Runtime> start(const TestComm& comm, int num_ps) {
+std::unique_ptr<Runtime> start(TestComm& comm, int num_ps) {
   BootstrapOptions options;
   options.resolve.resolver = cluster::ResolverKind::kMpi;
   options.resolve.num_ps = num_ps;
   options.timeout_s = 30;
-  return Runtime::bootstrap(comm.get(), Env(), options);
+  return testing::bootstrap_runtime(comm, Env(), options);
 }
 
 // Collective: one fresh directory, the same path on every rank.
-std::string shared_temp_dir(const TestComm& comm) {
+void barrier(TestComm& comm) { comm.group().barrier(comm::Deadline{60, "test barrier"}); }
+
+std::string shared_temp_dir(TestComm& comm) {
   char buf[256] = {0};
   if (comm.rank() == 0) {
     std::string templ = (std::filesystem::temp_directory_path() / "strata-ckpt-XXXXXX").string();
     std::snprintf(buf, sizeof buf, "%s", templ.c_str());
     if (!mkdtemp(buf)) buf[0] = 0;
   }
-  MPI_Bcast(buf, sizeof buf, MPI_CHAR, 0, comm.get());
+  comm.group().broadcast(buf, sizeof buf, 0, comm::Deadline{60, "test temp dir"});
   return buf;
 }
 
@@ -129,10 +135,8 @@ ps::WorkerPosition train(ParameterServerStrategy& strategy, const Model& m, int 
 }
 
 // Values of every variable as the chief reads them, broadcast to every rank (bytes, in order).
-std::vector<char> snapshot(const TestComm& comm, ParameterServerStrategy& strategy, const Model& m) {
+std::vector<char> snapshot(TestComm& comm, ParameterServerStrategy& strategy, const Model& m) {
   std::vector<char> out;
-  int chief_rank = -1, mine = strategy.is_chief() ? comm.rank() : -1;
-  MPI_Allreduce(&mine, &chief_rank, 1, MPI_INT, MPI_MAX, comm.get());
   if (strategy.is_chief()) {
     for (const Variable* v : {&m.emb, &m.w, &m.scalar}) {
       std::vector<float> values;
@@ -145,11 +149,10 @@ std::vector<char> snapshot(const TestComm& comm, ParameterServerStrategy& strate
     const char* p = reinterpret_cast<const char*>(counts.data());
     out.insert(out.end(), p, p + 32);
   }
-  int n = static_cast<int>(out.size());
-  MPI_Bcast(&n, 1, MPI_INT, chief_rank, comm.get());
-  out.resize(n);
-  MPI_Bcast(out.data(), n, MPI_CHAR, chief_rank, comm.get());
-  return out;
+  std::string chiefs;
+  for (auto& s : comm.group().allgather_strings(std::string(out.begin(), out.end()), comm::Deadline{60, "snapshot"}))
+    if (!s.empty()) chiefs = s;
+  return std::vector<char>(chiefs.begin(), chiefs.end());
 }
 
 // Every dataset of two checkpoint files, compared byte for byte (values and slots).
@@ -176,7 +179,7 @@ std::string compare_files(const std::string& a, const std::string& b) {
   return "";
 }
 
-TEST(CheckpointStrategy, RestoresIntoOtherPsCountAndPartitioningIdentically) {
+STRATA_RANK_TEST(CheckpointStrategy, RestoresIntoOtherPsCountAndPartitioningIdentically) {
   TestComm comm;
   if (comm.size() < 3) GTEST_SKIP() << "needs 1 PS + 2 workers to save, then 2+ PS to restore";
   const std::string dir = shared_temp_dir(comm);
@@ -198,7 +201,7 @@ TEST(CheckpointStrategy, RestoresIntoOtherPsCountAndPartitioningIdentically) {
     strategy.set_checkpoint_options(copt);
     Model m = declare(strategy, 1);
     last = train(strategy, m, steps);
-    MPI_Barrier(comm.get());
+    barrier(comm);
     saved = snapshot(comm, strategy, m);
   }
   auto entries = checkpoint::list_checkpoints(dir);
@@ -230,7 +233,7 @@ TEST(CheckpointStrategy, RestoresIntoOtherPsCountAndPartitioningIdentically) {
       strategy.serve();
     else
       strategy.finish(strategy.restored_position());
-    MPI_Barrier(comm.get());
+    barrier(comm);
     ok = ok && snapshot(comm, strategy, m) == saved;
   }
   const std::string diff = compare_files(dir + "/ckpt-" + std::to_string(steps * workers) + ".h5",
@@ -238,7 +241,7 @@ TEST(CheckpointStrategy, RestoresIntoOtherPsCountAndPartitioningIdentically) {
   ok = ok && diff.empty();
   STRATA_EXPECT_ALL(comm.get(), ok);
   if (comm.rank() == 0 && !diff.empty()) ADD_FAILURE() << "resaved checkpoint differs: " << diff;
-  MPI_Barrier(comm.get());
+  barrier(comm);
   if (comm.rank() == 0) std::filesystem::remove_all(dir);
 }
 
@@ -246,7 +249,7 @@ TEST(CheckpointStrategy, RestoresIntoOtherPsCountAndPartitioningIdentically) {
 // embedding FTRL's, dense/w Adagrad's, the scalar the job's Adam's), a restore brings every value
 // and slot back bit for bit (the file saved again is identical), and a restore that would give a
 // variable another optimizer is refused naming it.
-TEST(CheckpointStrategy, PerVariableOptimizersRoundTripAndRefuseAnotherOptimizer) {
+STRATA_RANK_TEST(CheckpointStrategy, PerVariableOptimizersRoundTripAndRefuseAnotherOptimizer) {
   TestComm comm;
   if (comm.size() < 2) GTEST_SKIP() << "needs a PS and a worker";
   const std::string dir = shared_temp_dir(comm);
@@ -262,7 +265,7 @@ TEST(CheckpointStrategy, PerVariableOptimizersRoundTripAndRefuseAnotherOptimizer
     strategy.set_checkpoint_options(copt);
     Model m = declare(strategy, 1, 37, true, false, ftrl, adagrad);
     train(strategy, m, steps);
-    MPI_Barrier(comm.get());
+    barrier(comm);
     saved = snapshot(comm, strategy, m);
   }
   const std::string file = dir + "/ckpt-" + std::to_string(steps * workers) + ".h5";
@@ -293,7 +296,7 @@ TEST(CheckpointStrategy, PerVariableOptimizersRoundTripAndRefuseAnotherOptimizer
       strategy.serve();
     else
       strategy.finish(strategy.restored_position());
-    MPI_Barrier(comm.get());
+    barrier(comm);
     ok = ok && snapshot(comm, strategy, m) == saved;
   }
   std::string diff;
@@ -318,11 +321,11 @@ TEST(CheckpointStrategy, PerVariableOptimizersRoundTripAndRefuseAnotherOptimizer
     if (comm.rank() == 0 && !ok) ADD_FAILURE() << "error: " << error;
   }
   STRATA_EXPECT_ALL(comm.get(), ok);
-  MPI_Barrier(comm.get());
+  barrier(comm);
   if (comm.rank() == 0) std::filesystem::remove_all(dir);
 }
 
-TEST(CheckpointStrategy, ReportsMissingAndUnusedVariablesAndRejectsShapeMismatch) {
+STRATA_RANK_TEST(CheckpointStrategy, ReportsMissingAndUnusedVariablesAndRejectsShapeMismatch) {
   TestComm comm;
   if (comm.size() < 2) GTEST_SKIP() << "needs a PS and a worker";
   const std::string dir = shared_temp_dir(comm);
@@ -387,7 +390,7 @@ TEST(CheckpointStrategy, ReportsMissingAndUnusedVariablesAndRejectsShapeMismatch
   {
     const std::string empty = dir + "/empty";
     if (comm.rank() == 0) std::filesystem::create_directories(empty);
-    MPI_Barrier(comm.get());
+    barrier(comm);
     auto rt = start(comm, 1);
     ParameterServerStrategy strategy(*rt, sync_adam());
     strategy.restore(empty);
@@ -417,6 +420,7 @@ TEST(CheckpointStrategy, ReportsMissingAndUnusedVariablesAndRejectsShapeMismatch
     // Flip bytes inside the newest file's embedding data (located with HDF5 itself): its checksum
     // no longer matches.
     const std::string newest = dir + "/" + entries.back().file;
+    std::lock_guard<std::recursive_mutex> h5(hdf5_mutex());  // thread ranks share the process's HDF5
     hid_t file = H5Fopen(newest.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
     hid_t dset = H5Dopen2(file, "/variables/embedding/table", H5P_DEFAULT);
     const haddr_t offset = H5Dget_offset(dset);
@@ -433,7 +437,7 @@ TEST(CheckpointStrategy, ReportsMissingAndUnusedVariablesAndRejectsShapeMismatch
       f.write(&c, 1);
     }
   }
-  MPI_Barrier(comm.get());
+  barrier(comm);
   {
     auto rt = start(comm, 1);
     ParameterServerStrategy strategy(*rt, sync_adam());
@@ -447,7 +451,7 @@ TEST(CheckpointStrategy, ReportsMissingAndUnusedVariablesAndRejectsShapeMismatch
       strategy.finish();
   }
   STRATA_EXPECT_ALL(comm.get(), ok);
-  MPI_Barrier(comm.get());
+  barrier(comm);
   if (comm.rank() == 0) std::filesystem::remove_all(dir);
 }
 

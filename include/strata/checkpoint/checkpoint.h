@@ -3,7 +3,8 @@
 // Writing is COLLECTIVE over the PS ranks: every rank describes the rows it holds (SaveRequest) and
 // calls save() with the same directory, step, variable list and attributes; parallel HDF5 creates
 // every dataset at its full logical shape and each rank writes its own hyperslabs (no gather of
-// values through one rank). Rank 0 then commits the file atomically (see save() and FORMAT.md
+// values through one rank; ranks without MPI, in-process ranks, send theirs to rank 0, which writes
+// the file). Rank 0 then commits the file atomically (see save() and FORMAT.md
 // section "Commit protocol"), and every rank returns only after the commit.
 //
 // Reading is INDEPENDENT: CheckpointReader opens a committed file read-only with HDF5's sec2
@@ -17,8 +18,9 @@
 // (`metadata_checksum`, checked whenever a file is opened) and every dataset by its CRC-32 from
 // the writer's memory. verify_checkpoint() is the one verdict `strata ckpt verify` and restores use.
 //
-// Thread-safety: the Debian HDF5 build is not thread-safe; call everything here from one thread
-// per process (the PS service thread or the main thread), never concurrently.
+// Thread-safety: the Debian HDF5 build is not thread-safe, so every function here holds the
+// process's HDF5 lock while it calls HDF5 (strata/common/hdf5_lock.h): in-process ranks may save and
+// read concurrently; a CheckpointReader is used by one thread at a time.
 // This header does not include hdf5.h.
 #pragma once
 
@@ -31,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "strata/comm/group.h"
 #include "strata/common/error.h"
 
 namespace strata::checkpoint {
@@ -91,6 +94,10 @@ struct SaveOptions {
   // the newest preserved one; the first checkpoint evicted is always preserved. TF's
   // CheckpointManager(keep_checkpoint_every_n_hours) behaves alike (its reference is its start).
   double keep_every_n_hours = 0;
+  // The bound of each agreement of a save between ranks without an MPI communicator (in-process
+  // ranks, comm::InprocWorld): TimeoutError naming the late ranks past it. A save over MPI waits in
+  // MPI's collectives as parallel HDF5 does.
+  double timeout_s = 600;
 };
 
 // A save that failed on every rank of the save alike for a reason outside the request (no space
@@ -102,7 +109,7 @@ class SaveError : public Error {
   using Error::Error;
 };
 
-// COLLECTIVE over `comm` (all ranks, same arguments except request.shards). Writes
+// COLLECTIVE over `group` (all ranks, same arguments except request.shards). Writes
 // <dir>/ckpt-<global_step>.h5 and updates <dir>/checkpoint.json; creates `dir` if needed. Returns
 // the committed file's path on every rank, after the commit. Throws ConfigError (same on every
 // rank) for inconsistent requests: variable lists that differ between ranks, rows not covered or
@@ -111,6 +118,13 @@ class SaveError : public Error {
 // checkpoint and checkpoint.json are then untouched and no .tmp file is left behind. (A failure
 // inside one of HDF5's own collective metadata operations on some ranks only cannot be agreed
 // and still ends the job through the error model, strata/common/error.h: fail-stop.)
+// Over an MPI group (comm::make_mpi_group) every rank writes its rows into the file with
+// parallel HDF5; over in-process ranks rank 0 writes the file (the others send it their rows),
+// byte for byte the file an MPI job of as many ranks writes.
+std::string save(comm::Group& group, const std::string& dir, std::int64_t global_step,
+                 const SaveRequest& request, const Attributes& attributes,
+                 const SaveOptions& options = {});
+// The same over the ranks of `comm`.
 std::string save(MPI_Comm comm, const std::string& dir, std::int64_t global_step,
                  const SaveRequest& request, const Attributes& attributes,
                  const SaveOptions& options = {});

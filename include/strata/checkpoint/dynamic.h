@@ -17,7 +17,8 @@
 // count is checked against the others before anything is allocated for it; a bad file gives one
 // strata::Error naming the file and the field.
 //
-// Thread-safety: the HDF5 build is not thread-safe; call from one thread per process.
+// Thread-safety: every function holds the process's HDF5 lock while it calls HDF5
+// (strata/common/hdf5_lock.h), so in-process ranks may call them concurrently.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +30,7 @@
 
 #include <mpi.h>
 
+#include "strata/comm/group.h"
 #include "strata/common/error.h"
 
 namespace strata::checkpoint {
@@ -131,7 +133,9 @@ DynamicSaveResult write_dynamic_checkpoint(const std::string& dir, std::int64_t 
 // Every error is agreed: ConfigError (bad or mismatched shards) or Error (I/O) on every rank,
 // naming the rank that failed (options.rank_names[rank] when given), the .tmp removed and nothing
 // committed touched. A rank that never arrives blocks the others in MPI; the job's timeouts
-// handle that. Returns the same result on every rank (sketches on rank 0 only).
+// handle that. Returns the same result on every rank (sketches on rank 0 only). Over in-process
+// ranks (a comm::Group without an MPI communicator) rank 0 writes the same file, the others
+// sending it their rows, and each agreement is bounded by options.timeout_s.
 struct DynamicParallelOptions {
   // Rank 0: per table, the whole sketch of the delta's parent state (DynamicSaveResult::sketches
   // of the parent save); a delta then carries only the changed counters when that is smaller
@@ -145,7 +149,12 @@ struct DynamicParallelOptions {
   // id, so two ranks never write one id into the file. Unset: the ids are trusted (the reader
   // still refuses a file with an id in two runs).
   std::function<bool(std::int64_t)> owns;
+  // In-process ranks only: the bound of each agreement (TimeoutError naming the late ranks).
+  double timeout_s = 600;
 };
+DynamicSaveResult write_dynamic_checkpoint(comm::Group& group, const std::string& dir, std::int64_t global_step,
+                                           const std::vector<DynamicTableState>& shards,
+                                           const DynamicParallelOptions& options = {});
 DynamicSaveResult write_dynamic_checkpoint(MPI_Comm comm, const std::string& dir, std::int64_t global_step,
                                            const std::vector<DynamicTableState>& shards,
                                            const DynamicParallelOptions& options = {});

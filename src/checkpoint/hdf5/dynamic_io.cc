@@ -35,12 +35,15 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string_view>
 
 #include "checkpoint/hdf5/commit.h"
 #include "checkpoint/hdf5/h5_util.h"
 #include "checkpoint/hdf5/integrity.h"
+#include "checkpoint/hdf5/save_ranks.h"
+#include "strata/comm/mpi_group.h"
 
 namespace strata::checkpoint {
 
@@ -897,28 +900,21 @@ DynamicSaveResult write_dynamic_checkpoint(const std::string& dir, std::int64_t 
 
 namespace {
 
+using detail::SaveRanks;
+
 // Collective: the message of the lowest rank whose `local` is non-empty, on every rank ("" when
-// none), naming that rank by `names` (its rank in `comm` when `names` lacks it).
-std::string first_error(MPI_Comm comm, const std::string& local, const std::vector<std::string>& names) {
-  int rank = 0, size = 1;
-  STRATA_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  STRATA_CHECK_MPI(MPI_Comm_size(comm, &size));
-  int mine = local.empty() ? size : rank, first = size;
-  STRATA_CHECK_MPI(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
-  if (first == size) return {};
-  std::string message = local.substr(0, std::size_t{1} << 16);
-  int len = static_cast<int>(message.size());
-  STRATA_CHECK_MPI(MPI_Bcast(&len, 1, MPI_INT, first, comm));
-  message.resize(static_cast<std::size_t>(len));
-  STRATA_CHECK_MPI(MPI_Bcast(message.data(), len, MPI_CHAR, first, comm));
+// none), naming that rank by `names` (its rank of the save when `names` lacks it).
+std::string first_error(SaveRanks& comm, const std::string& local, const std::vector<std::string>& names) {
+  const auto [first, message] = comm.first_error(local);
+  if (first < 0) return {};
   const std::string who = static_cast<std::size_t>(first) < names.size()
                               ? names[static_cast<std::size_t>(first)]
-                              : "rank " + std::to_string(first) + " of " + std::to_string(size);
+                              : "rank " + std::to_string(first) + " of " + std::to_string(comm.size());
   return who + ": " + message;
 }
 
 template <typename E>
-void agree_or_throw(MPI_Comm comm, const std::string& local, const std::vector<std::string>& names) {
+void agree_or_throw(SaveRanks& comm, const std::string& local, const std::vector<std::string>& names) {
   const std::string message = first_error(comm, local, names);
   if (!message.empty()) throw E(message);
 }
@@ -954,9 +950,14 @@ std::string foreign_id(const DynamicTableState& t, const std::function<bool(std:
 DynamicSaveResult write_dynamic_checkpoint(MPI_Comm comm, const std::string& dir, std::int64_t global_step,
                                            const std::vector<DynamicTableState>& shards,
                                            const DynamicParallelOptions& options) {
-  int rank = 0, size = 1;
-  STRATA_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  STRATA_CHECK_MPI(MPI_Comm_size(comm, &size));
+  return write_dynamic_checkpoint(*comm::make_mpi_group(comm), dir, global_step, shards, options);
+}
+
+DynamicSaveResult write_dynamic_checkpoint(comm::Group& group, const std::string& dir, std::int64_t global_step,
+                                           const std::vector<DynamicTableState>& shards,
+                                           const DynamicParallelOptions& options) {
+  SaveRanks comm(group, options.timeout_s, "dynamic checkpoint save");
+  const int rank = comm.rank(), size = comm.size();
   const auto& names = options.rank_names;
   const std::string final_path = dir + "/" + dynamic_file_name(global_step);
   const std::string tmp = final_path + ".tmp";
@@ -990,19 +991,14 @@ DynamicSaveResult write_dynamic_checkpoint(MPI_Comm comm, const std::string& dir
   }
   agree_or_throw<ConfigError>(comm, local, names);
   agree_or_throw<ConfigError>(comm,
-                              detail::same_on_every_rank(comm, format_mpiio_hints(hints))
+                              comm.same_on_every_rank(format_mpiio_hints(hints))
                                   ? ""
                                   : std::string(kMpiIoHintsVar) + " differs between the ranks of the save",
                               names);
-  if (!has_counts.empty())
-    STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, has_counts.data(), static_cast<int>(has_counts.size()), MPI_UINT8_T,
-                                   MPI_MAX, comm));
+  comm.allreduce(has_counts, SaveRanks::Op::kMax);
   std::string shape;
   for (std::size_t i = 0; i < shards.size(); ++i) shape += table_shape_text(shards[i], has_counts[i] != 0);
-  std::uint64_t sig[2] = {detail::crc32_update(0, shape.data(), shape.size()) | (std::uint64_t{shape.size()} << 32), 0};
-  sig[1] = ~sig[0];
-  STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, sig, 2, MPI_UINT64_T, MPI_MAX, comm));
-  const bool same = sig[0] == ~sig[1];
+  const bool same = comm.same_on_every_rank(shape);
   agree_or_throw<ConfigError>(comm,
                               same ? "" : "the ranks hold different tables (names, kinds, dims, slots, sketch widths or "
                                           "parent links differ)",
@@ -1010,13 +1006,12 @@ DynamicSaveResult write_dynamic_checkpoint(MPI_Comm comm, const std::string& dir
 
   // ---- 2. the runs, the tables' totals, and the whole sketches (on rank 0) -------------------------
   const std::size_t nt = shards.size();
-  std::vector<std::int64_t> counts_mine(2 * nt), counts_all(2 * nt * static_cast<std::size_t>(size));
+  std::vector<std::int64_t> counts_mine(2 * nt);
   for (std::size_t i = 0; i < nt; ++i) {
     counts_mine[2 * i] = static_cast<std::int64_t>(shards[i].ids.size());
     counts_mine[2 * i + 1] = static_cast<std::int64_t>(shards[i].evicted_ids.size());
   }
-  STRATA_CHECK_MPI(MPI_Allgather(counts_mine.data(), static_cast<int>(2 * nt), MPI_INT64_T, counts_all.data(),
-                                 static_cast<int>(2 * nt), MPI_INT64_T, comm));
+  const std::vector<std::int64_t> counts_all = comm.allgather(counts_mine);
   const auto run = [&](std::size_t table, int r, int which) {
     return static_cast<std::uint64_t>(counts_all[static_cast<std::size_t>(r) * 2 * nt + 2 * table + which]);
   };
@@ -1027,10 +1022,8 @@ DynamicSaveResult write_dynamic_checkpoint(MPI_Comm comm, const std::string& dir
     for (std::size_t c = 0; c < std::size(kCounters); ++c) sums[i * kSums + 1 + c] = shards[i].counters.*kCounters[c].member;
     clocks[i] = shards[i].clock;
   }
-  if (nt > 0) {
-    STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_INT64_T, MPI_SUM, comm));
-    STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, clocks.data(), static_cast<int>(nt), MPI_INT64_T, MPI_MAX, comm));
-  }
+  comm.allreduce(sums, SaveRanks::Op::kSum);
+  comm.allreduce(clocks, SaveRanks::Op::kMax);
   // heads: the file's tables without rows (rank 0: with the whole or changed sketch).
   std::vector<DynamicTableState> heads(nt);
   DynamicSaveResult result;
@@ -1052,10 +1045,10 @@ DynamicSaveResult write_dynamic_checkpoint(MPI_Comm comm, const std::string& dir
     for (std::size_t c = 0; c < std::size(kCounters); ++c) h.counters.*kCounters[c].member = sums[i * kSums + 1 + c];
     // Sketches add cell by cell, saturating at 65535 (as the shards' union does): summed in 32
     // bits, which cannot overflow for fewer than 65537 ranks.
-    std::vector<std::uint32_t> wide(t.sketch.begin(), t.sketch.end()), sum(rank == 0 ? t.sketch.size() : 0);
-    if (!wide.empty())
-      STRATA_CHECK_MPI(MPI_Reduce(wide.data(), sum.data(), static_cast<int>(wide.size()), MPI_UINT32_T, MPI_SUM, 0, comm));
-    std::int64_t form[2] = {0, 0};  // sparse, cells
+    std::vector<std::uint32_t> sum(t.sketch.begin(), t.sketch.end());
+    comm.reduce_to_root(sum, SaveRanks::Op::kSum);
+    if (rank != 0) sum.clear();
+    std::vector<std::int64_t> form{0, 0};  // sparse, cells
     if (rank == 0) {
       h.sketch.resize(sum.size());
       for (std::size_t c = 0; c < sum.size(); ++c) h.sketch[c] = static_cast<std::uint16_t>(std::min<std::uint32_t>(sum[c], 0xffff));
@@ -1065,7 +1058,7 @@ DynamicSaveResult write_dynamic_checkpoint(MPI_Comm comm, const std::string& dir
       form[0] = h.sketch_sparse ? 1 : 0;
       form[1] = static_cast<std::int64_t>(h.sketch_cells.size());
     }
-    STRATA_CHECK_MPI(MPI_Bcast(form, 2, MPI_INT64_T, 0, comm));
+    comm.broadcast(form, 0);
     if (rank != 0) {
       h.sketch_sparse = form[0] != 0;
       h.sketch_cells.assign(static_cast<std::size_t>(form[1]), 0);  // shapes only: rank 0 writes them
@@ -1119,10 +1112,7 @@ DynamicSaveResult write_dynamic_checkpoint(MPI_Comm comm, const std::string& dir
       crc_mine.push_back(p.bytes);
     }
   }
-  std::vector<std::uint64_t> crc_all(crc_mine.size() * static_cast<std::size_t>(size));
-  if (!crc_mine.empty())
-    STRATA_CHECK_MPI(MPI_Allgather(crc_mine.data(), static_cast<int>(crc_mine.size()), MPI_UINT64_T, crc_all.data(),
-                                   static_cast<int>(crc_mine.size()), MPI_UINT64_T, comm));
+  const std::vector<std::uint64_t> crc_all = comm.allgather(crc_mine);
   std::vector<std::string> paths;
   for (std::size_t i = 0, at = 0; i < nt; ++i) {
     std::vector<std::string> lines;
@@ -1157,33 +1147,87 @@ DynamicSaveResult write_dynamic_checkpoint(MPI_Comm comm, const std::string& dir
   block.global_step = global_step;
 
   try {
-    // ---- 4. parallel HDF5: collective metadata, then each rank's rows, independently -------------
+    // ---- 4. HDF5: the file's metadata, then each rank's rows, independently ----------------------
     {
-      detail::QuietErrors quiet;
+      // The HDF5 lock, where this rank writes a file: without MPI-IO only rank 0 does, and the
+      // others (threads of its process) must not wait for the lock it holds across the agreements.
+      std::optional<detail::QuietErrors> quiet;
+      if (comm.parallel() || rank == 0) quiet.emplace();
       H5Id file, dxpl;
       std::vector<std::vector<H5Id>> dsets(nt);  // closed before `file` (declared after it)
+      std::vector<std::uint64_t> offsets;  // of every dataset, in table and dataset order
       try {
-        file = detail::create_parallel_file(tmp, comm, block_bytes, hints);
-        write_root(file.get(), version, global_step, manifest);
-        const H5Id dcpl = dataset_creation();
-        for (std::size_t i = 0; i < nt; ++i) {
-          dsets[i] = create_table(file.get(), heads[i], heads[i].content_checksum, ds[i], dcpl.get());
-          for (std::size_t k = 0; k < ds[i].size(); ++k)
-            block.regions.push_back({paths[block.regions.size()], data_offset(dsets[i][k].get(), ds[i][k], heads[i]),
-                                     ds[i][k].bytes, ds[i][k].crc});
+        // Parallel: every rank's file; otherwise rank 0's alone (the others' stays empty).
+        file = comm.create_file(tmp, block_bytes, hints);
+        if (file.get() >= 0) {
+          write_root(file.get(), version, global_step, manifest);
+          const H5Id dcpl = dataset_creation();
+          for (std::size_t i = 0; i < nt; ++i) {
+            dsets[i] = create_table(file.get(), heads[i], heads[i].content_checksum, ds[i], dcpl.get());
+            for (std::size_t k = 0; k < ds[i].size(); ++k)
+              offsets.push_back(data_offset(dsets[i][k].get(), ds[i][k], heads[i]));
+          }
+          dxpl = comm.piece_transfer();
         }
-        dxpl = H5Id(STRATA_CHECK_H5(H5Pcreate(H5P_DATASET_XFER)), H5Pclose);
-        // Independent: each piece is one contiguous byte range, so collective buffering has
-        // nothing to merge, and a rank whose write fails is never left behind in a collective.
-        STRATA_CHECK_H5(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_INDEPENDENT));
       } catch (const Error& e) {
         local = "creating " + tmp + " failed: " + e.message();
       }
       agree_or_throw<Error>(comm, local, names);
+      offsets.resize(paths.size());
+      if (!comm.parallel()) comm.broadcast(offsets, 0);  // the read-back's ranges below need them
+      for (std::size_t i = 0, at = 0; i < nt; ++i)
+        for (std::size_t k = 0; k < ds[i].size(); ++k, ++at)
+          block.regions.push_back({paths[at], offsets[at], ds[i][k].bytes, ds[i][k].crc});
+
+      // What this rank writes: its own pieces, and without MPI-IO on rank 0 every rank's (each
+      // sends its own, described by (table, dataset, first, count, bytes) and followed by their
+      // bytes, in one message).
+      struct Write {
+        std::size_t table, dataset;
+        Piece piece;
+      };
+      std::vector<Write> writes;
+      for (std::size_t i = 0; i < nt; ++i)
+        for (std::size_t k = 0; k < ds[i].size(); ++k)
+          if (pieces[i][k].bytes > 0) writes.push_back({i, k, pieces[i][k]});
+      std::vector<std::string> blobs;
       std::string wrote;
+      if (!comm.parallel()) {
+        std::string blob;
+        for (const Write& w : writes) {
+          const std::uint64_t head[5] = {w.table, w.dataset, w.piece.first, w.piece.count, w.piece.bytes};
+          blob.append(reinterpret_cast<const char*>(head), sizeof head);
+          blob.append(static_cast<const char*>(w.piece.data), static_cast<std::size_t>(w.piece.bytes));
+        }
+        blobs = comm.gather_blobs(rank == 0 ? std::string() : std::move(blob));
+        if (rank != 0) writes.clear();
+        for (std::size_t r = 1; r < blobs.size() && wrote.empty(); ++r) {
+          // Read only within the message and the dataset it names (rows within its dimension).
+          const std::string& b = blobs[r];
+          for (std::size_t at = 0; at < b.size();) {
+            std::uint64_t head[5];
+            if (b.size() - at < sizeof head) {
+              wrote = "rank " + std::to_string(r) + " sent a torn piece";
+              break;
+            }
+            std::memcpy(head, b.data() + at, sizeof head);
+            at += sizeof head;
+            const bool fits = head[0] < nt && head[1] < ds[head[0]].size() &&
+                              head[2] <= ds[head[0]][head[1]].dims[0] &&
+                              head[3] <= ds[head[0]][head[1]].dims[0] - head[2] && head[4] <= b.size() - at &&
+                              head[4] <= ds[head[0]][head[1]].bytes;
+            if (!fits) {
+              wrote = "rank " + std::to_string(r) + " sent a piece that does not fit its dataset";
+              break;
+            }
+            writes.push_back({head[0], head[1], Piece{head[2], head[3], b.data() + at, head[4]}});
+            at += head[4];
+          }
+        }
+      }
       try {
-        // Test hook (STRATA_TEST_DYNAMIC_WRITE_FAIL_RANK=r): rank r of `comm` fails its write as a
-        // full disk would, after the file was created, so a test sees one rank fail mid-write.
+        // Test hook (STRATA_TEST_DYNAMIC_WRITE_FAIL_RANK=r): rank r of the save fails its write as
+        // a full disk would, after the file was created, so a test sees one rank fail mid-write.
         // Anything but a whole non-negative number fails the save naming the variable (never a
         // silent rank 0, as atoi's 0 for garbage would be).
         if (const char* fail = std::getenv("STRATA_TEST_DYNAMIC_WRITE_FAIL_RANK"); fail != nullptr && *fail != 0) {
@@ -1194,22 +1238,21 @@ DynamicSaveResult write_dynamic_checkpoint(MPI_Comm comm, const std::string& dir
             throw ConfigError("STRATA_TEST_DYNAMIC_WRITE_FAIL_RANK='" + std::string(fail) + "' is not a rank number");
           if (r == rank) throw Error("injected write failure (test hook)");
         }
-        for (std::size_t i = 0; i < nt; ++i)
-          for (std::size_t k = 0; k < ds[i].size(); ++k) {
-            const Dataset& d = ds[i][k];
-            const Piece& p = pieces[i][k];
-            if (p.bytes == 0) continue;
-            std::vector<hsize_t> start(d.dims.size(), 0), count(d.dims.begin(), d.dims.end());
-            start[0] = p.first;
-            count[0] = p.count;
-            const hid_t dset = dsets[i][k].get();
-            H5Id fspace(STRATA_CHECK_H5(H5Dget_space(dset)), H5Sclose);
-            STRATA_CHECK_H5(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr));
-            H5Id mspace(STRATA_CHECK_H5(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr)), H5Sclose);
-            if (H5Dwrite(dset, elem_memory_type(d.elem), mspace.get(), fspace.get(), dxpl.get(), p.data) < 0)
-              throw Error("writing its rows of dynamic/" + heads[i].name + "/" + d.rel + " failed: " +
-                          detail::take_h5_error());
-          }
+        for (std::size_t x = 0; x < writes.size() && wrote.empty(); ++x) {
+          const Write& w = writes[x];
+          const Dataset& d = ds[w.table][w.dataset];
+          const Piece& p = w.piece;
+          std::vector<hsize_t> start(d.dims.size(), 0), count(d.dims.begin(), d.dims.end());
+          start[0] = p.first;
+          count[0] = p.count;
+          const hid_t dset = dsets[w.table][w.dataset].get();
+          H5Id fspace(STRATA_CHECK_H5(H5Dget_space(dset)), H5Sclose);
+          STRATA_CHECK_H5(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr));
+          H5Id mspace(STRATA_CHECK_H5(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr)), H5Sclose);
+          if (H5Dwrite(dset, elem_memory_type(d.elem), mspace.get(), fspace.get(), dxpl.get(), p.data) < 0)
+            throw Error("writing its rows of dynamic/" + heads[w.table].name + "/" + d.rel + " failed: " +
+                        detail::take_h5_error());
+        }
       } catch (const Error& e) {
         wrote = "writing " + tmp + " failed: " + e.message();
       }
@@ -1229,7 +1272,11 @@ DynamicSaveResult write_dynamic_checkpoint(MPI_Comm comm, const std::string& dir
       file_bytes = static_cast<std::uint64_t>(st.st_size);
     }
     agree_or_throw<Error>(comm, local, names);
-    STRATA_CHECK_MPI(MPI_Bcast(&file_bytes, 1, MPI_UINT64_T, 0, comm));
+    {
+      std::vector<std::uint64_t> b{file_bytes};
+      comm.broadcast(b, 0);
+      file_bytes = b[0];
+    }
     block.file_bytes = file_bytes;
     std::sort(block.regions.begin(), block.regions.end(),
               [](const detail::DataRegion& a, const detail::DataRegion& b) { return a.path < b.path; });
@@ -1248,17 +1295,7 @@ DynamicSaveResult write_dynamic_checkpoint(MPI_Comm comm, const std::string& dir
       local = "reading back " + tmp + " failed: " + e.message();
     }
     agree_or_throw<Error>(comm, local, names);
-    int n_mine = static_cast<int>(got_mine.size());
-    std::vector<int> n_all(static_cast<std::size_t>(size)), at_all(static_cast<std::size_t>(size));
-    STRATA_CHECK_MPI(MPI_Gather(&n_mine, 1, MPI_INT, n_all.data(), 1, MPI_INT, 0, comm));
-    int total = 0;
-    for (int r = 0; r < size; ++r) {
-      at_all[static_cast<std::size_t>(r)] = total;
-      total += n_all[static_cast<std::size_t>(r)];
-    }
-    std::vector<std::uint64_t> got(rank == 0 ? static_cast<std::size_t>(total) : 0);
-    STRATA_CHECK_MPI(MPI_Gatherv(got_mine.data(), n_mine, MPI_UINT64_T, got.data(), n_all.data(), at_all.data(),
-                                 MPI_UINT64_T, 0, comm));
+    const std::vector<std::uint64_t> got = comm.gather(got_mine);
     if (rank == 0) {
       try {
         std::vector<detail::SegmentPiece> pieces_back;

@@ -54,7 +54,7 @@ void fail_h5(const char* expr, ::strata::detail::SourceLocation where) {
                   std::to_string(where.line) + ")");
 }
 
-QuietErrors::QuietErrors() {
+QuietErrors::QuietErrors() : lock_(hdf5_mutex()) {
   H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
 }

@@ -6,12 +6,14 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "strata/checkpoint/checkpoint.h"
 #include "strata/checkpoint/mpiio_hints.h"
 #include "strata/common/error.h"
+#include "strata/common/hdf5_lock.h"
 
 namespace strata::checkpoint::detail {
 
@@ -57,7 +59,9 @@ class H5Id {
   herr_t (*close_)(hid_t) = nullptr;
 };
 
-// Silences HDF5's automatic error printing (we report the stack ourselves) and restores it.
+// A stretch of HDF5 calls: holds the process's HDF5 lock (strata/common/hdf5_lock.h) and
+// silences HDF5's automatic error printing (we report the stack ourselves), restoring it at the
+// end. Declared before the HDF5 identifiers of a scope, so that they close while it holds.
 class QuietErrors {
  public:
   QuietErrors();
@@ -66,6 +70,7 @@ class QuietErrors {
   QuietErrors& operator=(const QuietErrors&) = delete;
 
  private:
+  std::lock_guard<std::recursive_mutex> lock_;
   H5E_auto2_t func_ = nullptr;
   void* data_ = nullptr;
 };

@@ -363,17 +363,31 @@ CheckpointReader::CheckpointReader(const std::string& path) : impl_(std::make_un
   try {
     impl_->open();
   } catch (const ConfigError& e) {
+    impl_.reset();  // its identifiers close while the HDF5 lock is held
     throw ConfigError(prefix + e.message());
   } catch (const Hdf5Error& e) {
+    impl_.reset();
     throw Hdf5Error(prefix + e.message());
   } catch (const Error& e) {
+    impl_.reset();
     throw Error(prefix + e.message());
   }
 }
 
-CheckpointReader::~CheckpointReader() = default;
+// The file closes under the HDF5 lock (strata/common/hdf5_lock.h).
+CheckpointReader::~CheckpointReader() {
+  if (!impl_) return;
+  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  impl_.reset();
+}
 CheckpointReader::CheckpointReader(CheckpointReader&&) noexcept = default;
-CheckpointReader& CheckpointReader::operator=(CheckpointReader&&) noexcept = default;
+CheckpointReader& CheckpointReader::operator=(CheckpointReader&& other) noexcept {
+  if (this != &other) {
+    std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
 
 const std::string& CheckpointReader::path() const { return impl_->path; }
 int CheckpointReader::format_version() const { return impl_->format_version; }

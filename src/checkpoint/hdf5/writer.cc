@@ -1,4 +1,4 @@
-// save(): the collective checkpoint write. The protocol, narrated once (all ranks of `comm` run
+// save(): the collective checkpoint write. The protocol, narrated once (all ranks of the save run
 // the same steps in the same order; every step marked [agree] ends with the same verdict on every
 // rank, so a bad request throws ConfigError and a failed write SaveError everywhere instead of
 // leaving peers in a collective):
@@ -22,7 +22,9 @@
 //     INDEPENDENT transfers (each piece is one contiguous byte range of the file, so collective
 //     buffering has nothing to merge, and a rank whose write fails, e.g. ENOSPC, is never left
 //     behind in a collective); every rank closes the file (collective; flushes all data and
-//     metadata) whatever its writes did; [agree] on the writes and the close.
+//     metadata) whatever its writes did; [agree] on the writes and the close. Ranks without an MPI
+//     communicator (in-process ranks, save_ranks.h) do the same with rank 0 alone creating and
+//     writing the file (sec2 driver): the others send it their pieces after the creation's [agree].
 //  5. [agree] Read-back: the ranks split the file's bytes after the user block into equal ranges,
 //     CRC-32 every intersection of their range with a dataset's data or the gaps between, and
 //     gather the pieces to rank 0, which checks that every dataset's data reads back with the
@@ -49,14 +51,17 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <optional>
 #include <thread>
 #include <set>
 
 #include "checkpoint/hdf5/commit.h"
 #include "checkpoint/hdf5/h5_util.h"
 #include "checkpoint/hdf5/integrity.h"
+#include "checkpoint/hdf5/save_ranks.h"
 #include "strata/checkpoint/checkpoint.h"
 #include "strata/checkpoint/dynamic.h"
+#include "strata/comm/mpi_group.h"
 #include "strata/common/error.h"
 #include "strata/common/parse.h"
 #include "strata/common/logging.h"
@@ -66,52 +71,22 @@ namespace {
 
 using detail::H5Id;
 
+using detail::SaveRanks;
+
 // Collective: the message of the lowest rank whose `local_error` is non-empty, on every rank ("" when
 // there is none).
-std::string agreed_error(MPI_Comm comm, const std::string& local_error) {
-  int rank = 0, size = 1;
-  STRATA_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  STRATA_CHECK_MPI(MPI_Comm_size(comm, &size));
-  int mine = local_error.empty() ? size : rank;
-  int first = size;
-  STRATA_CHECK_MPI(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
-  if (first == size) return {};
-  std::string message = local_error;
-  int len = static_cast<int>(message.size());
-  STRATA_CHECK_MPI(MPI_Bcast(&len, 1, MPI_INT, first, comm));
-  message.resize(len);
-  STRATA_CHECK_MPI(MPI_Bcast(message.data(), len, MPI_CHAR, first, comm));
-  return message + (first == rank ? "" : " (reported by rank " + std::to_string(first) + ")");
+std::string agreed_error(SaveRanks& ranks, const std::string& local_error) {
+  const auto [first, message] = ranks.first_error(local_error);
+  if (first < 0) return {};
+  return message + (first == ranks.rank() ? "" : " (reported by rank " + std::to_string(first) + ")");
 }
 
 // Collective: throws E on every rank when `local_error` is non-empty on any rank, with the message
 // of the lowest such rank.
 template <typename E = ConfigError>
-void agree(MPI_Comm comm, const std::string& local_error) {
-  std::string message = agreed_error(comm, local_error);
+void agree(SaveRanks& ranks, const std::string& local_error) {
+  std::string message = agreed_error(ranks, local_error);
   if (!message.empty()) throw E(message);
-}
-
-// Collective: the rank-0 copy of every rank's `mine`, concatenated in rank order (empty elsewhere).
-std::vector<std::int64_t> gather_to_root(MPI_Comm comm, const std::vector<std::int64_t>& mine) {
-  int rank = 0, size = 1;
-  STRATA_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  STRATA_CHECK_MPI(MPI_Comm_size(comm, &size));
-  int count = static_cast<int>(mine.size());
-  std::vector<int> counts(size), displs(size);
-  STRATA_CHECK_MPI(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm));
-  std::vector<std::int64_t> all;
-  if (rank == 0) {
-    int total = 0;
-    for (int r = 0; r < size; ++r) {
-      displs[r] = total;
-      total += counts[r];
-    }
-    all.resize(total);
-  }
-  STRATA_CHECK_MPI(MPI_Gatherv(mine.data(), count, MPI_INT64_T, all.data(), counts.data(), displs.data(),
-                               MPI_INT64_T, 0, comm));
-  return all;
 }
 
 // Bytes the caller may still write on the file system of `dir` (root may use the reserved blocks);
@@ -273,9 +248,14 @@ std::vector<CheckpointEntry> apply_retention(std::vector<CheckpointEntry>& entri
 std::string save(MPI_Comm comm, const std::string& dir, std::int64_t global_step,
                  const SaveRequest& request, const Attributes& attributes,
                  const SaveOptions& options) {
-  int rank = 0, size = 1;
-  STRATA_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  STRATA_CHECK_MPI(MPI_Comm_size(comm, &size));
+  return save(*comm::make_mpi_group(comm), dir, global_step, request, attributes, options);
+}
+
+std::string save(comm::Group& group, const std::string& dir, std::int64_t global_step,
+                 const SaveRequest& request, const Attributes& attributes,
+                 const SaveOptions& options) {
+  SaveRanks comm(group, options.timeout_s, "checkpoint save");
+  const int rank = comm.rank(), size = comm.size();
   const auto& vars = request.variables;
 
   // ---- 1. local validation ----------------------------------------------------------------
@@ -291,14 +271,14 @@ std::string save(MPI_Comm comm, const std::string& dir, std::int64_t global_step
     hint_error = "checkpoint: " + e.message();
   }
   agree(comm, hint_error);
-  agree(comm, detail::same_on_every_rank(comm, format_mpiio_hints(hints))
+  agree(comm, comm.same_on_every_rank(format_mpiio_hints(hints))
                   ? ""
                   : std::string("checkpoint: ") + kMpiIoHintsVar + " differs between the ranks of the save");
 
   // ---- 2. identical variable lists ----------------------------------------------------------
-  std::uint64_t h = hash_variables(vars), lo = 0, hi = 0;
-  STRATA_CHECK_MPI(MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, comm));
-  STRATA_CHECK_MPI(MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, comm));
+  std::vector<std::uint64_t> lo{hash_variables(vars)}, hi = lo;
+  comm.allreduce(lo, SaveRanks::Op::kMin);
+  comm.allreduce(hi, SaveRanks::Op::kMax);
   agree(comm, lo == hi ? "" : "checkpoint: the variable lists passed to save() differ between ranks");
 
   std::vector<DatasetRef> datasets;
@@ -319,7 +299,7 @@ std::string save(MPI_Comm comm, const std::string& dir, std::int64_t global_step
   // ---- 3. per-piece CRCs, coverage check and combination on rank 0 -------------------------
   struct Piece {
     std::size_t dataset;
-    const ShardData* shard;
+    std::int64_t row_begin, row_end;
     const void* data;
   };
   std::vector<Piece> pieces;
@@ -331,13 +311,13 @@ std::string save(MPI_Comm comm, const std::string& dir, std::int64_t global_step
     for (std::size_t k = 0; k <= vars[vi].slots.size(); ++k) {
       std::size_t d = first_dataset[vi] + k;
       const void* data = k == 0 ? s.values : s.slots.at(vars[vi].slots[k - 1]);
-      pieces.push_back({d, &s, data});
+      pieces.push_back({d, s.row_begin, s.row_end, data});
       std::uint32_t crc = detail::crc32_update(0, data, static_cast<std::size_t>(bytes));
       packed.insert(packed.end(), {static_cast<std::int64_t>(d), s.row_begin, s.row_end,
                                    static_cast<std::int64_t>(crc)});
     }
   }
-  std::vector<std::int64_t> all = gather_to_root(comm, packed);
+  std::vector<std::int64_t> all = comm.gather(packed);
 
   // payload: checksums per dataset, then created_unix.
   std::vector<std::uint64_t> checksums(datasets.size() + 1, 0);
@@ -395,7 +375,7 @@ std::string save(MPI_Comm comm, const std::string& dir, std::int64_t global_step
     }
   }
   agree<SaveError>(comm, error);
-  STRATA_CHECK_MPI(MPI_Bcast(checksums.data(), static_cast<int>(checksums.size()), MPI_UINT64_T, 0, comm));
+  comm.broadcast(checksums, 0);
   const auto created_unix = static_cast<std::int64_t>(checksums.back());
   const std::string position_json =
       attributes.training_position_json.empty() ? "{}" : attributes.training_position_json;
@@ -417,64 +397,111 @@ std::string save(MPI_Comm comm, const std::string& dir, std::int64_t global_step
 
   std::vector<std::uint64_t> offsets(datasets.size(), 0);
   try {
-    // ---- 4. parallel HDF5 write --------------------------------------------------------------
+    // ---- 4. the HDF5 write ---------------------------------------------------------------------
     {
-      detail::QuietErrors quiet;
+      // The HDF5 lock, where this rank writes a file: without MPI-IO only rank 0 does, and the
+      // others (threads of its process) must not wait for the lock it holds across the agreements.
+      std::optional<detail::QuietErrors> quiet;
+      if (comm.parallel() || rank == 0) quiet.emplace();
       H5Id file, dxpl;
       std::vector<H5Id> dsets(datasets.size());  // closed before `file` (declared after it)
       std::string local;
       try {
-        file = detail::create_parallel_file(tmp_path, comm, block_bytes, hints);
+        // Parallel: every rank's file; otherwise rank 0's alone (the others' stays empty).
+        file = comm.create_file(tmp_path, block_bytes, hints);
+        if (file.get() >= 0) {
+          detail::write_attr_i32(file.get(), "format_version", kFormatVersion);
+          detail::write_attr_i64(file.get(), "global_step", global_step);
+          detail::write_attr_u64(file.get(), "variable_sequence_hash", attributes.variable_sequence_hash);
+          detail::write_attr_string(file.get(), "optimizer", attributes.optimizer);
+          detail::write_attr_string(file.get(), "training_position", position_json);
+          detail::write_attr_i64(file.get(), "created_unix", created_unix);
+          detail::write_attr_string(file.get(), "checksum_algorithm", "crc32");
+          detail::write_attr_u64(file.get(), "metadata_checksum", detail::manifest_checksum(manifest));
 
-        detail::write_attr_i32(file.get(), "format_version", kFormatVersion);
-        detail::write_attr_i64(file.get(), "global_step", global_step);
-        detail::write_attr_u64(file.get(), "variable_sequence_hash", attributes.variable_sequence_hash);
-        detail::write_attr_string(file.get(), "optimizer", attributes.optimizer);
-        detail::write_attr_string(file.get(), "training_position", position_json);
-        detail::write_attr_i64(file.get(), "created_unix", created_unix);
-        detail::write_attr_string(file.get(), "checksum_algorithm", "crc32");
-        detail::write_attr_u64(file.get(), "metadata_checksum", detail::manifest_checksum(manifest));
-
-        H5Id lcpl(STRATA_CHECK_H5(H5Pcreate(H5P_LINK_CREATE)), H5Pclose);
-        STRATA_CHECK_H5(H5Pset_create_intermediate_group(lcpl.get(), 1));
-        H5Id(STRATA_CHECK_H5(H5Gcreate2(file.get(), "/variables", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
-        H5Id(STRATA_CHECK_H5(H5Gcreate2(file.get(), "/slots", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
-        H5Id dcpl(STRATA_CHECK_H5(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
-        STRATA_CHECK_H5(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS));
-        STRATA_CHECK_H5(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER));
-        STRATA_CHECK_H5(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY));
-        dxpl = H5Id(STRATA_CHECK_H5(H5Pcreate(H5P_DATASET_XFER)), H5Pclose);
-        STRATA_CHECK_H5(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_INDEPENDENT));
-        for (std::size_t d = 0; d < datasets.size(); ++d) {
-          const auto& v = vars[datasets[d].var];
-          std::vector<hsize_t> dims(v.shape.begin(), v.shape.end());
-          H5Id space(STRATA_CHECK_H5(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
-          dsets[d] = H5Id(STRATA_CHECK_H5(H5Dcreate2(file.get(), datasets[d].path.c_str(), detail::file_type(v.dtype),
-                                                     space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT)),
-                          H5Dclose);
-          detail::write_attr_u64(dsets[d].get(), "checksum", checksums[d]);
-          if (datasets[d].slot.empty() && v.optimizer_step != 0)
-            detail::write_attr_i64(dsets[d].get(), "optimizer_step", v.optimizer_step);
-          const haddr_t at = H5Dget_offset(dsets[d].get());
-          if (dataset_bytes[d] > 0 && at == HADDR_UNDEF)
-            throw Error("dataset " + datasets[d].path + " has no file space after creation");
-          offsets[d] = dataset_bytes[d] > 0 ? static_cast<std::uint64_t>(at) : 0;
+          H5Id lcpl(STRATA_CHECK_H5(H5Pcreate(H5P_LINK_CREATE)), H5Pclose);
+          STRATA_CHECK_H5(H5Pset_create_intermediate_group(lcpl.get(), 1));
+          H5Id(STRATA_CHECK_H5(H5Gcreate2(file.get(), "/variables", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+          H5Id(STRATA_CHECK_H5(H5Gcreate2(file.get(), "/slots", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+          H5Id dcpl(STRATA_CHECK_H5(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
+          STRATA_CHECK_H5(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS));
+          STRATA_CHECK_H5(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER));
+          STRATA_CHECK_H5(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY));
+          dxpl = comm.piece_transfer();
+          for (std::size_t d = 0; d < datasets.size(); ++d) {
+            const auto& v = vars[datasets[d].var];
+            std::vector<hsize_t> dims(v.shape.begin(), v.shape.end());
+            H5Id space(STRATA_CHECK_H5(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
+            dsets[d] = H5Id(STRATA_CHECK_H5(H5Dcreate2(file.get(), datasets[d].path.c_str(), detail::file_type(v.dtype),
+                                                       space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT)),
+                            H5Dclose);
+            detail::write_attr_u64(dsets[d].get(), "checksum", checksums[d]);
+            if (datasets[d].slot.empty() && v.optimizer_step != 0)
+              detail::write_attr_i64(dsets[d].get(), "optimizer_step", v.optimizer_step);
+            const haddr_t at = H5Dget_offset(dsets[d].get());
+            if (dataset_bytes[d] > 0 && at == HADDR_UNDEF)
+              throw Error("dataset " + datasets[d].path + " has no file space after creation");
+            offsets[d] = dataset_bytes[d] > 0 ? static_cast<std::uint64_t>(at) : 0;
+          }
+          // Metadata on disk now, while the file system has room: if the data then fills it, the
+          // close below rewrites blocks that exist instead of needing new ones.
+          STRATA_CHECK_H5(H5Fflush(file.get(), H5F_SCOPE_GLOBAL));
         }
-        // Metadata on disk now, while the file system has room: if the data then fills it, the
-        // close below rewrites blocks that exist instead of needing new ones.
-        STRATA_CHECK_H5(H5Fflush(file.get(), H5F_SCOPE_GLOBAL));
       } catch (const Error& e) {
         local = cannot + "creating " + tmp_path + " failed: " + e.message();
       }
       agree<SaveError>(comm, local);
+      if (!comm.parallel()) comm.broadcast(offsets, 0);  // the read-back's ranges below need them
 
-      // This rank's pieces, independently: one contiguous byte range each.
-      try {
+      // Without MPI-IO, rank 0 writes every rank's pieces: each sends its own, described by
+      // (dataset, row_begin, row_end, bytes) and followed by their bytes, in one message.
+      std::vector<std::string> blobs;
+      if (!comm.parallel()) {
+        std::string blob;
         for (const Piece& p : pieces) {
           const auto& v = vars[datasets[p.dataset].var];
+          const std::int64_t head[4] = {static_cast<std::int64_t>(p.dataset), p.row_begin, p.row_end,
+                                        (p.row_end - p.row_begin) * detail::row_bytes(v)};
+          blob.append(reinterpret_cast<const char*>(head), sizeof head);
+          blob.append(static_cast<const char*>(p.data), static_cast<std::size_t>(head[3]));
+        }
+        blobs = comm.gather_blobs(rank == 0 ? std::string() : std::move(blob));
+        for (std::size_t r = 1; r < blobs.size() && local.empty(); ++r) {
+          // The pieces were checked against the variables on their rank (step 3's coverage check
+          // saw their rows); read here only within the message and the dataset they name.
+          const std::string& b = blobs[r];
+          std::size_t at = 0;
+          while (at < b.size()) {
+            std::int64_t head[4];
+            if (b.size() - at < sizeof head) {
+              local = cannot + "rank " + std::to_string(r) + " sent a torn piece";
+              break;
+            }
+            std::memcpy(head, b.data() + at, sizeof head);
+            at += sizeof head;
+            if (head[0] < 0 || static_cast<std::size_t>(head[0]) >= datasets.size() || head[1] < 0 || head[2] < head[1] ||
+                head[2] > vars[datasets[static_cast<std::size_t>(head[0])].var].shape[0] ||
+                head[3] != (head[2] - head[1]) * detail::row_bytes(vars[datasets[static_cast<std::size_t>(head[0])].var]) ||
+                static_cast<std::uint64_t>(head[3]) > b.size() - at) {
+              local = cannot + "rank " + std::to_string(r) + " sent a piece that does not fit its dataset";
+              break;
+            }
+            pieces.push_back({static_cast<std::size_t>(head[0]), head[1], head[2], b.data() + at});
+            at += static_cast<std::size_t>(head[3]);
+          }
+        }
+        if (rank != 0) pieces.clear();
+      }
+
+      // This rank's pieces (rank 0's: every rank's, without MPI-IO), independently: one contiguous
+      // byte range each.
+      try {
+        for (std::size_t i = 0; i < pieces.size() && local.empty(); ++i) {
+          const Piece& p = pieces[i];
+          const auto& v = vars[datasets[p.dataset].var];
           std::vector<hsize_t> dims(v.shape.begin(), v.shape.end()), start(dims.size(), 0), count_dims = dims;
-          start[0] = static_cast<hsize_t>(p.shard->row_begin);
-          count_dims[0] = static_cast<hsize_t>(p.shard->row_end - p.shard->row_begin);
+          start[0] = static_cast<hsize_t>(p.row_begin);
+          count_dims[0] = static_cast<hsize_t>(p.row_end - p.row_begin);
           const hid_t dset = dsets[p.dataset].get();
           H5Id fspace(STRATA_CHECK_H5(H5Dget_space(dset)), H5Sclose);
           STRATA_CHECK_H5(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count_dims.data(),
@@ -513,7 +540,7 @@ std::string save(MPI_Comm comm, const std::string& dir, std::int64_t global_step
         if (rank == 0 && ::truncate(tmp_path.c_str(), 0) != 0) {
           // Nothing more to do: the close may fail too, and the .tmp is removed below.
         }
-        STRATA_CHECK_MPI(MPI_Barrier(comm));
+        comm.barrier();
       }
       dsets.clear();
       errno = 0;
@@ -544,7 +571,11 @@ std::string save(MPI_Comm comm, const std::string& dir, std::int64_t global_step
         file_bytes = static_cast<std::uint64_t>(st.st_size);
     }
     agree<SaveError>(comm, error);
-    STRATA_CHECK_MPI(MPI_Bcast(&file_bytes, 1, MPI_UINT64_T, 0, comm));
+    {
+      std::vector<std::uint64_t> b{file_bytes};
+      comm.broadcast(b, 0);
+      file_bytes = b[0];
+    }
     detail::IntegrityBlock block;
     block.file_bytes = file_bytes;
     block.block_bytes = block_bytes;
@@ -580,7 +611,7 @@ std::string save(MPI_Comm comm, const std::string& dir, std::int64_t global_step
       local = cannot + "reading back " + tmp_path + " failed: " + e.message();
     }
     agree<SaveError>(comm, local);
-    std::vector<std::int64_t> got = gather_to_root(comm, mine);
+    std::vector<std::int64_t> got = comm.gather(mine);
     if (rank == 0) {
       try {
         std::vector<detail::SegmentPiece> read_back;
