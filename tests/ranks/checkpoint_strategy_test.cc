@@ -1,19 +1,22 @@
 // Checkpoints through ParameterServerStrategy under mpirun (2-4 ranks) and on 2-4 thread ranks in
 // the inproc tier (tests/common/rank_test.h): saves at agreed step boundaries, lazy restore into
 // another number of PS ranks and another partitioning (values and optimizer slots identical, value
-// for value), the restore report, and the errors a restore must give. Both tiers write the same
+// for value), dynamic tables restored onto another PS count, the restore report, and the errors a
+// restore must give. Both tiers write the same
 // files: parallel HDF5 under MPI, PS 0 writing every PS rank's rows in-process.
 #define STRATA_INPROC_RANKS 2, 3, 4
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
 #include "common/rank_test.h"
 #include "strata/checkpoint/checkpoint.h"
+#include "strata/comm/mpi_group.h"
 #include "strata/cluster/runtime.h"
 #include "strata/common/error.h"
 #include "strata/common/hdf5_lock.h"
@@ -450,6 +453,106 @@ STRATA_RANK_TEST(CheckpointStrategy, ReportsMissingAndUnusedVariablesAndRejectsS
     else
       strategy.finish();
   }
+  STRATA_EXPECT_ALL(comm.get(), ok);
+  barrier(comm);
+  if (comm.rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// The chief's `values`, on every rank.
+std::vector<float> from_chief(TestComm& comm, ParameterServerStrategy& strategy, const std::vector<float>& values) {
+  const std::string mine = strategy.is_chief() ? std::string(reinterpret_cast<const char*>(values.data()),
+                                                             values.size() * sizeof(float))
+                                               : std::string();
+  std::vector<float> out;
+  for (const auto& s : comm.group().allgather_strings(mine, comm::Deadline{60, "the chief's values"}))
+    if (!s.empty()) {
+      out.resize(s.size() / sizeof(float));
+      std::memcpy(out.data(), s.data(), s.size());
+    }
+  return out;
+}
+
+// Dynamic variables in checkpoints: the tables the PS ranks save together (one file, every PS its
+// own rows) restore onto another number of PS ranks with every row as it was trained, and an
+// unseen id still gets the initializer.
+STRATA_RANK_TEST(CheckpointStrategy, DynamicTablesRestoreOntoAnotherPsCount) {
+  TestComm comm;
+  const std::string dir = shared_temp_dir(comm);
+  const std::int64_t big = std::int64_t{1} << 40;
+  const std::vector<std::int64_t> probe = {0, 1, 2, 100, 101, 102, big, -5, 77};
+  const auto declare_emb = [](ParameterServerStrategy& strategy) {
+    DynamicVariable emb;
+    strategy.scope([&] {
+      ps::DynamicVariableSpec d;
+      d.name = "emb";
+      d.dim = 2;
+      d.init = ps::Initializer::zeros();
+      emb = strategy.create_dynamic_variable(d);
+    });
+    return emb;
+  };
+  StrategyOptions options;
+  options.ps.optimizer = ps::OptimizerConfig::parse("sgd:lr=1");
+  options.ps.timeout_s = 60;
+  const int steps = 3;
+  // Save: 2 PS from 3 ranks on (one file, each PS its own rows), else 1; the other ranks workers.
+  // Every update is a whole number, so the sums are exact in any order of the workers' pushes.
+  const int save_ps = comm.size() >= 3 ? 2 : 1;
+  std::vector<float> before;
+  std::int64_t step = 0;
+  {
+    auto rt = start(comm, save_ps);
+    ParameterServerStrategy strategy(*rt, options);
+    CheckpointOptions copt;
+    copt.directory = dir;
+    strategy.set_checkpoint_options(copt);
+    DynamicVariable emb = declare_emb(strategy);
+    std::vector<float> got;
+    if (strategy.is_ps()) {
+      strategy.serve();
+    } else {
+      for (int s = 0; s < steps; ++s) {
+        const float k = static_cast<float>(strategy.worker_index() + 1 + s);
+        strategy.run([&](ReplicaContext& ctx) {
+          std::vector<std::int64_t> ids = {s, 100 + s, big, -5};
+          std::vector<float> grads = {k, -k, 2 * k, 0, -1, 1, 3, 4};
+          ctx.apply_dynamic_gradient(emb, ids, grads, 1);
+          ctx.increment_global_step();
+        });
+        strategy.end_step({0, 8 * (s + 1), s + 1});
+      }
+      comm::workers_group(*rt)->barrier(comm::Deadline{60, "workers' barrier"});
+      strategy.lookup(emb, probe, got, ps::DynamicLookup::kInference);
+      step = strategy.global_step();
+      strategy.finish({0, 8 * steps, steps});
+    }
+    before = from_chief(comm, strategy, got);
+    step = comm.group().allreduce(step, comm::ReduceOp::kMax, comm::Deadline{60, "global step"});
+  }
+  const int workers = comm.size() - save_ps;
+  bool ok = step == steps * workers && before.size() == 2 * probe.size();
+  ok = ok && std::filesystem::is_regular_file(dir + "/dynamic-" + std::to_string(step) + ".h5");
+  // The unseen id 77 reads the initializer's zeros; id 0 holds worker 0's first step at least.
+  ok = ok && before.size() == 18 && before[16] == 0 && before[17] == 0 && before[0] != 0;
+
+  // Restore onto every rank but one as PS (1-3 PS) and read the same ids back.
+  std::vector<float> after;
+  {
+    auto rt = start(comm, comm.size() - 1);
+    ParameterServerStrategy strategy(*rt, options);
+    strategy.restore(dir);
+    DynamicVariable emb = declare_emb(strategy);
+    std::vector<float> got;
+    if (strategy.is_ps()) {
+      strategy.serve();
+    } else {
+      ok = ok && strategy.global_step() == step;
+      strategy.lookup(emb, probe, got, ps::DynamicLookup::kInference);
+      strategy.finish(strategy.restored_position());
+    }
+    after = from_chief(comm, strategy, got);
+  }
+  ok = ok && after == before;
   STRATA_EXPECT_ALL(comm.get(), ok);
   barrier(comm);
   if (comm.rank() == 0) std::filesystem::remove_all(dir);
