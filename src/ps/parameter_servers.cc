@@ -6,6 +6,7 @@
 #include "strata/ps/parameter_servers.h"
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -169,13 +170,8 @@ ParameterServers ParameterServers::materialize(const Runtime& runtime, const PsO
   }
   impl->options = options;
   impl->options.optimizer.validate();
-  // An MPI runtime's communicator, or a runtime over a process group (the in-process ranks).
-  MPI_Comm comm = runtime.comms().runtime();
-  impl->comm = comm;
-  if (runtime.group())
-    impl->group = runtime.group();
-  else
-    impl->group = comm::make_mpi_group(comm);
+  // An MPI runtime's communicator as a group, or a runtime's process group (in-process ranks).
+  impl->group = comm::runtime_group(runtime);
   comm::Group& group = *impl->group;
   const double timeout = options.timeout_s;
 
@@ -339,12 +335,11 @@ ParameterServers ParameterServers::materialize(const Runtime& runtime, const PsO
   }
   // Values must be in place before any worker pulls, and stream consumers registered before any
   // worker pushes.
-  // An MPI job waits without a deadline here as before (a PS may restore a large checkpoint
-  // first); the in-process group's barrier has the job's timeout.
-  if (comm != MPI_COMM_NULL)
-    STRATA_CHECK_MPI(MPI_Barrier(comm));
-  else
-    group.barrier(comm::Deadline{timeout, "parameter servers: materialising the variables"});
+  // A PS may restore a large checkpoint first, so an MPI job's ranks wait here up to an hour (a
+  // rank that dies meanwhile is found sooner by the job's liveness monitor); in-process ranks, a
+  // test's, wait the job's timeout.
+  const double materialise_s = std::strcmp(group.kind(), "mpi") == 0 ? std::max(timeout, 3600.0) : timeout;
+  group.barrier(comm::Deadline{materialise_s, "parameter servers: materialising the variables"});
   STRATA_LOG(DEBUG) << "materialised " << impl->map.variables().size() << " variables, "
                     << impl->map.shards().size() << " shards on " << impl->ps_rank.size() << " PS";
   ParameterServers out;

@@ -15,7 +15,6 @@
 #include <thread>
 #include <vector>
 
-#include <mpi.h>
 
 #include "ps/arena_checks.h"
 #include "ps/arena_layout.h"
@@ -81,7 +80,6 @@ struct PsCore {
   // The runtime's ranks as a process group (barriers, agreements): declared before the transport,
   // whose regions' destruction is collective over it (the in-process transport's is).
   std::shared_ptr<comm::Group> group;
-  MPI_Comm comm = MPI_COMM_NULL;  // the runtime's communicator (borrowed); MPI_COMM_NULL in-process
   std::unique_ptr<comm::Transport> transport;
   std::unique_ptr<comm::Region> region;
   int num_workers = 0;
